@@ -1,0 +1,50 @@
+/*
+ * log.c - rank-prefixed messages.  The identity is written once, before any
+ * thread starts, and only read afterwards.
+ */
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static struct {
+	int rank, world;
+	char host[64];
+	enum dtf_log_level level;
+} ident = {0, 0, "", DTF_LOG_INFO};
+
+void dtf_log_set_identity(int rank, int world, const char *host)
+{
+	ident.rank = rank;
+	ident.world = world;
+	snprintf(ident.host, sizeof(ident.host), "%s", host ? host : "");
+}
+
+void dtf_log_set_level(enum dtf_log_level level) { ident.level = level; }
+enum dtf_log_level dtf_log_get_level(void) { return ident.level; }
+int dtf_log_rank(void) { return ident.rank; }
+
+void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
+{
+	if (level > ident.level)
+		return;
+	if (level >= DTF_LOG_INFO && !all_ranks && ident.rank != 0)
+		return;
+	char line[2048];
+	int off = 0;
+	if (level <= DTF_LOG_WARN && ident.world > 0)
+		off = snprintf(line, sizeof(line), "[rank %d %s] ", ident.rank,
+			       ident.host);
+	if (level == DTF_LOG_ERROR)
+		off += snprintf(line + off, sizeof(line) - off, "error: ");
+	else if (level == DTF_LOG_WARN)
+		off += snprintf(line + off, sizeof(line) - off, "warning: ");
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line + off, sizeof(line) - off, fmt, ap);
+	va_end(ap);
+	/* one write per line so ranks' lines do not interleave mid-line */
+	fprintf(stderr, "%s\n", line);
+	fflush(stderr);
+}

@@ -1,0 +1,37 @@
+/*
+ * log.h - messages to stderr, prefixed by rank and host once they are known.
+ *
+ * Rank 0 (the chief) prints progress; warnings and errors from any rank
+ * carry "[rank N host]" so a batch log shows who said what.  The identity is
+ * set once by dist/ after MPI starts (before that, messages carry no prefix).
+ */
+#ifndef DTF_CORE_LOG_H
+#define DTF_CORE_LOG_H
+
+enum dtf_log_level {
+	DTF_LOG_ERROR = 0,
+	DTF_LOG_WARN = 1,
+	DTF_LOG_INFO = 2,
+	DTF_LOG_DEBUG = 3,
+};
+
+/* Set this process's identity (rank, world size, host name; copied). */
+void dtf_log_set_identity(int rank, int world, const char *host);
+
+/* Messages above `level` are dropped (default DTF_LOG_INFO). */
+void dtf_log_set_level(enum dtf_log_level level);
+enum dtf_log_level dtf_log_get_level(void);
+
+/* printf-style message at `level`; a newline is added.  INFO and DEBUG
+ * print on rank 0 only unless `all_ranks`. */
+void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#define dtf_info(...) dtf_log(DTF_LOG_INFO, 0, __VA_ARGS__)
+#define dtf_warn(...) dtf_log(DTF_LOG_WARN, 1, __VA_ARGS__)
+#define dtf_errlog(...) dtf_log(DTF_LOG_ERROR, 1, __VA_ARGS__)
+
+/* This process's rank as last set (0 before). */
+int dtf_log_rank(void);
+
+#endif
