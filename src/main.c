@@ -1,4 +1,144 @@
-/* main.c - placeholder until the training loop lands. */
+/*
+ * main.c - dtf-train: argv -> job -> run; a dtf error -> exit status.
+ *
+ * Exit statuses (DESIGN.md section 5): 0 done, 1 runtime failure, 2 usage
+ * or job-file error, 3 input data error, 4 checkpoint error, 75 stopped by
+ * a signal after a checkpoint.
+ */
+#include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
 #include "dtf_config.h"
-int main(void) { printf("dtf-train %s\n", DTF_VERSION); return 0; }
+#include "train/train.h"
+
+static const char usage[] =
+	"Usage: dtf-train [OPTION]... JOB.yaml\n"
+	"       mpirun -np N dtf-train [OPTION]... JOB.yaml\n"
+	"Train the model described by the job file, data parallel over MPI ranks.\n"
+	"\n"
+	"Options:\n"
+	"  -n, --dry-run            build and check the graph, print the layer table, exit\n"
+	"  -s, --set KEY=VALUE      override a job key (e.g. train.epochs=1); repeatable\n"
+	"  -t, --threads N          BLAS threads per rank (default: cores / ranks per node)\n"
+	"      --export-variables FILE  write the final parameter vector (float32) to FILE\n"
+	"  -q, --quiet              no per-step progress lines\n"
+	"  -v, --verbose            more messages\n"
+	"  -h, --help               show this help and exit\n"
+	"  -V, --version            show the version and exit\n"
+	"\n"
+	"Exit status: 0 done, 1 runtime failure, 2 usage or job-file error,\n"
+	"3 input data error, 4 checkpoint error, 75 stopped by a signal.\n"
+	"See dtf-train(1) and dtf-train-job(5).\n";
+
+enum { OPT_EXPORT = 256 };
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dry-run", no_argument, NULL, 'n'},
+		{"set", required_argument, NULL, 's'},
+		{"threads", required_argument, NULL, 't'},
+		{"export-variables", required_argument, NULL, OPT_EXPORT},
+		{"quiet", no_argument, NULL, 'q'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	struct dtf_train_opts opts = {0};
+	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));
+	int nsets = 0, c, status = 0;
+	if (!sets)
+		return 1;
+	while ((c = getopt_long(argc, argv, "ns:t:qvhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'n':
+			opts.dry_run = 1;
+			break;
+		case 's':
+			sets[nsets++] = optarg;
+			break;
+		case 't': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*end || v < 1 || v > 1024) {
+				fprintf(stderr, "dtf-train: --threads: expected a positive integer, got '%s'\n", optarg);
+				status = 2;
+				goto out;
+			}
+			opts.threads = (int)v;
+			break;
+		}
+		case OPT_EXPORT:
+			opts.export_variables = optarg;
+			break;
+		case 'q':
+			opts.quiet = 1;
+			break;
+		case 'v':
+			dtf_log_set_level(DTF_LOG_DEBUG);
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			goto out;
+		case 'V':
+			printf("dtf-train %s\n", DTF_VERSION);
+			goto out;
+		default:
+			fputs("Try 'dtf-train --help'.\n", stderr);
+			status = 2;
+			goto out;
+		}
+	}
+	if (optind != argc - 1) {
+		fprintf(stderr, "dtf-train: %s\nTry 'dtf-train --help'.\n",
+			optind >= argc ? "missing the job file"
+				       : "expected exactly one job file");
+		status = 2;
+		goto out;
+	}
+	const char *path = argv[optind];
+
+	struct dtf_comm *comm = NULL;
+	int rc = 0, rank = 0;
+	if (!opts.dry_run) {
+		if ((rc = dtf_comm_init(&argc, &argv, &comm)) < 0) {
+			fprintf(stderr, "dtf-train: %s\n", dtf_error_msg());
+			status = dtf_error_exit_status(rc);
+			goto out;
+		}
+		rank = dtf_comm_rank(comm);
+		dtf_log_set_identity(rank, dtf_comm_size(comm),
+				     dtf_comm_host(comm));
+	}
+
+	struct dtf_job *job = NULL;
+	struct dtf_train_result result;
+	memset(&result, 0, sizeof(result));
+	rc = dtf_job_load(path, sets, nsets, &job);
+	if (rc == 0)
+		rc = dtf_train_run(job, comm, &opts, &result);
+	if (rc < 0) {
+		/* Job-file errors are the same on every rank: say them once.
+		 * A rank that failed itself says why; rank 0 also says when the
+		 * job stopped because of another rank. */
+		int same_everywhere = rc == -DTF_ERR_CONFIG ||
+				      rc == -DTF_ERR_USAGE ||
+				      rc == -DTF_ERR_GRAPH;
+		if (rank == 0 || (!same_everywhere && !result.remote_failure))
+			dtf_errlog("%s", dtf_error_msg());
+		status = dtf_error_exit_status(rc);
+	}
+	dtf_job_free(job);
+	dtf_comm_finalize(comm);
+out:
+	dtf_free(sets);
+	return status;
+}

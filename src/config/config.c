@@ -1,0 +1,1433 @@
+/*
+ * config.c - the job schema: YAML tree -> struct dtf_job.
+ *
+ * Design: the schema is data.  Each mapping of the job language is a
+ * `struct section`, a table of fields (key, type, flags, default, offset
+ * into the object the section fills); one generic walk reads any section:
+ * it rejects unknown keys (suggesting a known key within Levenshtein
+ * distance 2), duplicate keys and missing required keys, and converts
+ * scalars with strict checks.  The shapes that are not plain mappings (the
+ * feature map, the layer list, {kind: {attrs}} choices, [h, w] pairs,
+ * shapes) have small custom readers that call back into the walk.  Defaults
+ * come from the same tables and are all written before anything is read.
+ * Checks that need the whole job (names of layers and features) run after
+ * the walk, while the tree is still there to give positions.
+ *
+ * Messages: "WHERE: KEY.PATH: what is wrong", WHERE being "FILE:LINE:COL"
+ * (1-based) or "--set KEY" for a value that came from an override.  List
+ * items are written KEY[i], 0-based.
+ */
+#include "config/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/ytree.h"
+#include "core/alloc.h"
+#include "core/error.h"
+
+#define PATH_MAX_ 256
+#define FIELDS_MAX 16
+
+_Static_assert(sizeof(enum dtf_layer_kind) == sizeof(int) &&
+		       sizeof(enum dtf_activation) == sizeof(int) &&
+		       sizeof(enum dtf_strategy_kind) == sizeof(int) &&
+		       sizeof(enum dtf_feature_type) == sizeof(int) &&
+		       sizeof(enum dtf_decode) == sizeof(int),
+	       "enum fields are written through int *");
+
+/* Node ids remembered during the walk for the checks that follow it. */
+enum slot { SLOT_NONE, SLOT_INPUT, SLOT_LOGITS, SLOT_LABELS, SLOT_COUNT_ };
+
+struct ctx {
+	struct dtf_ytree *t;
+	struct dtf_job *job;
+	const yaml_node_t *slot[SLOT_COUNT_];
+};
+
+enum ftype {
+	T_STR,     /* char[size] */
+	T_STRDUP,  /* char *, owned by the job; default NULL */
+	T_INT,     /* int */
+	T_I64,     /* int64_t */
+	T_U64,     /* uint64_t */
+	T_DOUBLE,  /* double, finite */
+	T_FLOAT,   /* float, finite */
+	T_BOOL,    /* int 0/1: true/false/yes/no/on/off */
+	T_ENUM,    /* int from `names` */
+	T_PAIR,    /* two positive ints at off, off2: "5" or [5, 3] */
+	T_SECTION, /* a nested mapping filling the same object */
+	T_CUSTOM,  /* `read` does it */
+};
+
+enum {
+	F_REQUIRED = 1 << 0,
+	F_POS = 1 << 1,    /* > 0 */
+	F_NONNEG = 1 << 2, /* >= 0 */
+	F_UNIT = 1 << 3,   /* in [0, 1) */
+};
+
+struct enum_name {
+	const char *name;
+	int value;
+};
+
+struct section;
+
+typedef int (*read_fn)(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *val, const char *path);
+
+struct field {
+	const char *key;
+	enum ftype type;
+	unsigned flags;
+	size_t off, off2; /* into the section's object; off2 for T_PAIR */
+	size_t size;      /* T_STR capacity */
+	double def;       /* numeric default */
+	const char *def_str;           /* T_STR default */
+	const struct enum_name *names; /* T_ENUM, {NULL} terminated */
+	const struct section *sub;     /* T_SECTION */
+	read_fn read;                  /* T_CUSTOM */
+	enum slot slot;                /* remember the value node */
+};
+
+struct section {
+	const struct field *fields;
+	int nfields;
+	/* offset of a char[DTF_WHERE_MAX] to fill with the key's position,
+	 * or -1 */
+	long where_off;
+	/* run after the keys are read; map may be NULL (empty section) */
+	int (*check)(struct ctx *c, void *base, const yaml_node_t *key,
+		     const yaml_node_t *map, const char *path);
+};
+
+#define NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* ---- messages ------------------------------------------------------------ */
+
+static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
+		const char *fmt, ...)
+{
+	char where[DTF_WHERE_MAX], msg[768];
+	va_list ap;
+
+	dtf_ytree_where(c->t, n, where, sizeof(where));
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (path && path[0])
+		return dtf_error(DTF_ERR_CONFIG, "%s: %s: %s", where, path, msg);
+	return dtf_error(DTF_ERR_CONFIG, "%s: %s", where, msg);
+}
+
+/* What a node is, for "got ...": 'text', null, a mapping, a list. */
+static const char *describe(const yaml_node_t *n, char *buf, size_t size)
+{
+	if (dtf_ytree_is_null(n))
+		return "null";
+	if (n->type == YAML_MAPPING_NODE)
+		return "a mapping";
+	if (n->type == YAML_SEQUENCE_NODE)
+		return "a list";
+	const char *s = dtf_ytree_text(n);
+	if (strlen(s) > 60)
+		snprintf(buf, size, "'%.57s...'", s);
+	else
+		snprintf(buf, size, "'%s'", s);
+	return buf;
+}
+
+static int levenshtein(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	int row[64];
+
+	if (la >= 64 || lb >= 64)
+		return 99;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = (int)j;
+	for (size_t i = 1; i <= la; i++) {
+		int diag = row[0];
+		row[0] = (int)i;
+		for (size_t j = 1; j <= lb; j++) {
+			int up = row[j];
+			int best = diag + (a[i - 1] != b[j - 1]);
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			diag = up;
+			row[j] = best;
+		}
+	}
+	return row[lb];
+}
+
+/* Names are read through a callback so one helper serves every table. */
+typedef const char *(*name_at_fn)(const void *table, int i);
+
+/* " (did you mean 'x'?)" for the closest name within distance 2, or "". */
+static const char *suggest(const char *word, const void *table, int n,
+			   name_at_fn name_at, char *buf, size_t size)
+{
+	int best = 3;
+	const char *pick = NULL;
+	for (int i = 0; i < n; i++) {
+		const char *cand = name_at(table, i);
+		int d = levenshtein(word, cand);
+		if (d < best) {
+			best = d;
+			pick = cand;
+		}
+	}
+	if (!pick)
+		return "";
+	snprintf(buf, size, " (did you mean '%s'?)", pick);
+	return buf;
+}
+
+/* "a, b, c" */
+static const char *list_names(const void *table, int n, name_at_fn name_at,
+			      char *buf, size_t size)
+{
+	size_t used = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < n && used < size; i++)
+		used += (size_t)snprintf(buf + used, size - used, "%s%s",
+					 i ? ", " : "", name_at(table, i));
+	return buf;
+}
+
+static const char *field_name_at(const void *table, int i)
+{
+	return ((const struct field *)table)[i].key;
+}
+
+static const char *enum_name_at(const void *table, int i)
+{
+	return ((const struct enum_name *)table)[i].name;
+}
+
+static int enum_count(const struct enum_name *e)
+{
+	int n = 0;
+	while (e[n].name)
+		n++;
+	return n;
+}
+
+/* Key paths are for messages: a long one is cut, never overflows. */
+static void path_fmt(char *out, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void path_fmt(char *out, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(out, PATH_MAX_, fmt, ap);
+	va_end(ap);
+}
+
+static void join_path(char *out, const char *path, const char *key)
+{
+	path_fmt(out, "%s%s%s", path, path[0] ? "." : "", key);
+}
+
+/* ---- scalars -------------------------------------------------------------- */
+
+static const char *int_expect(unsigned flags)
+{
+	return flags & F_POS      ? "a positive integer"
+	       : flags & F_NONNEG ? "a non-negative integer"
+				  : "an integer";
+}
+
+static const char *num_expect(unsigned flags)
+{
+	return flags & F_POS      ? "a positive number"
+	       : flags & F_UNIT   ? "a number in [0, 1)"
+	       : flags & F_NONNEG ? "a non-negative number"
+				  : "a number";
+}
+
+/* A scalar to a checked int64 in [lo, hi]. */
+static int read_int(struct ctx *c, const yaml_node_t *n, const char *path,
+		    unsigned flags, int64_t lo, int64_t hi, int64_t *out)
+{
+	char buf[80];
+	const char *s = dtf_ytree_text(n);
+	if (!s || dtf_ytree_is_null(n) || !*s || isspace((unsigned char)*s))
+		return fail(c, n, path, "expected %s, got %s", int_expect(flags),
+			    describe(n, buf, sizeof(buf)));
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (*end)
+		return fail(c, n, path, "expected %s, got %s", int_expect(flags),
+			    describe(n, buf, sizeof(buf)));
+	if (errno == ERANGE || v < lo || v > hi) {
+		if ((flags & F_POS) && v <= 0 && errno != ERANGE)
+			return fail(c, n, path, "expected %s, got %s",
+				    int_expect(flags),
+				    describe(n, buf, sizeof(buf)));
+		if ((flags & F_NONNEG) && v < 0 && errno != ERANGE)
+			return fail(c, n, path, "expected %s, got %s",
+				    int_expect(flags),
+				    describe(n, buf, sizeof(buf)));
+		return fail(c, n, path, "expected %s, got %s (out of range)",
+			    int_expect(flags), describe(n, buf, sizeof(buf)));
+	}
+	*out = v;
+	return 0;
+}
+
+static int read_u64(struct ctx *c, const yaml_node_t *n, const char *path,
+		    uint64_t *out)
+{
+	char buf[80];
+	const char *s = dtf_ytree_text(n);
+	if (!s || dtf_ytree_is_null(n) || !isdigit((unsigned char)*s))
+		return fail(c, n, path, "expected a non-negative integer, got %s",
+			    describe(n, buf, sizeof(buf)));
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (*end)
+		return fail(c, n, path, "expected a non-negative integer, got %s",
+			    describe(n, buf, sizeof(buf)));
+	if (errno == ERANGE)
+		return fail(c, n, path,
+			    "expected a non-negative integer, got %s (out of "
+			    "range)",
+			    describe(n, buf, sizeof(buf)));
+	*out = v;
+	return 0;
+}
+
+static int read_num(struct ctx *c, const yaml_node_t *n, const char *path,
+		    unsigned flags, int as_float, double *out)
+{
+	char buf[80];
+	const char *s = dtf_ytree_text(n);
+	if (!s || dtf_ytree_is_null(n) || !*s || isspace((unsigned char)*s))
+		goto bad;
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (*end || !isfinite(v) || (as_float && !isfinite((float)v)))
+		goto bad;
+	if (((flags & F_POS) && !(v > 0)) || ((flags & F_NONNEG) && v < 0) ||
+	    ((flags & F_UNIT) && !(v >= 0 && v < 1)))
+		goto bad;
+	*out = v;
+	return 0;
+bad:
+	return fail(c, n, path, "expected %s, got %s", num_expect(flags),
+		    describe(n, buf, sizeof(buf)));
+}
+
+static int read_bool(struct ctx *c, const yaml_node_t *n, const char *path,
+		     int *out)
+{
+	static const char *const yes[] = {"true", "yes", "on"};
+	static const char *const no[] = {"false", "no", "off"};
+	char buf[80];
+	const char *s = dtf_ytree_text(n);
+	for (int i = 0; s && i < 3; i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = 1;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = 0;
+			return 0;
+		}
+	}
+	return fail(c, n, path,
+		    "expected a boolean (true/false, yes/no, on/off), got %s",
+		    describe(n, buf, sizeof(buf)));
+}
+
+/* A non-empty string that fits in `size` bytes (NUL included). */
+static int read_str(struct ctx *c, const yaml_node_t *n, const char *path,
+		    size_t size, const char **out)
+{
+	char buf[80];
+	const char *s = dtf_ytree_text(n);
+	if (!s || dtf_ytree_is_null(n))
+		return fail(c, n, path, "expected a string, got %s",
+			    describe(n, buf, sizeof(buf)));
+	if (!*s)
+		return fail(c, n, path, "expected a non-empty string");
+	if (strlen(s) != n->data.scalar.length)
+		return fail(c, n, path, "the string contains a NUL byte");
+	if (size && strlen(s) >= size)
+		return fail(c, n, path, "longer than %zu characters", size - 1);
+	*out = s;
+	return 0;
+}
+
+static int read_enum(struct ctx *c, const yaml_node_t *n, const char *path,
+		     const struct enum_name *names, int *out)
+{
+	char buf[80], sug[96], all[256];
+	const char *s = dtf_ytree_text(n);
+	int count = enum_count(names);
+	if (s && !dtf_ytree_is_null(n)) {
+		for (int i = 0; i < count; i++) {
+			if (!strcmp(s, names[i].name)) {
+				*out = names[i].value;
+				return 0;
+			}
+		}
+	}
+	return fail(c, n, path, "expected one of %s, got %s%s",
+		    list_names(names, count, enum_name_at, all, sizeof(all)),
+		    describe(n, buf, sizeof(buf)),
+		    s ? suggest(s, names, count, enum_name_at, sug, sizeof(sug))
+		      : "");
+}
+
+/* "5" or [5, 3] into two positive ints. */
+static int read_pair(struct ctx *c, const yaml_node_t *n, const char *path,
+		     int *h, int *w)
+{
+	char buf[80], ipath[PATH_MAX_];
+	int64_t v[2] = {0, 0};
+	int rc;
+
+	if (n->type == YAML_SCALAR_NODE && !dtf_ytree_is_null(n)) {
+		rc = read_int(c, n, path, F_POS, 1, INT_MAX, &v[0]);
+		if (rc)
+			return rc;
+		*h = *w = (int)v[0];
+		return 0;
+	}
+	if (n->type != YAML_SEQUENCE_NODE ||
+	    n->data.sequence.items.top - n->data.sequence.items.start != 2)
+		return fail(c, n, path,
+			    "expected a positive integer or a list [h, w] of "
+			    "two, got %s",
+			    describe(n, buf, sizeof(buf)));
+	for (int i = 0; i < 2; i++) {
+		path_fmt(ipath, "%s[%d]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, n->data.sequence.items.start[i]);
+		rc = read_int(c, it, ipath, F_POS, 1, INT_MAX, &v[i]);
+		if (rc)
+			return rc;
+	}
+	*h = (int)v[0];
+	*w = (int)v[1];
+	return 0;
+}
+
+/* ---- the generic walk ---------------------------------------------------- */
+
+static void apply_defaults(const struct section *s, void *base)
+{
+	char *b = base;
+	for (int i = 0; i < s->nfields; i++) {
+		const struct field *f = &s->fields[i];
+		switch (f->type) {
+		case T_STR:
+			snprintf(b + f->off, f->size, "%s",
+				 f->def_str ? f->def_str : "");
+			break;
+		case T_INT:
+		case T_BOOL:
+		case T_ENUM:
+			*(int *)(b + f->off) = (int)f->def;
+			break;
+		case T_PAIR:
+			*(int *)(b + f->off) = (int)f->def;
+			*(int *)(b + f->off2) = (int)f->def;
+			break;
+		case T_I64:
+			*(int64_t *)(b + f->off) = (int64_t)f->def;
+			break;
+		case T_U64:
+			*(uint64_t *)(b + f->off) = (uint64_t)f->def;
+			break;
+		case T_DOUBLE:
+			*(double *)(b + f->off) = f->def;
+			break;
+		case T_FLOAT:
+			*(float *)(b + f->off) = (float)f->def;
+			break;
+		case T_SECTION:
+			apply_defaults(f->sub, base);
+			break;
+		case T_STRDUP: /* NULL; the job is zeroed */
+		case T_CUSTOM: /* the reader sets its own */
+			break;
+		}
+	}
+}
+
+static int read_section(struct ctx *c, const struct section *s, void *base,
+			const yaml_node_t *key, const yaml_node_t *map,
+			const char *path);
+
+static int read_field(struct ctx *c, const struct field *f, void *base,
+		      const yaml_node_t *key, const yaml_node_t *val,
+		      const char *path)
+{
+	char *b = base;
+	const char *s = NULL;
+	int64_t v = 0;
+	double d = 0;
+	int rc = 0;
+
+	if (f->slot)
+		c->slot[f->slot] = val;
+	switch (f->type) {
+	case T_STR:
+		rc = read_str(c, val, path, f->size, &s);
+		if (!rc)
+			snprintf(b + f->off, f->size, "%s", s);
+		return rc;
+	case T_STRDUP: {
+		rc = read_str(c, val, path, 0, &s);
+		if (rc)
+			return rc;
+		char **dst = (char **)(b + f->off);
+		dtf_free(*dst);
+		*dst = dtf_strdup(s);
+		return *dst ? 0 : dtf_error(DTF_ERR_NOMEM, "out of memory");
+	}
+	case T_INT:
+		rc = read_int(c, val, path, f->flags,
+			      f->flags & F_POS ? 1 : f->flags & F_NONNEG ? 0
+									 : INT_MIN,
+			      INT_MAX, &v);
+		if (!rc)
+			*(int *)(b + f->off) = (int)v;
+		return rc;
+	case T_I64:
+		rc = read_int(c, val, path, f->flags,
+			      f->flags & F_POS ? 1 : f->flags & F_NONNEG ? 0
+									 : INT64_MIN,
+			      INT64_MAX, &v);
+		if (!rc)
+			*(int64_t *)(b + f->off) = v;
+		return rc;
+	case T_U64:
+		return read_u64(c, val, path, (uint64_t *)(b + f->off));
+	case T_DOUBLE:
+	case T_FLOAT:
+		rc = read_num(c, val, path, f->flags, f->type == T_FLOAT, &d);
+		if (rc)
+			return rc;
+		if (f->type == T_FLOAT)
+			*(float *)(b + f->off) = (float)d;
+		else
+			*(double *)(b + f->off) = d;
+		return 0;
+	case T_BOOL:
+		return read_bool(c, val, path, (int *)(b + f->off));
+	case T_ENUM:
+		return read_enum(c, val, path, f->names, (int *)(b + f->off));
+	case T_PAIR:
+		return read_pair(c, val, path, (int *)(b + f->off),
+				 (int *)(b + f->off2));
+	case T_SECTION:
+		return read_section(c, f->sub, base, key, val, path);
+	case T_CUSTOM:
+		return f->read(c, base, key, val, path);
+	}
+	return 0;
+}
+
+/*
+ * Read mapping `map` (NULL or null: empty) with table s into base.  `key` is
+ * the node naming the mapping (its key, or the list item), where a missing
+ * required key is reported; NULL at the top level.
+ */
+static int read_section(struct ctx *c, const struct section *s, void *base,
+			const yaml_node_t *key, const yaml_node_t *map,
+			const char *path)
+{
+	const yaml_node_t *seen[FIELDS_MAX] = {0};
+	char buf[80], sub[PATH_MAX_], sug[96], all[512];
+	int rc;
+
+	DTF_ASSERT(s->nfields <= FIELDS_MAX);
+	if (map && !dtf_ytree_is_null(map) && map->type != YAML_MAPPING_NODE)
+		return fail(c, map, path, "expected a mapping, got %s",
+			    describe(map, buf, sizeof(buf)));
+	if (s->where_off >= 0 && key)
+		dtf_ytree_where(c->t, key, (char *)base + s->where_off,
+				DTF_WHERE_MAX);
+	if (map && map->type == YAML_MAPPING_NODE) {
+		for (yaml_node_pair_t *pr = map->data.mapping.pairs.start;
+		     pr < map->data.mapping.pairs.top; pr++) {
+			const yaml_node_t *k =
+				yaml_document_get_node(&c->t->doc, pr->key);
+			const yaml_node_t *v =
+				yaml_document_get_node(&c->t->doc, pr->value);
+			const char *name = dtf_ytree_text(k);
+			if (!name || dtf_ytree_is_null(k))
+				return fail(c, k, path,
+					    "expected a key name, got %s",
+					    describe(k, buf, sizeof(buf)));
+			join_path(sub, path, name);
+			int i = 0;
+			while (i < s->nfields && strcmp(s->fields[i].key, name))
+				i++;
+			if (i == s->nfields) {
+				const char *hint =
+					suggest(name, s->fields, s->nfields,
+						field_name_at, sug, sizeof(sug));
+				if (hint[0])
+					return fail(c, k, sub,
+						    "unknown key '%s'%s", name,
+						    hint);
+				return fail(c, k, sub,
+					    "unknown key '%s' (known keys: %s)",
+					    name,
+					    list_names(s->fields, s->nfields,
+						       field_name_at, all,
+						       sizeof(all)));
+			}
+			if (seen[i]) {
+				char first[DTF_WHERE_MAX];
+				dtf_ytree_where(c->t, seen[i], first,
+						sizeof(first));
+				return fail(c, k, sub,
+					    "duplicate key (first given at %s)",
+					    first);
+			}
+			seen[i] = k;
+			rc = read_field(c, &s->fields[i], base, k, v, sub);
+			if (rc)
+				return rc;
+		}
+	}
+	for (int i = 0; i < s->nfields; i++) {
+		if ((s->fields[i].flags & F_REQUIRED) && !seen[i])
+			return fail(c, key ? key : map, path,
+				    "missing required key '%s'",
+				    s->fields[i].key);
+	}
+	return s->check ? s->check(c, base, key, map, path) : 0;
+}
+
+/* ---- {kind: {attrs}} choices ---------------------------------------------- */
+
+struct choice {
+	const char *name;
+	int value;
+	const struct section *attrs; /* NULL: no attributes */
+};
+
+static const char *choice_name_at(const void *table, int i)
+{
+	return ((const struct choice *)table)[i].name;
+}
+
+/*
+ * `node` is a bare name ("flatten") or a one-key mapping {name: attrs}.
+ * Finds the choice; *kind gets the node naming it (for positions), *attrs
+ * the attribute node or NULL.
+ */
+static int read_choice(struct ctx *c, const yaml_node_t *node,
+		       const char *path, const char *what,
+		       const struct choice *table, int n,
+		       const struct choice **out, const yaml_node_t **kind,
+		       const yaml_node_t **attrs)
+{
+	char buf[80], sug[96], all[256];
+
+	*attrs = NULL;
+	if (node->type == YAML_SCALAR_NODE && !dtf_ytree_is_null(node)) {
+		*kind = node;
+	} else if (node->type == YAML_MAPPING_NODE &&
+		   node->data.mapping.pairs.top -
+				   node->data.mapping.pairs.start ==
+			   1) {
+		yaml_node_pair_t *pr = node->data.mapping.pairs.start;
+		*kind = yaml_document_get_node(&c->t->doc, pr->key);
+		*attrs = yaml_document_get_node(&c->t->doc, pr->value);
+	} else {
+		return fail(c, node, path,
+			    "expected a %s name or a one-key mapping {%s: "
+			    "{...}}, got %s",
+			    what, what, describe(node, buf, sizeof(buf)));
+	}
+	const char *name = dtf_ytree_text(*kind);
+	for (int i = 0; name && i < n; i++) {
+		if (!strcmp(name, table[i].name)) {
+			*out = &table[i];
+			return 0;
+		}
+	}
+	if (!name)
+		return fail(c, *kind, path, "expected a %s name, got %s", what,
+			    describe(*kind, buf, sizeof(buf)));
+	const char *hint = suggest(name, table, n, choice_name_at, sug,
+				   sizeof(sug));
+	if (hint[0])
+		return fail(c, *kind, path, "unknown %s '%s'%s", what, name,
+			    hint);
+	return fail(c, *kind, path, "unknown %s '%s' (known: %s)", what, name,
+		    list_names(table, n, choice_name_at, all, sizeof(all)));
+}
+
+/* ---- data.features ---------------------------------------------------------- */
+
+#define FEAT(m) offsetof(struct dtf_feature_spec, m)
+
+static const struct enum_name feature_types[] = {
+	{"bytes", DTF_FEATURE_BYTES},
+	{"float", DTF_FEATURE_FLOAT},
+	{"int64", DTF_FEATURE_INT64},
+	{NULL, 0},
+};
+
+static const struct enum_name decodes[] = {
+	{"uint8", DTF_DECODE_UINT8},
+	{"int8", DTF_DECODE_INT8},
+	{"float32", DTF_DECODE_FLOAT32},
+	{NULL, 0},
+};
+
+static int read_shape(struct ctx *c, void *base, const yaml_node_t *key,
+		      const yaml_node_t *val, const char *path)
+{
+	struct dtf_feature_spec *f = base;
+	char buf[80], ipath[PATH_MAX_];
+
+	if (val->type != YAML_SEQUENCE_NODE)
+		return fail(c, val, path,
+			    "expected a list of positive integers ([] for a "
+			    "scalar), got %s",
+			    describe(val, buf, sizeof(buf)));
+	long n = val->data.sequence.items.top - val->data.sequence.items.start;
+	if (n > DTF_MAX_RANK)
+		return fail(c, val, path, "at most %d dimensions, got %ld",
+			    DTF_MAX_RANK, n);
+	for (long i = 0; i < n; i++) {
+		int64_t d = 0;
+		path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_int(c, it, ipath, F_POS, 1, INT32_MAX, &d);
+		if (rc)
+			return rc;
+		f->shape[i] = d;
+	}
+	f->rank = (int)n;
+	return 0;
+}
+
+static int check_feature(struct ctx *c, void *base, const yaml_node_t *key,
+			 const yaml_node_t *map, const char *path)
+{
+	struct dtf_feature_spec *f = base;
+	char sub[PATH_MAX_];
+
+	if (f->type == DTF_FEATURE_BYTES && f->decode == DTF_DECODE_NONE)
+		return fail(c, key, path,
+			    "missing required key 'decode' (a bytes feature "
+			    "needs one of uint8, int8, float32)");
+	if (f->type != DTF_FEATURE_BYTES && f->decode != DTF_DECODE_NONE) {
+		join_path(sub, path, "decode");
+		return fail(c, dtf_ytree_get(c->t, map, "decode"), sub,
+			    "only a bytes feature has a decode");
+	}
+	f->dtype = f->type == DTF_FEATURE_INT64 ? DTF_INT32 : DTF_FLOAT32;
+	return 0;
+}
+
+static const struct field feature_fields[] = {
+	{.key = "type", .type = T_ENUM, .flags = F_REQUIRED,
+	 .off = FEAT(type), .names = feature_types},
+	{.key = "decode", .type = T_ENUM, .off = FEAT(decode),
+	 .def = DTF_DECODE_NONE, .names = decodes},
+	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_shape},
+	{.key = "scale", .type = T_FLOAT, .off = FEAT(scale), .def = 1.0},
+	{.key = "offset", .type = T_FLOAT, .off = FEAT(offset), .def = 0.0},
+};
+
+static const struct section feature_section = {
+	feature_fields, NFIELDS(feature_fields), -1, check_feature};
+
+static int read_features(struct ctx *c, void *base, const yaml_node_t *key,
+			 const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	char buf[80], sub[PATH_MAX_];
+
+	if (val->type != YAML_MAPPING_NODE ||
+	    val->data.mapping.pairs.top == val->data.mapping.pairs.start)
+		return fail(c, val, path,
+			    "expected a mapping of feature names to "
+			    "{type, shape, ...}, got %s",
+			    describe(val, buf, sizeof(buf)));
+	int n = (int)(val->data.mapping.pairs.top -
+		      val->data.mapping.pairs.start);
+	job->data.features = dtf_calloc((size_t)n, sizeof(*job->data.features));
+	if (!job->data.features)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	job->data.nfeatures = n;
+	for (int i = 0; i < n; i++) {
+		yaml_node_pair_t *pr = &val->data.mapping.pairs.start[i];
+		const yaml_node_t *k = yaml_document_get_node(&c->t->doc,
+							      pr->key);
+		const yaml_node_t *v = yaml_document_get_node(&c->t->doc,
+							      pr->value);
+		struct dtf_feature_spec *f = &job->data.features[i];
+		const char *name;
+		int rc = read_str(c, k, path, DTF_NAME_MAX, &name);
+		if (rc)
+			return rc;
+		join_path(sub, path, name);
+		for (int j = 0; j < i; j++)
+			if (!strcmp(job->data.features[j].name, name))
+				return fail(c, k, sub, "duplicate feature name");
+		snprintf(f->name, sizeof(f->name), "%s", name);
+		apply_defaults(&feature_section, f);
+		rc = read_section(c, &feature_section, f, k, v, sub);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- model.layers -------------------------------------------------------- */
+
+#define LAY(m) offsetof(struct dtf_layer, m)
+
+static const struct enum_name paddings[] = {
+	{"valid", 0}, /* DTF_PAD_VALID */
+	{"same", 1},  /* DTF_PAD_SAME */
+	{NULL, 0},
+};
+
+static const struct enum_name activations[] = {
+	{"none", DTF_ACT_NONE},
+	{"linear", DTF_ACT_NONE},
+	{"relu", DTF_ACT_RELU},
+	{NULL, 0},
+};
+
+#define NAME_FIELD                                                     \
+	{.key = "name", .type = T_STR, .off = LAY(name),               \
+	 .size = DTF_NAME_MAX}
+
+static const struct field conv2d_fields[] = {
+	{.key = "filters", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(filters)},
+	{.key = "kernel", .type = T_PAIR, .flags = F_REQUIRED,
+	 .off = LAY(kernel_h), .off2 = LAY(kernel_w)},
+	{.key = "strides", .type = T_PAIR, .off = LAY(stride_h),
+	 .off2 = LAY(stride_w), .def = 1},
+	{.key = "padding", .type = T_ENUM, .off = LAY(padding),
+	 .names = paddings},
+	{.key = "use_bias", .type = T_BOOL, .off = LAY(use_bias), .def = 1},
+	{.key = "activation", .type = T_ENUM, .off = LAY(activation),
+	 .def = DTF_ACT_NONE, .names = activations},
+	NAME_FIELD,
+};
+
+/* strides default to the window size: 0 until then */
+static const struct field max_pool2d_fields[] = {
+	{.key = "size", .type = T_PAIR, .off = LAY(size_h),
+	 .off2 = LAY(size_w), .def = 2},
+	{.key = "strides", .type = T_PAIR, .off = LAY(stride_h),
+	 .off2 = LAY(stride_w), .def = 0},
+	{.key = "padding", .type = T_ENUM, .off = LAY(padding),
+	 .names = paddings},
+	NAME_FIELD,
+};
+
+static const struct field dense_fields[] = {
+	{.key = "units", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(units)},
+	{.key = "use_bias", .type = T_BOOL, .off = LAY(use_bias), .def = 1},
+	{.key = "activation", .type = T_ENUM, .off = LAY(activation),
+	 .def = DTF_ACT_NONE, .names = activations},
+	NAME_FIELD,
+};
+
+static const struct field dropout_fields[] = {
+	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
+	 .off = LAY(rate)},
+	NAME_FIELD,
+};
+
+static const struct field name_only_fields[] = {NAME_FIELD};
+
+static int check_pool(struct ctx *c, void *base, const yaml_node_t *key,
+		      const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	if (!l->stride_h) {
+		l->stride_h = l->size_h;
+		l->stride_w = l->size_w;
+	}
+	return 0;
+}
+
+static const struct section conv2d_section = {
+	conv2d_fields, NFIELDS(conv2d_fields), -1, NULL};
+static const struct section max_pool2d_section = {
+	max_pool2d_fields, NFIELDS(max_pool2d_fields), -1, check_pool};
+static const struct section dense_section = {
+	dense_fields, NFIELDS(dense_fields), -1, NULL};
+static const struct section dropout_section = {
+	dropout_fields, NFIELDS(dropout_fields), -1, NULL};
+static const struct section name_only_section = {
+	name_only_fields, NFIELDS(name_only_fields), -1, NULL};
+
+/* Indexed by enum dtf_layer_kind. */
+static const struct choice layer_kinds[] = {
+	{"conv2d", DTF_LAYER_CONV2D, &conv2d_section},
+	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &max_pool2d_section},
+	{"flatten", DTF_LAYER_FLATTEN, &name_only_section},
+	{"dense", DTF_LAYER_DENSE, &dense_section},
+	{"dropout", DTF_LAYER_DROPOUT, &dropout_section},
+	{"relu", DTF_LAYER_RELU, &name_only_section},
+};
+_Static_assert(sizeof(layer_kinds) / sizeof(layer_kinds[0]) ==
+		       DTF_LAYER_COUNT_,
+	       "layer_kinds out of step with enum dtf_layer_kind");
+
+/* The node a layer's name came from: its `name` value, else the item. */
+static const yaml_node_t *layer_name_node(struct ctx *c, const yaml_node_t *item)
+{
+	if (item->type == YAML_MAPPING_NODE &&
+	    item->data.mapping.pairs.top > item->data.mapping.pairs.start) {
+		const yaml_node_t *attrs = yaml_document_get_node(
+			&c->t->doc, item->data.mapping.pairs.start[0].value);
+		const yaml_node_t *n = dtf_ytree_get(c->t, attrs, "name");
+		if (n)
+			return n;
+	}
+	return item;
+}
+
+static int read_layers(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	char buf[80], ipath[PATH_MAX_], apath[PATH_MAX_];
+	int count[DTF_LAYER_COUNT_] = {0};
+
+	if (val->type != YAML_SEQUENCE_NODE ||
+	    val->data.sequence.items.top == val->data.sequence.items.start)
+		return fail(c, val, path, "expected a non-empty list of layers, "
+			    "got %s", describe(val, buf, sizeof(buf)));
+	int n = (int)(val->data.sequence.items.top -
+		      val->data.sequence.items.start);
+	job->model.layers = dtf_calloc((size_t)n, sizeof(*job->model.layers));
+	if (!job->model.layers)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	job->model.nlayers = n;
+	for (int i = 0; i < n; i++) {
+		const yaml_node_t *item = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		const yaml_node_t *kind, *attrs;
+		const struct choice *ch;
+		struct dtf_layer *l = &job->model.layers[i];
+
+		path_fmt(ipath, "%s[%d]", path, i);
+		int rc = read_choice(c, item, ipath, "layer kind", layer_kinds,
+				     DTF_LAYER_COUNT_, &ch, &kind, &attrs);
+		if (rc)
+			return rc;
+		l->kind = (enum dtf_layer_kind)ch->value;
+		dtf_ytree_where(c->t, item, l->where, sizeof(l->where));
+		apply_defaults(ch->attrs, l);
+		join_path(apath, ipath, ch->name);
+		rc = read_section(c, ch->attrs, l, kind, attrs, apath);
+		if (rc)
+			return rc;
+		/* Keras numbering: the n-th layer of a kind is <kind>_<n>,
+		 * whether or not the others are named */
+		count[l->kind]++;
+		if (!l->name[0])
+			snprintf(l->name, sizeof(l->name), "%s_%d", ch->name,
+				 count[l->kind]);
+	}
+	for (int i = 1; i < n; i++) {
+		for (int j = 0; j < i; j++) {
+			if (strcmp(job->model.layers[i].name,
+				   job->model.layers[j].name))
+				continue;
+			path_fmt(ipath, "%s[%d]", path, i);
+			const yaml_node_t *item = yaml_document_get_node(
+				&c->t->doc, val->data.sequence.items.start[i]);
+			return fail(c, layer_name_node(c, item), ipath,
+				    "duplicate layer name '%s' (also layer %d "
+				    "at %s)",
+				    job->model.layers[i].name, j,
+				    job->model.layers[j].where);
+		}
+	}
+	return 0;
+}
+
+/* ---- model.loss, model.metrics ------------------------------------------- */
+
+#define JOB(m) offsetof(struct dtf_job, m)
+
+static const struct field xent_fields[] = {
+	{.key = "logits", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_logits), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LOGITS},
+	{.key = "labels", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_labels), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LABELS},
+};
+
+static const struct section xent_section = {
+	xent_fields, NFIELDS(xent_fields), -1, NULL};
+
+static const struct choice losses[] = {
+	{"sparse_softmax_cross_entropy", DTF_LOSS_SPARSE_SOFTMAX_XENT,
+	 &xent_section},
+};
+
+static int read_loss(struct ctx *c, void *base, const yaml_node_t *key,
+		     const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	const yaml_node_t *kind, *attrs;
+	const struct choice *ch;
+	char sub[PATH_MAX_];
+
+	int rc = read_choice(c, val, path, "loss", losses, NFIELDS(losses),
+			     &ch, &kind, &attrs);
+	if (rc)
+		return rc;
+	job->model.loss = (enum dtf_loss_kind)ch->value;
+	dtf_ytree_where(c->t, key, job->model.loss_where,
+			sizeof(job->model.loss_where));
+	join_path(sub, path, ch->name);
+	return read_section(c, ch->attrs, job, kind, attrs, sub);
+}
+
+static const struct choice metrics[] = {
+	{"accuracy", 0, NULL},
+};
+
+static int read_metrics(struct ctx *c, void *base, const yaml_node_t *key,
+			const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	char buf[80], ipath[PATH_MAX_];
+
+	if (val->type != YAML_SEQUENCE_NODE)
+		return fail(c, val, path, "expected a list of metric names, "
+			    "got %s", describe(val, buf, sizeof(buf)));
+	long n = val->data.sequence.items.top - val->data.sequence.items.start;
+	for (long i = 0; i < n; i++) {
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		const yaml_node_t *kind, *attrs;
+		const struct choice *ch;
+		path_fmt(ipath, "%s[%ld]", path, i);
+		if (it->type != YAML_SCALAR_NODE)
+			return fail(c, it, ipath, "expected a metric name, "
+				    "got %s", describe(it, buf, sizeof(buf)));
+		int rc = read_choice(c, it, ipath, "metric", metrics,
+				     NFIELDS(metrics), &ch, &kind, &attrs);
+		if (rc)
+			return rc;
+		job->model.metric_accuracy = 1; /* the only metric so far */
+	}
+	return 0;
+}
+
+/* ---- train.optimizer ------------------------------------------------------- */
+
+static const struct field sgd_fields[] = {
+	{.key = "learning_rate", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(train.learning_rate), .def = 0.01},
+	{.key = "momentum", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(train.momentum), .def = 0.0},
+	{.key = "nesterov", .type = T_BOOL, .off = JOB(train.nesterov),
+	 .def = 0},
+};
+
+static const struct field adam_fields[] = {
+	{.key = "learning_rate", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(train.learning_rate), .def = 0.001},
+	{.key = "beta_1", .type = T_DOUBLE, .flags = F_UNIT,
+	 .off = JOB(train.beta_1), .def = 0.9},
+	{.key = "beta_2", .type = T_DOUBLE, .flags = F_UNIT,
+	 .off = JOB(train.beta_2), .def = 0.999},
+	{.key = "epsilon", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(train.epsilon), .def = 1e-7},
+};
+
+static const struct section sgd_section = {
+	sgd_fields, NFIELDS(sgd_fields), -1, NULL};
+static const struct section adam_section = {
+	adam_fields, NFIELDS(adam_fields), -1, NULL};
+
+static const struct choice optimizers[] = {
+	{"sgd", DTF_OPT_SGD, &sgd_section},
+	{"adam", DTF_OPT_ADAM, &adam_section},
+};
+
+static int read_optimizer(struct ctx *c, void *base, const yaml_node_t *key,
+			  const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	const yaml_node_t *kind, *attrs;
+	const struct choice *ch;
+	char sub[PATH_MAX_];
+
+	int rc = read_choice(c, val, path, "optimizer", optimizers,
+			     NFIELDS(optimizers), &ch, &kind, &attrs);
+	if (rc)
+		return rc;
+	job->train.optimizer = (enum dtf_optimizer_kind)ch->value;
+	apply_defaults(ch->attrs, job); /* e.g. adam's learning rate */
+	join_path(sub, path, ch->name);
+	return read_section(c, ch->attrs, job, kind, attrs, sub);
+}
+
+/* ---- top level -------------------------------------------------------------- */
+
+static int check_train(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *map, const char *path)
+{
+	struct dtf_job *job = base;
+	int have_global = job->train.batch_size > 0;
+	int have_replica = job->train.per_replica_batch_size > 0;
+	if (have_global && have_replica)
+		return fail(c, dtf_ytree_get(c->t, map,
+					     "per_replica_batch_size"),
+			    path,
+			    "give batch_size (global) or "
+			    "per_replica_batch_size, not both");
+	if (!have_global && !have_replica)
+		return fail(c, key, path,
+			    "missing required key 'batch_size' (or "
+			    "'per_replica_batch_size')");
+	return 0;
+}
+
+static const struct field data_train_fields[] = {
+	{.key = "files", .type = T_STRDUP, .flags = F_REQUIRED,
+	 .off = JOB(data.train_files)},
+	{.key = "shuffle_buffer", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(data.shuffle_buffer), .def = 0},
+};
+
+static const struct field data_eval_fields[] = {
+	{.key = "files", .type = T_STRDUP, .flags = F_REQUIRED,
+	 .off = JOB(data.eval_files)},
+};
+
+static const struct section data_train_section = {
+	data_train_fields, NFIELDS(data_train_fields), -1, NULL};
+static const struct section data_eval_section = {
+	data_eval_fields, NFIELDS(data_eval_fields), -1, NULL};
+
+static const struct field data_fields[] = {
+	{.key = "train", .type = T_SECTION, .flags = F_REQUIRED,
+	 .sub = &data_train_section},
+	{.key = "eval", .type = T_SECTION, .sub = &data_eval_section},
+	{.key = "features", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_features},
+};
+
+static const struct field model_fields[] = {
+	{.key = "input", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.input), .size = DTF_NAME_MAX, .slot = SLOT_INPUT},
+	{.key = "layers", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_layers},
+	{.key = "loss", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_loss},
+	{.key = "metrics", .type = T_CUSTOM, .read = read_metrics},
+};
+
+static const struct field train_fields[] = {
+	{.key = "batch_size", .type = T_I64, .flags = F_POS,
+	 .off = JOB(train.batch_size), .def = 0},
+	{.key = "per_replica_batch_size", .type = T_I64, .flags = F_POS,
+	 .off = JOB(train.per_replica_batch_size), .def = 0},
+	{.key = "epochs", .type = T_INT, .flags = F_POS,
+	 .off = JOB(train.epochs), .def = 1},
+	{.key = "max_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(train.max_steps), .def = 0},
+	{.key = "optimizer", .type = T_CUSTOM, .read = read_optimizer},
+	{.key = "eval_batch_size", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(train.eval_batch_size), .def = 0},
+};
+
+static const struct enum_name strategies[] = {
+	{"one_device", DTF_STRATEGY_ONE_DEVICE},
+	{"mirrored", DTF_STRATEGY_MIRRORED},
+	{"multi_worker_mirrored", DTF_STRATEGY_MULTI_WORKER_MIRRORED},
+	{"central_storage", DTF_STRATEGY_CENTRAL_STORAGE},
+	{"parameter_server", DTF_STRATEGY_PARAMETER_SERVER},
+	{NULL, 0},
+};
+
+static const struct field strategy_fields[] = {
+	{.key = "type", .type = T_ENUM, .off = JOB(strategy.type),
+	 .def = DTF_STRATEGY_MULTI_WORKER_MIRRORED, .names = strategies},
+};
+
+static const struct field logging_fields[] = {
+	{.key = "every_steps", .type = T_I64, .flags = F_POS,
+	 .off = JOB(logging.every_steps), .def = 100},
+	{.key = "dir", .type = T_STRDUP, .off = JOB(logging.dir)},
+};
+
+static const struct section data_section = {
+	data_fields, NFIELDS(data_fields), -1, NULL};
+static const struct section model_section = {
+	model_fields, NFIELDS(model_fields), -1, NULL};
+static const struct section train_section = {
+	train_fields, NFIELDS(train_fields), (long)JOB(train.where),
+	check_train};
+static const struct section strategy_section = {
+	strategy_fields, NFIELDS(strategy_fields), -1, NULL};
+static const struct section logging_section = {
+	logging_fields, NFIELDS(logging_fields), -1, NULL};
+
+static const struct field job_fields[] = {
+	{.key = "name", .type = T_STR, .off = JOB(name),
+	 .size = sizeof(((struct dtf_job *)0)->name)},
+	{.key = "seed", .type = T_U64, .off = JOB(seed), .def = 42},
+	{.key = "data", .type = T_SECTION, .flags = F_REQUIRED,
+	 .sub = &data_section},
+	{.key = "model", .type = T_SECTION, .flags = F_REQUIRED,
+	 .sub = &model_section},
+	{.key = "train", .type = T_SECTION, .flags = F_REQUIRED,
+	 .sub = &train_section},
+	{.key = "strategy", .type = T_SECTION, .sub = &strategy_section},
+	{.key = "logging", .type = T_SECTION, .sub = &logging_section},
+};
+
+static const struct section job_section = {
+	job_fields, NFIELDS(job_fields), -1, NULL};
+
+/* ---- checks across sections ---------------------------------------------------- */
+
+static const char *feature_name_at(const void *table, int i)
+{
+	return ((const struct dtf_feature_spec *)table)[i].name;
+}
+
+static const char *layer_name_at(const void *table, int i)
+{
+	return ((const struct dtf_layer *)table)[i].name;
+}
+
+static const struct dtf_feature_spec *find_feature(const struct dtf_job *job,
+						   const char *name)
+{
+	for (int i = 0; i < job->data.nfeatures; i++)
+		if (!strcmp(job->data.features[i].name, name))
+			return &job->data.features[i];
+	return NULL;
+}
+
+static int check_job(struct ctx *c)
+{
+	const struct dtf_job *job = c->job;
+	char sug[96];
+
+	if (!find_feature(job, job->model.input))
+		return fail(c, c->slot[SLOT_INPUT], "model.input",
+			    "no feature named '%s' in data.features%s",
+			    job->model.input,
+			    suggest(job->model.input, job->data.features,
+				    job->data.nfeatures, feature_name_at, sug,
+				    sizeof(sug)));
+	int found = 0;
+	for (int i = 0; i < job->model.nlayers; i++)
+		found |= !strcmp(job->model.layers[i].name,
+				 job->model.loss_logits);
+	if (!found)
+		return fail(c, c->slot[SLOT_LOGITS],
+			    "model.loss.sparse_softmax_cross_entropy.logits",
+			    "no layer named '%s'%s", job->model.loss_logits,
+			    suggest(job->model.loss_logits, job->model.layers,
+				    job->model.nlayers, layer_name_at, sug,
+				    sizeof(sug)));
+	const struct dtf_feature_spec *lab =
+		find_feature(job, job->model.loss_labels);
+	if (!lab)
+		return fail(c, c->slot[SLOT_LABELS],
+			    "model.loss.sparse_softmax_cross_entropy.labels",
+			    "no feature named '%s' in data.features%s",
+			    job->model.loss_labels,
+			    suggest(job->model.loss_labels, job->data.features,
+				    job->data.nfeatures, feature_name_at, sug,
+				    sizeof(sug)));
+	if (lab->type != DTF_FEATURE_INT64)
+		return fail(c, c->slot[SLOT_LABELS],
+			    "model.loss.sparse_softmax_cross_entropy.labels",
+			    "feature '%s' is not an int64 feature (class "
+			    "labels are)",
+			    lab->name);
+	return 0;
+}
+
+/* ---- entry points -------------------------------------------------------------- */
+
+/* Defaults not in a table: the name, and sgd's settings over adam's. */
+static int job_defaults(struct dtf_job *job, const char *file)
+{
+	job->path = dtf_strdup(file);
+	if (!job->path)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	apply_defaults(&job_section, job);
+	apply_defaults(&adam_section, job);
+	apply_defaults(&sgd_section, job);
+	job->train.optimizer = DTF_OPT_SGD;
+
+	const char *base = strrchr(file, '/');
+	base = base ? base + 1 : file;
+	size_t len = strlen(base);
+	const char *dot = strrchr(base, '.');
+	if (dot && dot != base)
+		len = (size_t)(dot - base);
+	if (len >= sizeof(job->name))
+		len = sizeof(job->name) - 1;
+	memcpy(job->name, base, len);
+	job->name[len] = '\0';
+	return 0;
+}
+
+static int load_text(const char *file, const char *text, size_t len,
+		     const char *const *overrides, int noverrides,
+		     struct dtf_job **out)
+{
+	struct dtf_ytree t;
+	struct ctx c;
+	struct dtf_job *job = NULL;
+	int rc;
+
+	*out = NULL;
+	memset(&t, 0, sizeof(t));
+	/* a bad command line is reported before a bad file */
+	rc = dtf_ytree_check_overrides(overrides, noverrides);
+	if (rc)
+		return rc;
+	rc = dtf_ytree_load(&t, file, text, len);
+	if (rc)
+		goto out_tree;
+	rc = dtf_ytree_apply_overrides(&t, overrides, noverrides);
+	if (rc)
+		goto out_tree;
+
+	job = dtf_calloc(1, sizeof(*job));
+	if (!job) {
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		goto out_tree;
+	}
+	rc = job_defaults(job, file);
+	if (rc)
+		goto out_job;
+	memset(&c, 0, sizeof(c));
+	c.t = &t;
+	c.job = job;
+	rc = read_section(&c, &job_section, job, NULL, dtf_ytree_root(&t), "");
+	if (rc)
+		goto out_job;
+	rc = check_job(&c);
+	if (rc)
+		goto out_job;
+	*out = job;
+	job = NULL;
+out_job:
+	dtf_job_free(job);
+out_tree:
+	dtf_ytree_deinit(&t);
+	return rc;
+}
+
+int dtf_job_load_string(const char *name, const char *text,
+			const char *const *overrides, int noverrides,
+			struct dtf_job **out)
+{
+	return load_text(name, text, strlen(text), overrides, noverrides, out);
+}
+
+int dtf_job_load(const char *path, const char *const *overrides,
+		 int noverrides, struct dtf_job **out)
+{
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	int rc;
+
+	*out = NULL;
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return dtf_error(DTF_ERR_IO, "%s: cannot open job file: %s",
+				 path, strerror(errno));
+	for (;;) {
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 8192;
+			char *grown = dtf_realloc(text, cap);
+			if (!grown) {
+				rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+				goto out_text;
+			}
+			text = grown;
+		}
+		size_t got = fread(text + len, 1, cap - len, fp);
+		len += got;
+		if (got == 0)
+			break;
+	}
+	if (ferror(fp)) {
+		rc = dtf_error(DTF_ERR_IO, "%s: cannot read job file: %s", path,
+			       strerror(errno));
+		goto out_text;
+	}
+	rc = load_text(path, text, len, overrides, noverrides, out);
+out_text:
+	dtf_free(text);
+	fclose(fp);
+	return rc;
+}
+
+void dtf_job_free(struct dtf_job *job)
+{
+	if (!job)
+		return;
+	dtf_free(job->path);
+	dtf_free(job->data.train_files);
+	dtf_free(job->data.eval_files);
+	dtf_free(job->data.features);
+	dtf_free(job->model.layers);
+	dtf_free(job->logging.dir);
+	dtf_free(job);
+}
+
+const char *dtf_layer_kind_name(enum dtf_layer_kind k)
+{
+	return (unsigned)k < DTF_LAYER_COUNT_ ? layer_kinds[k].name : "?";
+}
+
+const char *dtf_strategy_name(enum dtf_strategy_kind k)
+{
+	for (int i = 0; strategies[i].name; i++)
+		if (strategies[i].value == (int)k)
+			return strategies[i].name;
+	return "?";
+}

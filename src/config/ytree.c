@@ -1,0 +1,458 @@
+/*
+ * ytree.c - libyaml document loading, positions and overrides.
+ *
+ * Design: the whole file is loaded with yaml_parser_load() into one
+ * yaml_document_t, which keeps the start mark of every node.  Overrides are
+ * grafted into that same document before the schema is read, so the schema
+ * walk sees one tree and checks an override exactly like a line of the file.
+ * Each override's value is parsed as its own tiny document and its nodes are
+ * copied in with yaml_document_add_*; libyaml gives added nodes a zero mark,
+ * so the origin of a node is told by its id instead: ids above `nbase` were
+ * made by overrides, and ovr_first[] says which one.
+ */
+#include "config/ytree.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+/* Deepest value an override may copy (guards against alias cycles). */
+#define COPY_DEPTH_MAX 64
+/* Longest override key path. */
+#define OVR_KEYS_MAX 32
+
+static yaml_node_t *node_of(struct dtf_ytree *t, int id)
+{
+	return yaml_document_get_node(&t->doc, id);
+}
+
+static int id_of(const struct dtf_ytree *t, const yaml_node_t *n)
+{
+	return (int)(n - t->doc.nodes.start) + 1;
+}
+
+static int node_count(const struct dtf_ytree *t)
+{
+	return (int)(t->doc.nodes.top - t->doc.nodes.start);
+}
+
+/* The syntax error libyaml left in p, as a DTF error. */
+static int parser_error(const yaml_parser_t *p, const char *file)
+{
+	if (p->error == YAML_MEMORY_ERROR)
+		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory reading YAML",
+				 file);
+	const char *problem = p->problem ? p->problem : "invalid YAML";
+	if (p->error == YAML_READER_ERROR)
+		return dtf_error(DTF_ERR_CONFIG, "%s: byte %zu: %s", file,
+				 p->problem_offset, problem);
+	if (p->context)
+		return dtf_error(DTF_ERR_CONFIG, "%s:%zu:%zu: %s (%s)", file,
+				 p->problem_mark.line + 1,
+				 p->problem_mark.column + 1, problem, p->context);
+	return dtf_error(DTF_ERR_CONFIG, "%s:%zu:%zu: %s", file,
+			 p->problem_mark.line + 1, p->problem_mark.column + 1,
+			 problem);
+}
+
+int dtf_ytree_load(struct dtf_ytree *t, const char *file, const char *text,
+		   size_t len)
+{
+	yaml_parser_t p;
+	yaml_document_t extra;
+	int rc = 0;
+
+	memset(t, 0, sizeof(*t));
+	t->file = file;
+	if (!yaml_parser_initialize(&p))
+		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", file);
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	if (!yaml_parser_load(&p, &t->doc)) {
+		/* libyaml has deleted the half-built document */
+		rc = parser_error(&p, file);
+		goto out_parser;
+	}
+	t->loaded = 1;
+	t->nbase = node_count(t);
+
+	/* A second document in the file is a mistake, not something to drop
+	 * silently. */
+	if (!yaml_parser_load(&p, &extra)) {
+		rc = parser_error(&p, file);
+		goto out_parser;
+	}
+	yaml_node_t *root2 = yaml_document_get_root_node(&extra);
+	if (root2)
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "%s:%zu:%zu: a job file holds one YAML document; "
+			       "found a second one",
+			       file, root2->start_mark.line + 1,
+			       root2->start_mark.column + 1);
+	yaml_document_delete(&extra);
+out_parser:
+	yaml_parser_delete(&p);
+	return rc;
+}
+
+void dtf_ytree_deinit(struct dtf_ytree *t)
+{
+	if (t->loaded)
+		yaml_document_delete(&t->doc);
+	for (int k = 0; k < t->novr; k++)
+		dtf_free(t->ovr_key[k]);
+	dtf_free(t->ovr_key);
+	dtf_free(t->ovr_first);
+	memset(t, 0, sizeof(*t));
+}
+
+yaml_node_t *dtf_ytree_root(struct dtf_ytree *t)
+{
+	return t->loaded ? yaml_document_get_root_node(&t->doc) : NULL;
+}
+
+void dtf_ytree_where(const struct dtf_ytree *t, const yaml_node_t *n,
+		     char *buf, size_t size)
+{
+	if (!n) {
+		snprintf(buf, size, "%s:1:1", t->file);
+		return;
+	}
+	int id = id_of(t, n);
+	if (id > t->nbase) {
+		/* the last override that started at or before this id; an
+		 * empty file's stand-in root precedes them all */
+		int k = t->novr - 1;
+		while (k >= 0 && t->ovr_first[k] > id)
+			k--;
+		if (k >= 0) {
+			snprintf(buf, size, "--set %s", t->ovr_key[k]);
+			return;
+		}
+	}
+	snprintf(buf, size, "%s:%zu:%zu", t->file, n->start_mark.line + 1,
+		 n->start_mark.column + 1);
+}
+
+int dtf_ytree_is_null(const yaml_node_t *n)
+{
+	if (!n)
+		return 1;
+	if (n->type != YAML_SCALAR_NODE ||
+	    n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return 0;
+	const char *s = (const char *)n->data.scalar.value;
+	return !strcmp(s, "") || !strcmp(s, "~") || !strcmp(s, "null") ||
+	       !strcmp(s, "Null") || !strcmp(s, "NULL");
+}
+
+const char *dtf_ytree_text(const yaml_node_t *n)
+{
+	if (!n || n->type != YAML_SCALAR_NODE)
+		return NULL;
+	return (const char *)n->data.scalar.value;
+}
+
+yaml_node_t *dtf_ytree_get(struct dtf_ytree *t, const yaml_node_t *map,
+			   const char *key)
+{
+	if (!map || map->type != YAML_MAPPING_NODE)
+		return NULL;
+	for (yaml_node_pair_t *pr = map->data.mapping.pairs.start;
+	     pr < map->data.mapping.pairs.top; pr++) {
+		const char *k = dtf_ytree_text(node_of(t, pr->key));
+		if (k && !strcmp(k, key))
+			return node_of(t, pr->value);
+	}
+	return NULL;
+}
+
+/* ---- overrides ---------------------------------------------------------- */
+
+/* Split "a.b.c=value" in place (s is a private copy): keys[] point into s.
+ * Returns the number of keys, or -1 if malformed. */
+static int split_override(char *s, char **keys, const char **value)
+{
+	char *eq = strchr(s, '=');
+	if (!eq || eq == s)
+		return -1;
+	*eq = '\0';
+	*value = eq + 1;
+	int n = 0;
+	for (char *k = s;;) {
+		char *dot = strchr(k, '.');
+		if (dot)
+			*dot = '\0';
+		if (!*k || n == OVR_KEYS_MAX)
+			return -1;
+		keys[n++] = k;
+		if (!dot)
+			break;
+		k = dot + 1;
+	}
+	return n;
+}
+
+int dtf_ytree_check_overrides(const char *const *ov, int n)
+{
+	for (int i = 0; i < n; i++) {
+		char *keys[OVR_KEYS_MAX];
+		const char *value;
+		char *s = dtf_strdup(ov[i]);
+		if (!s)
+			return dtf_error(DTF_ERR_NOMEM, "out of memory");
+		int nk = split_override(s, keys, &value);
+		dtf_free(s);
+		if (nk < 0)
+			return dtf_error(DTF_ERR_USAGE,
+					 "--set '%s': expected KEY.PATH=VALUE "
+					 "(e.g. --set train.epochs=1)",
+					 ov[i]);
+	}
+	return 0;
+}
+
+/* Copy node `sid` of src into t->doc; the new id, or 0 on failure. */
+static int copy_node(struct dtf_ytree *t, yaml_document_t *src, int sid,
+		     int depth)
+{
+	yaml_node_t *s = yaml_document_get_node(src, sid);
+	int id = 0;
+
+	if (!s || depth > COPY_DEPTH_MAX)
+		return 0;
+	switch (s->type) {
+	case YAML_SCALAR_NODE:
+		return yaml_document_add_scalar(&t->doc, s->tag,
+						s->data.scalar.value,
+						(int)s->data.scalar.length,
+						s->data.scalar.style);
+	case YAML_SEQUENCE_NODE:
+		id = yaml_document_add_sequence(&t->doc, s->tag,
+						s->data.sequence.style);
+		if (!id)
+			return 0;
+		for (yaml_node_item_t *it = s->data.sequence.items.start;
+		     it < s->data.sequence.items.top; it++) {
+			int c = copy_node(t, src, *it, depth + 1);
+			if (!c || !yaml_document_append_sequence_item(&t->doc,
+								      id, c))
+				return 0;
+		}
+		return id;
+	case YAML_MAPPING_NODE:
+		id = yaml_document_add_mapping(&t->doc, s->tag,
+					       s->data.mapping.style);
+		if (!id)
+			return 0;
+		for (yaml_node_pair_t *pr = s->data.mapping.pairs.start;
+		     pr < s->data.mapping.pairs.top; pr++) {
+			int k = copy_node(t, src, pr->key, depth + 1);
+			int v = k ? copy_node(t, src, pr->value, depth + 1) : 0;
+			if (!v || !yaml_document_append_mapping_pair(&t->doc,
+								     id, k, v))
+				return 0;
+		}
+		return id;
+	default:
+		return 0;
+	}
+}
+
+/* Read `value` as a YAML document and copy it into t; *id gets the node. */
+static int add_value(struct dtf_ytree *t, const char *key, const char *value,
+		     int *id)
+{
+	yaml_parser_t p;
+	yaml_document_t vdoc;
+	int rc = 0;
+
+	if (!yaml_parser_initialize(&p))
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	yaml_parser_set_input_string(&p, (const unsigned char *)value,
+				     strlen(value));
+	if (!yaml_parser_load(&p, &vdoc)) {
+		/* a position inside a one-line value says little */
+		if (p.error == YAML_MEMORY_ERROR)
+			rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		else if (p.context)
+			rc = dtf_error(DTF_ERR_USAGE,
+				       "--set %s: bad value '%s': %s (%s)", key,
+				       value, p.problem, p.context);
+		else
+			rc = dtf_error(DTF_ERR_USAGE,
+				       "--set %s: bad value '%s': %s", key,
+				       value, p.problem ? p.problem : "invalid");
+		goto out_parser;
+	}
+	if (yaml_document_get_root_node(&vdoc))
+		*id = copy_node(t, &vdoc, 1, 0);
+	else /* "key=": null */
+		*id = yaml_document_add_scalar(&t->doc, NULL,
+					       (yaml_char_t *)"", 0,
+					       YAML_PLAIN_SCALAR_STYLE);
+	if (!*id)
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "--set %s: value '%s' cannot be copied (out of "
+			       "memory or nested too deeply)",
+			       key, value);
+	yaml_document_delete(&vdoc);
+out_parser:
+	yaml_parser_delete(&p);
+	return rc;
+}
+
+/* Where a node hangs: the root, a mapping pair's value or a list item. */
+struct slot {
+	int parent; /* node id; 0 for the root */
+	int index;  /* pair or item index */
+};
+
+static void slot_set(struct dtf_ytree *t, struct slot s, int id)
+{
+	yaml_node_t *p = node_of(t, s.parent);
+	if (p->type == YAML_MAPPING_NODE)
+		p->data.mapping.pairs.start[s.index].value = id;
+	else
+		p->data.sequence.items.start[s.index] = id;
+}
+
+/* A list index: decimal digits only. */
+static int list_index(const char *k, int n)
+{
+	long v = 0;
+	for (const char *c = k; *c; c++) {
+		if (*c < '0' || *c > '9' || v > 1000000)
+			return -1;
+		v = v * 10 + (*c - '0');
+	}
+	return v < n ? (int)v : -1;
+}
+
+static int apply_one(struct dtf_ytree *t, char **keys, int nk,
+		     const char *keypath, const char *value)
+{
+	int val = 0;
+	int rc = add_value(t, keypath, value, &val);
+	if (rc)
+		return rc;
+
+	/* the caller made sure the root exists; it is node 1 */
+	if (node_of(t, 1)->type != YAML_MAPPING_NODE)
+		return dtf_error(DTF_ERR_CONFIG,
+				 "--set %s: the job file's top level is not a "
+				 "mapping",
+				 keypath);
+
+	int cur = 1;
+	struct slot where = {0, 0};
+	for (int i = 0; i < nk; i++) {
+		int last = i == nk - 1;
+		yaml_node_t *n = node_of(t, cur);
+		if (n->type == YAML_SEQUENCE_NODE) {
+			int nitems = (int)(n->data.sequence.items.top -
+					   n->data.sequence.items.start);
+			int ix = list_index(keys[i], nitems);
+			if (ix >= 0) {
+				where = (struct slot){cur, ix};
+				if (last)
+					slot_set(t, where, val);
+				else
+					cur = n->data.sequence.items.start[ix];
+				continue;
+			}
+		}
+		if (n->type != YAML_MAPPING_NODE) {
+			/* a scalar (e.g. "optimizer: adam") or a list
+			 * addressed by name: make it a mapping */
+			int m = yaml_document_add_mapping(
+				&t->doc, NULL, YAML_BLOCK_MAPPING_STYLE);
+			if (!m)
+				return dtf_error(DTF_ERR_NOMEM, "out of memory");
+			slot_set(t, where, m);
+			cur = m;
+			n = node_of(t, cur);
+		}
+		int found = -1;
+		for (yaml_node_pair_t *pr = n->data.mapping.pairs.start;
+		     pr < n->data.mapping.pairs.top; pr++) {
+			const char *k = dtf_ytree_text(node_of(t, pr->key));
+			if (k && !strcmp(k, keys[i])) {
+				found = (int)(pr - n->data.mapping.pairs.start);
+				break;
+			}
+		}
+		if (found < 0) {
+			int k = yaml_document_add_scalar(
+				&t->doc, NULL, (yaml_char_t *)keys[i], -1,
+				YAML_PLAIN_SCALAR_STYLE);
+			int v = last ? val
+				     : yaml_document_add_mapping(
+					       &t->doc, NULL,
+					       YAML_BLOCK_MAPPING_STYLE);
+			if (!k || !v ||
+			    !yaml_document_append_mapping_pair(&t->doc, cur, k,
+							       v))
+				return dtf_error(DTF_ERR_NOMEM, "out of memory");
+			n = node_of(t, cur);
+			found = (int)(n->data.mapping.pairs.top -
+				      n->data.mapping.pairs.start) - 1;
+		}
+		where = (struct slot){cur, found};
+		if (last)
+			slot_set(t, where, val);
+		else
+			cur = n->data.mapping.pairs.start[found].value;
+	}
+	return 0;
+}
+
+int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
+			      int n)
+{
+	int rc = dtf_ytree_check_overrides(ov, n);
+	if (rc || n == 0)
+		return rc;
+	t->ovr_first = dtf_calloc((size_t)n, sizeof(*t->ovr_first));
+	t->ovr_key = dtf_calloc((size_t)n, sizeof(*t->ovr_key));
+	if (!t->ovr_first || !t->ovr_key)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if (!t->loaded) {
+		if (!yaml_document_initialize(&t->doc, NULL, NULL, NULL, 1, 1))
+			return dtf_error(DTF_ERR_NOMEM, "out of memory");
+		t->loaded = 1;
+		t->nbase = 0;
+	}
+	/* An empty file gets an empty top-level mapping to graft into. */
+	if (!dtf_ytree_root(t) &&
+	    !yaml_document_add_mapping(&t->doc, NULL, YAML_BLOCK_MAPPING_STYLE))
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+
+	for (int i = 0; i < n; i++) {
+		char *keys[OVR_KEYS_MAX];
+		const char *value;
+		char *s = dtf_strdup(ov[i]);
+		if (!s)
+			return dtf_error(DTF_ERR_NOMEM, "out of memory");
+		/* the key path as the user wrote it, for positions */
+		size_t klen = strcspn(ov[i], "=");
+		t->ovr_key[i] = dtf_malloc(klen + 1);
+		if (!t->ovr_key[i]) {
+			dtf_free(s);
+			return dtf_error(DTF_ERR_NOMEM, "out of memory");
+		}
+		memcpy(t->ovr_key[i], ov[i], klen);
+		t->ovr_key[i][klen] = '\0';
+		t->ovr_first[i] = node_count(t) + 1;
+		t->novr = i + 1;
+		int nk = split_override(s, keys, &value);
+		rc = nk < 0 ? dtf_error(DTF_ERR_USAGE, "--set '%s': malformed",
+					ov[i])
+			    : apply_one(t, keys, nk, t->ovr_key[i], value);
+		dtf_free(s);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

@@ -1,0 +1,69 @@
+/*
+ * ytree.h - a libyaml document plus what config/ needs around it: where each
+ * node came from, and "--set a.b.c=value" overrides grafted into the tree.
+ *
+ * Internal to config/ (the only module that includes <yaml.h>).  Nodes are
+ * addressed by libyaml's 1-based ids while the tree is being changed,
+ * because adding a node may move the node array; pointers are fine once the
+ * overrides are in.  A node read from the file prints as "FILE:LINE:COL"
+ * (1-based); a node made by an override prints as "--set a.b.c".
+ */
+#ifndef DTF_CONFIG_YTREE_H
+#define DTF_CONFIG_YTREE_H
+
+#include <stddef.h>
+#include <yaml.h>
+
+struct dtf_ytree {
+	yaml_document_t doc;
+	int loaded;       /* doc holds a document to delete */
+	const char *file; /* name used in positions; not owned */
+	int nbase;        /* node ids 1..nbase came from the file */
+	int novr;         /* overrides applied so far */
+	int *ovr_first;   /* [novr]: first node id made by override k */
+	char **ovr_key;   /* [novr]: "a.b.c" of override k (owned) */
+};
+
+/*
+ * Parse text[0..len) as one YAML document.  A syntax error is DTF_ERR_CONFIG
+ * "FILE:LINE:COL: problem (context)".  On any return the tree may be passed
+ * to dtf_ytree_deinit().
+ */
+int dtf_ytree_load(struct dtf_ytree *t, const char *file, const char *text,
+		   size_t len);
+
+/* Check the form "KEY.PATH=VALUE" of each override without applying any:
+ * DTF_ERR_USAGE for a missing '=' or an empty key component. */
+int dtf_ytree_check_overrides(const char *const *ov, int n);
+
+/*
+ * Apply ov[0..n) in order: walk mappings by key (a decimal component indexes
+ * a list), create missing keys as mappings, and replace the last key's value
+ * by the value text read as a small YAML document ("1", "[1, 2]",
+ * "{sgd: {learning_rate: 0.1}}"; "" is null).  A scalar met on the way is
+ * replaced by a mapping.  Errors: DTF_ERR_USAGE (malformed override or
+ * value), DTF_ERR_CONFIG (top level is not a mapping), DTF_ERR_NOMEM.
+ */
+int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
+			      int n);
+
+void dtf_ytree_deinit(struct dtf_ytree *t);
+
+/* Root node, NULL for an empty document. */
+yaml_node_t *dtf_ytree_root(struct dtf_ytree *t);
+
+/* "FILE:LINE:COL" or "--set a.b.c" of n; "FILE:1:1" for n == NULL. */
+void dtf_ytree_where(const struct dtf_ytree *t, const yaml_node_t *n,
+		     char *buf, size_t size);
+
+/* A plain "", "~" or "null" scalar (or NULL). */
+int dtf_ytree_is_null(const yaml_node_t *n);
+
+/* Scalar text (NUL-terminated), NULL if n is not a scalar. */
+const char *dtf_ytree_text(const yaml_node_t *n);
+
+/* The node of `key` in mapping `map`, NULL if absent or not a mapping. */
+yaml_node_t *dtf_ytree_get(struct dtf_ytree *t, const yaml_node_t *map,
+			   const char *key);
+
+#endif

@@ -1,0 +1,176 @@
+/*
+ * comm.c - MPI collectives with errors turned into DTF_ERR_MPI.
+ *
+ * MPI errors are returned, not fatal (MPI_ERRORS_RETURN on the world
+ * communicator), so a failed call surfaces as a message naming the call.
+ */
+#include "dist/comm.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+#define CHUNK ((size_t)4 << 20) /* floats per allreduce call */
+
+struct dtf_comm {
+	int rank, size;
+	int local_rank, local_size;
+	int num_nodes;
+	int started_mpi;
+	char host[MPI_MAX_PROCESSOR_NAME];
+};
+
+static int mpi_fail(int err, const char *call)
+{
+	char msg[MPI_MAX_ERROR_STRING];
+	int len = 0;
+	MPI_Error_string(err, msg, &len);
+	return dtf_error(DTF_ERR_MPI, "%s failed: %s", call, msg);
+}
+
+#define MPI_TRY(call)                                                     \
+	do {                                                              \
+		int mpi_err_ = (call);                                    \
+		if (mpi_err_ != MPI_SUCCESS)                              \
+			return mpi_fail(mpi_err_, #call);                 \
+	} while (0)
+
+int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out)
+{
+	struct dtf_comm *c = dtf_calloc(1, sizeof(*c));
+	if (!c)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	int inited = 0, provided;
+	MPI_Initialized(&inited);
+	if (!inited) {
+		if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED,
+				    &provided) != MPI_SUCCESS) {
+			dtf_free(c);
+			return dtf_error(DTF_ERR_MPI, "MPI_Init_thread failed");
+		}
+		c->started_mpi = 1;
+	}
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+	int len = 0;
+	MPI_Get_processor_name(c->host, &len);
+
+	MPI_Comm local;
+	int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED,
+				     c->rank, MPI_INFO_NULL, &local);
+	if (rc != MPI_SUCCESS) {
+		dtf_comm_finalize(c);
+		return mpi_fail(rc, "MPI_Comm_split_type");
+	}
+	MPI_Comm_rank(local, &c->local_rank);
+	MPI_Comm_size(local, &c->local_size);
+	MPI_Comm_free(&local);
+	/* nodes = number of ranks that are local rank 0 */
+	int leader = c->local_rank == 0;
+	MPI_Allreduce(&leader, &c->num_nodes, 1, MPI_INT, MPI_SUM,
+		      MPI_COMM_WORLD);
+	*out = c;
+	return 0;
+}
+
+void dtf_comm_finalize(struct dtf_comm *c)
+{
+	if (!c)
+		return;
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (c->started_mpi && !finalized)
+		MPI_Finalize();
+	dtf_free(c);
+}
+
+int dtf_comm_rank(const struct dtf_comm *c) { return c->rank; }
+int dtf_comm_size(const struct dtf_comm *c) { return c->size; }
+int dtf_comm_local_rank(const struct dtf_comm *c) { return c->local_rank; }
+int dtf_comm_local_size(const struct dtf_comm *c) { return c->local_size; }
+int dtf_comm_num_nodes(const struct dtf_comm *c) { return c->num_nodes; }
+const char *dtf_comm_host(const struct dtf_comm *c) { return c->host; }
+
+static int allreduce(void *buf, size_t n, size_t elem, MPI_Datatype type,
+		     MPI_Op op)
+{
+	char *p = buf;
+	for (size_t off = 0; off < n; off += CHUNK) {
+		size_t len = n - off < CHUNK ? n - off : CHUNK;
+		MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, p + off * elem, (int)len,
+				      type, op, MPI_COMM_WORLD));
+	}
+	return 0;
+}
+
+int dtf_comm_allreduce_sum_f32(struct dtf_comm *c, float *buf, size_t n)
+{
+	if (c->size == 1)
+		return 0;
+	return allreduce(buf, n, sizeof(float), MPI_FLOAT, MPI_SUM);
+}
+
+int dtf_comm_allreduce_sum_f64(struct dtf_comm *c, double *buf, size_t n)
+{
+	if (c->size == 1)
+		return 0;
+	return allreduce(buf, n, sizeof(double), MPI_DOUBLE, MPI_SUM);
+}
+
+int dtf_comm_allreduce_min_i64(struct dtf_comm *c, int64_t *buf, size_t n)
+{
+	if (c->size == 1)
+		return 0;
+	return allreduce(buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MIN);
+}
+
+int dtf_comm_allreduce_max_i64(struct dtf_comm *c, int64_t *buf, size_t n)
+{
+	if (c->size == 1)
+		return 0;
+	return allreduce(buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MAX);
+}
+
+int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root)
+{
+	if (c->size == 1)
+		return 0;
+	for (size_t off = 0; off < n; off += CHUNK) {
+		size_t len = n - off < CHUNK ? n - off : CHUNK;
+		MPI_TRY(MPI_Bcast(buf + off, (int)len, MPI_FLOAT, root,
+				  MPI_COMM_WORLD));
+	}
+	return 0;
+}
+
+int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who)
+{
+	struct {
+		int value, rank;
+	} in = {status, c->rank}, out = in;
+	if (c->size > 1)
+		MPI_TRY(MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MAXLOC,
+				      MPI_COMM_WORLD));
+	*worst = out.value;
+	*who = out.rank;
+	return 0;
+}
+
+int dtf_comm_barrier(struct dtf_comm *c)
+{
+	if (c->size > 1)
+		MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+	return 0;
+}
+
+_Noreturn void dtf_comm_abort(struct dtf_comm *c, int status)
+{
+	(void)c;
+	MPI_Abort(MPI_COMM_WORLD, status);
+	abort(); /* MPI_Abort does not return */
+}

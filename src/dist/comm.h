@@ -1,0 +1,61 @@
+/*
+ * comm.h - the collectives training needs, on Open MPI.  Only dist/
+ * includes <mpi.h>; everything else sees this opaque handle.
+ *
+ * Error agreement: a rank that fails between collectives does not leave the
+ * others waiting in the next allreduce.  It calls dtf_comm_agree() with its
+ * error, as every rank does once per step with 0, and every rank learns the
+ * worst status and which rank reported it before any other collective runs
+ * (MPI_Allreduce with MPI_MAXLOC on {status, rank}).
+ */
+#ifndef DTF_DIST_COMM_H
+#define DTF_DIST_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dtf_comm;
+
+/*
+ * Start MPI (MPI_Init_thread, FUNNELED) or join it if already started, and
+ * learn this rank's place: world rank/size and node-local rank/size
+ * (MPI_Comm_split_type SHARED).  Runs without mpirun too (a singleton).
+ * Errors: DTF_ERR_MPI, DTF_ERR_NOMEM.
+ */
+int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out);
+
+/* MPI_Finalize (if this handle started MPI) and free.  NULL is a no-op. */
+void dtf_comm_finalize(struct dtf_comm *c);
+
+int dtf_comm_rank(const struct dtf_comm *c);
+int dtf_comm_size(const struct dtf_comm *c);
+int dtf_comm_local_rank(const struct dtf_comm *c);
+int dtf_comm_local_size(const struct dtf_comm *c);
+int dtf_comm_num_nodes(const struct dtf_comm *c);
+const char *dtf_comm_host(const struct dtf_comm *c);
+
+/* In-place sum over ranks of n float32 values.  Large buffers go in chunks
+ * of at most 4 Mi floats (16 MB): Open MPI's shared-memory allreduce slows
+ * about 5x above ~24 MB per call (DESIGN.md section 7). */
+int dtf_comm_allreduce_sum_f32(struct dtf_comm *c, float *buf, size_t n);
+int dtf_comm_allreduce_sum_f64(struct dtf_comm *c, double *buf, size_t n);
+int dtf_comm_allreduce_min_i64(struct dtf_comm *c, int64_t *buf, size_t n);
+int dtf_comm_allreduce_max_i64(struct dtf_comm *c, int64_t *buf, size_t n);
+
+/* Broadcast n floats from `root`. */
+int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root);
+
+/*
+ * Agree on the step's status: `status` is this rank's (0 ok, else a
+ * positive exit status, see core/error.h); *worst receives the largest over
+ * ranks and *who the lowest rank that reported it.  A collective.
+ */
+int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who);
+
+int dtf_comm_barrier(struct dtf_comm *c);
+
+/* End every rank now with `status` (MPI_Abort).  For failures that cannot
+ * be agreed on (a broken invariant under MPI). */
+_Noreturn void dtf_comm_abort(struct dtf_comm *c, int status);
+
+#endif

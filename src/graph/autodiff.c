@@ -1,0 +1,219 @@
+/*
+ * autodiff.c - reverse-mode differentiation by appending gradient ops.
+ *
+ * Walk the forward nodes from the loss back to the variables in reverse
+ * topological order.  Each node's total gradient is the sum of the
+ * contributions of its consumers (an ADD chain where there are several);
+ * the switch below emits, for each input that needs a gradient, the op that
+ * computes that input's contribution (TensorFlow's gradient registry, as in
+ * nn_grad.py: Conv2DBackpropInput/Filter, MaxPoolGrad, ReluGrad,
+ * BiasAddGrad).  The gradient of the loss itself is 1 and is folded into
+ * SPARSE_SOFTMAX_XENT_GRAD, which also carries the 1 / global-batch scale.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "graph/graph.h"
+
+/* Append a backward node; like add_node in graph.c but marked backward.
+ * Implemented on top of the public constructors where they fit, directly
+ * otherwise. */
+static int grad_node(struct dtf_graph *g, enum dtf_op op, const char *base,
+		     const char *suffix, int in0, int in1,
+		     const struct dtf_shape *shape)
+{
+	if (g->nnodes == g->cap) {
+		int cap = g->cap * 2;
+		struct dtf_node *n =
+			dtf_realloc(g->nodes, (size_t)cap * sizeof(*n));
+		if (!n)
+			return dtf_error(DTF_ERR_NOMEM,
+					 "out of memory building gradients");
+		g->nodes = n;
+		g->cap = cap;
+	}
+	int id = g->nnodes++;
+	struct dtf_node *n = &g->nodes[id];
+	memset(n, 0, sizeof(*n));
+	n->op = op;
+	n->layer = -1;
+	n->backward = 1;
+	snprintf(n->name, sizeof(n->name), "%.96s/%.24s", base, suffix);
+	n->inputs[0] = in0;
+	n->inputs[1] = in1;
+	n->shape = *shape;
+	n->dtype = DTF_FLOAT32;
+	return id;
+}
+
+/* grads[i]: id of the node holding the gradient accumulated so far for
+ * forward node i, or -1. */
+static int accumulate(struct dtf_graph *g, int *grads, int target, int contrib)
+{
+	if (contrib < 0)
+		return contrib;
+	if (grads[target] < 0) {
+		grads[target] = contrib;
+		return 0;
+	}
+	int id = grad_node(g, DTF_OP_ADD, g->nodes[target].name, "grad_sum",
+			   grads[target], contrib, &g->nodes[target].shape);
+	if (id < 0)
+		return id;
+	grads[target] = id;
+	return 0;
+}
+
+static int needs(const struct dtf_graph *g, int id)
+{
+	return g->nodes[id].requires_grad;
+}
+
+/* Emit the gradient contributions of node `i` (whose total gradient is
+ * node `dy`) to its inputs. */
+static int backprop_node(struct dtf_graph *g, int *grads, int i, int dy)
+{
+	/* copy: grad_node may move g->nodes */
+	struct dtf_node n = g->nodes[i];
+	int x = n.inputs[0], y = n.inputs[1];
+	const struct dtf_shape *sx = x >= 0 ? &g->nodes[x].shape : NULL;
+	int rc = 0, id;
+
+	switch (n.op) {
+	case DTF_OP_INPUT:
+	case DTF_OP_VARIABLE:
+		break;
+	case DTF_OP_CONV2D:
+		if (needs(g, x)) {
+			id = grad_node(g, DTF_OP_CONV2D_BACKPROP_INPUT, n.name,
+				       "backprop_input", dy, y, sx);
+			if (id >= 0)
+				g->nodes[id].a.win = n.a.win;
+			if ((rc = accumulate(g, grads, x, id)) < 0)
+				return rc;
+		}
+		if (needs(g, y)) {
+			id = grad_node(g, DTF_OP_CONV2D_BACKPROP_FILTER, n.name,
+				       "backprop_filter", x, dy,
+				       &g->nodes[y].shape);
+			if (id >= 0)
+				g->nodes[id].a.win = n.a.win;
+			rc = accumulate(g, grads, y, id);
+		}
+		break;
+	case DTF_OP_MAX_POOL2D:
+		id = grad_node(g, DTF_OP_MAX_POOL2D_GRAD, n.name, "grad", x, dy,
+			       sx);
+		if (id >= 0)
+			g->nodes[id].a.win = n.a.win;
+		rc = accumulate(g, grads, x, id);
+		break;
+	case DTF_OP_MATMUL:
+		DTF_ASSERT(!n.a.mm.trans_a && !n.a.mm.trans_b);
+		if (needs(g, x)) {
+			/* dx (n, k) = dy (n, m) w^T */
+			id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_input",
+				       dy, y, sx);
+			if (id >= 0)
+				g->nodes[id].a.mm.trans_b = 1;
+			if ((rc = accumulate(g, grads, x, id)) < 0)
+				return rc;
+		}
+		if (needs(g, y)) {
+			/* dw (k, m) = x^T dy */
+			id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel",
+				       x, dy, &g->nodes[y].shape);
+			if (id >= 0)
+				g->nodes[id].a.mm.trans_a = 1;
+			rc = accumulate(g, grads, y, id);
+		}
+		break;
+	case DTF_OP_BIAS_ADD:
+		if (needs(g, x) && (rc = accumulate(g, grads, x, dy)) < 0)
+			return rc;
+		if (needs(g, y)) {
+			id = grad_node(g, DTF_OP_BIAS_ADD_GRAD, n.name, "grad",
+				       dy, -1, &g->nodes[y].shape);
+			rc = accumulate(g, grads, y, id);
+		}
+		break;
+	case DTF_OP_RELU:
+		id = grad_node(g, DTF_OP_RELU_GRAD, n.name, "grad", dy, i, sx);
+		rc = accumulate(g, grads, x, id);
+		break;
+	case DTF_OP_DROPOUT:
+		id = grad_node(g, DTF_OP_DROPOUT_GRAD, n.name, "grad", dy, -1,
+			       sx);
+		if (id >= 0)
+			g->nodes[id].a.drop = n.a.drop;
+		rc = accumulate(g, grads, x, id);
+		break;
+	case DTF_OP_RESHAPE:
+		id = grad_node(g, DTF_OP_RESHAPE, n.name, "grad", dy, -1, sx);
+		rc = accumulate(g, grads, x, id);
+		break;
+	case DTF_OP_ADD:
+		if (needs(g, x) && (rc = accumulate(g, grads, x, dy)) < 0)
+			return rc;
+		if (needs(g, y))
+			rc = accumulate(g, grads, y, dy);
+		break;
+	case DTF_OP_SPARSE_SOFTMAX_XENT:
+		id = grad_node(g, DTF_OP_SPARSE_SOFTMAX_XENT_GRAD, n.name,
+			       "grad", x, y, sx);
+		rc = accumulate(g, grads, x, id);
+		break;
+	default:
+		return dtf_error(DTF_ERR_GRAPH, "no gradient for op %s ('%s')",
+				 dtf_op_name(n.op), n.name);
+	}
+	return rc;
+}
+
+int dtf_graph_backward(struct dtf_graph *g)
+{
+	if (g->loss < 0)
+		return dtf_error(DTF_ERR_GRAPH, "the model has no loss");
+	if (!g->nodes[g->loss].requires_grad)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "the loss '%s' does not depend on any trainable variable",
+				 g->nodes[g->loss].name);
+	int nfwd = g->nnodes, rc = 0;
+	g->nforward = nfwd;
+	int *grads = dtf_malloc((size_t)nfwd * sizeof(int));
+	if (!grads)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	for (int i = 0; i < nfwd; i++)
+		grads[i] = -1;
+	/* The loss node's own gradient is implicit (1); mark it with itself
+	 * so the walk starts there. */
+	grads[g->loss] = g->loss;
+	for (int i = g->loss; i >= 0; i--) {
+		if (grads[i] < 0 || !g->nodes[i].requires_grad)
+			continue;
+		if ((rc = backprop_node(g, grads, i, grads[i])) < 0)
+			goto out;
+	}
+	dtf_free(g->var_grad);
+	g->var_grad = dtf_malloc((size_t)nfwd * sizeof(int));
+	if (!g->var_grad) {
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < nfwd; i++) {
+		g->var_grad[i] = -1;
+		if (g->nodes[i].op == DTF_OP_VARIABLE && g->nodes[i].a.var.trainable) {
+			g->var_grad[i] = grads[i];
+			/* a variable's gradient is written straight into the
+			 * gradient vector, so it must be computed, not an
+			 * alias of another buffer */
+			DTF_ASSERT(grads[i] < 0 ||
+				   g->nodes[grads[i]].op != DTF_OP_RESHAPE);
+		}
+	}
+out:
+	dtf_free(grads);
+	return rc;
+}

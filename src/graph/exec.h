@@ -1,0 +1,38 @@
+/*
+ * exec.h - run a planned graph on the CPU backend.
+ *
+ * Planning (mem/plan.h) has given every node a buffer; executing is a walk
+ * over the nodes in order calling one kernel each, with no allocation.
+ */
+#ifndef DTF_GRAPH_EXEC_H
+#define DTF_GRAPH_EXEC_H
+
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "graph/graph.h"
+
+struct dtf_exec_ctx {
+	int training;      /* 0: dropout is the identity (inference) */
+	uint64_t step;     /* global step, salts the dropout masks */
+	const uint64_t *example_ids; /* (batch) ids of the rows, for dropout */
+	int valid;         /* rows of the batch that hold examples */
+	float loss_scale;  /* the loss is sum over rows * loss_scale; TF's
+			      1 / global batch */
+	struct dtf_philox_key dropout_key;
+	float *workspace;  /* g->workspace floats */
+	double loss_sum;   /* out: unscaled sum of per-example losses */
+};
+
+/* Run nodes [from, to).  Forward: [0, g->nforward); backward:
+ * [g->nforward, g->nnodes). */
+void dtf_exec_range(const struct dtf_graph *g, int from, int to,
+		    struct dtf_exec_ctx *ctx);
+
+/* Forward pass up to and including the loss. */
+void dtf_exec_forward(const struct dtf_graph *g, struct dtf_exec_ctx *ctx);
+
+/* Backward pass (after forward with the same ctx). */
+void dtf_exec_backward(const struct dtf_graph *g, struct dtf_exec_ctx *ctx);
+
+#endif

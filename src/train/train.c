@@ -1,0 +1,468 @@
+/*
+ * train.c - the training loop.
+ *
+ * Per step, on every rank:
+ *   1. the pipeline fills the input nodes' buffers (no copy);
+ *   2. every rank agrees on the step's status (dtf_comm_agree), so a rank
+ *      whose data failed stops the others before the gradient collective;
+ *   3. forward, backward: variable gradients land in the gradient vector;
+ *   4. one allreduce sums gradients and the step statistics (loss sum,
+ *      correct count, example count) that ride behind them;
+ *   5. every rank applies the same optimizer update.
+ * All ranks agree on the number of steps per epoch before the first step
+ * (minimum over ranks of records / per-replica batch), so uneven shards
+ * never leave a rank waiting in a collective.  Nothing is allocated after
+ * setup: buffers come from the planner, the optimizer and the pipeline.
+ */
+#include "train/train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "dist/comm.h"
+#include "data/pipeline.h"
+#include "graph/exec.h"
+#include "graph/lower.h"
+#include "mem/plan.h"
+#include "ops/cpu/kernels.h"
+#include "config/config.h"
+#include "train/optimizer.h"
+#include "train/threads.h"
+
+#define NSTATS 3 /* loss sum, correct, examples: behind the gradients */
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Everything one replica holds, set up once. */
+struct replica {
+	struct dtf_graph g;
+	struct dtf_plan plan;
+	int *layer_out;
+	float *params;   /* g.nparams */
+	float *grads;    /* g.nparams + NSTATS */
+	void **feed;     /* per feature: destination buffer of a batch */
+	void *scratch;   /* for features the graph does not use */
+	uint64_t *ids;   /* batch example ids */
+	struct dtf_optimizer opt;
+};
+
+static void replica_deinit(struct replica *r)
+{
+	dtf_optimizer_deinit(&r->opt);
+	dtf_plan_deinit(&r->plan);
+	dtf_graph_deinit(&r->g);
+	dtf_free(r->layer_out);
+	dtf_free(r->params);
+	dtf_free(r->grads);
+	dtf_free(r->feed);
+	dtf_free(r->scratch);
+	dtf_free(r->ids);
+}
+
+static int build(const struct dtf_job *job, int batch, int with_backward,
+		 struct replica *r)
+{
+	memset(r, 0, sizeof(*r));
+	int rc;
+	r->layer_out = dtf_calloc((size_t)job->model.nlayers + 1, sizeof(int));
+	if (!r->layer_out)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if ((rc = dtf_graph_lower_model(job, batch, &r->g, r->layer_out)) < 0)
+		return rc;
+	if (with_backward && (rc = dtf_graph_backward(&r->g)) < 0)
+		return rc;
+	return 0;
+}
+
+static int setup_buffers(const struct dtf_job *job, struct replica *r)
+{
+	struct dtf_graph *g = &r->g;
+	int rc;
+	r->params = dtf_alloc_aligned(g->nparams * sizeof(float));
+	r->grads = dtf_alloc_aligned((g->nparams + NSTATS) * sizeof(float));
+	r->feed = dtf_calloc((size_t)job->data.nfeatures, sizeof(void *));
+	r->ids = dtf_calloc((size_t)g->batch, sizeof(uint64_t));
+	if (!r->params || !r->grads || !r->feed || !r->ids)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory for parameters");
+	if ((rc = dtf_plan_graph(g, r->params, r->grads, &r->plan)) < 0)
+		return rc;
+	size_t scratch = 0;
+	for (int f = 0; f < job->data.nfeatures; f++)
+		scratch += (size_t)dtf_feature_numel(&job->data.features[f]) *
+			   (size_t)g->batch * 4;
+	r->scratch = dtf_alloc_aligned(scratch);
+	if (!r->scratch)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	char *s = r->scratch;
+	for (int f = 0; f < job->data.nfeatures; f++) {
+		r->feed[f] = s;
+		s += (size_t)dtf_feature_numel(&job->data.features[f]) *
+		     (size_t)g->batch * 4;
+	}
+	for (int i = 0; i < g->nnodes; i++)
+		if (g->nodes[i].op == DTF_OP_INPUT)
+			r->feed[g->nodes[i].a.in.feature] = g->nodes[i].data;
+	return dtf_optimizer_init(&r->opt, job, g->nparams);
+}
+
+/* ---- summary ------------------------------------------------------------ */
+
+static size_t layer_params(const struct dtf_graph *g, int layer)
+{
+	size_t n = 0;
+	for (int i = 0; i < g->nforward; i++)
+		if (g->nodes[i].layer == layer &&
+		    g->nodes[i].op == DTF_OP_VARIABLE)
+			n += (size_t)dtf_shape_numel(&g->nodes[i].shape);
+	return n;
+}
+
+static void print_table(const struct dtf_job *job, const struct replica *r,
+			FILE *out)
+{
+	const struct dtf_graph *g = &r->g;
+	char shape[96];
+	fprintf(out, "Model: \"%s\"\n", job->name);
+	fprintf(out, "%-24s %-12s %-22s %12s\n", "Layer", "Type",
+		"Output shape", "Params");
+	fprintf(out, "%.*s\n", 73,
+		"==========================================================================");
+	const struct dtf_node *in = &g->nodes[0];
+	fprintf(out, "%-24s %-12s %-22s %12d\n", in->name, "input",
+		dtf_shape_str(&in->shape, shape, sizeof(shape)), 0);
+	for (int li = 0; li < job->model.nlayers; li++) {
+		const struct dtf_layer *l = &job->model.layers[li];
+		const struct dtf_node *n = &g->nodes[r->layer_out[li]];
+		fprintf(out, "%-24s %-12s %-22s %12zu\n", l->name,
+			dtf_layer_kind_name(l->kind),
+			dtf_shape_str(&n->shape, shape, sizeof(shape)),
+			layer_params(g, li));
+	}
+	fprintf(out, "%.*s\n", 73,
+		"==========================================================================");
+	size_t total = dtf_graph_num_params(g);
+	fprintf(out, "Total params: %zu (%.2f MB)\n", total,
+		(double)total * 4 / 1e6);
+	fprintf(out, "Trainable params: %zu\n", total);
+	fprintf(out, "Graph: %d forward ops, %d backward ops; batch per replica %d\n",
+		g->nforward, g->nnodes - g->nforward, g->batch);
+}
+
+int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
+{
+	struct replica r;
+	int rc = build(job, batch, 1, &r);
+	if (rc == 0)
+		print_table(job, &r, out);
+	replica_deinit(&r);
+	return rc;
+}
+
+/* ---- batch sizes ------------------------------------------------------- */
+
+static int per_replica_batch(const struct dtf_job *job, int world, int *out)
+{
+	if (job->train.per_replica_batch_size > 0) {
+		*out = (int)job->train.per_replica_batch_size;
+		return 0;
+	}
+	int64_t global = job->train.batch_size;
+	if (global % world != 0)
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s: train.batch_size: the global batch %lld is not divisible by the %d replicas\n"
+				 "HINT: use a multiple of %d, or set per_replica_batch_size",
+				 job->train.where, (long long)global, world,
+				 world);
+	*out = (int)(global / world);
+	return 0;
+}
+
+/* ---- evaluation -------------------------------------------------------- */
+
+struct eval_totals {
+	double loss_sum, correct, count;
+};
+
+static int agree(struct dtf_comm *comm, int rc, const char *when,
+		 int64_t step, struct dtf_train_result *result);
+
+static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
+		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
+		    struct eval_totals *tot, struct dtf_train_result *result)
+{
+	struct dtf_graph *g = &r->g;
+	struct dtf_exec_ctx ctx = {.training = 0,
+				   .example_ids = r->ids,
+				   .workspace = r->plan.workspace,
+				   .loss_scale = 1.0f};
+	double local[3] = {0, 0, 0};
+	int rc = dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0) {
+		int count = 0;
+		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
+		if (rc < 0 || count == 0)
+			break;
+		ctx.valid = count;
+		dtf_exec_forward(g, &ctx);
+		local[0] += ctx.loss_sum;
+		local[1] += (double)dtf_cpu_count_correct(
+			(size_t)g->batch, (int)g->nodes[g->logits].shape.d[1],
+			g->nodes[g->logits].data,
+			(const int32_t *)g->nodes[g->labels].data,
+			(size_t)count);
+		local[2] += count;
+	}
+	int crc = agree(comm, rc, "evaluating after", step, result);
+	if (crc < 0)
+		return crc;
+	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 3)) < 0)
+		return crc;
+	(void)job;
+	tot->loss_sum = local[0];
+	tot->correct = local[1];
+	tot->count = local[2];
+	return 0;
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+static int open_pipeline(const struct dtf_job *job, const char *pattern,
+			 int rank, int world, int batch, size_t shuffle,
+			 struct dtf_pipeline **out)
+{
+	char **files = NULL;
+	int nfiles = 0;
+	int rc = dtf_glob_files(pattern, &files, &nfiles);
+	if (rc < 0)
+		return rc;
+	struct dtf_pipeline_opts po = {
+		.files = (const char *const *)files, .nfiles = nfiles,
+		.rank = rank, .world = world,
+		.features = job->data.features,
+		.nfeatures = job->data.nfeatures, .batch = batch,
+		.shuffle_buffer = shuffle, .seed = job->seed};
+	rc = dtf_pipeline_open(&po, out);
+	dtf_free(files);
+	return rc;
+}
+
+static int write_variables(const char *path, const float *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		return dtf_error(DTF_ERR_IO, "%s: cannot write: %m", path);
+	uint64_t count = n;
+	int ok = fwrite("DTFVARS1", 1, 8, f) == 8 &&
+		 fwrite(&count, sizeof(count), 1, f) == 1 &&
+		 fwrite(p, sizeof(float), n, f) == n;
+	if (fclose(f) != 0 || !ok)
+		return dtf_error(DTF_ERR_IO, "%s: write failed", path);
+	return 0;
+}
+
+/* Agree on the step's status; on a failure, return the right error. */
+static int agree(struct dtf_comm *comm, int rc, const char *when,
+		 int64_t step, struct dtf_train_result *result)
+{
+	int status = 0;
+	if (rc < 0) {
+		status = dtf_error_exit_status(rc);
+		if (status == 0)
+			status = 1;
+	}
+	int worst, who;
+	int crc = dtf_comm_agree(comm, status, &worst, &who);
+	if (crc < 0)
+		return crc;
+	if (!worst)
+		return 0;
+	if (status)
+		return rc;
+	result->remote_failure = 1;
+	/* Exit with the failing rank's status so the job's status tells the
+	 * kind of failure whichever rank the scheduler looks at. */
+	enum dtf_err code = worst == 3 ? DTF_ERR_DATA
+			    : worst == 2 ? DTF_ERR_CONFIG
+			    : worst == 4 ? DTF_ERR_CHECKPOINT
+					 : DTF_ERR_REMOTE;
+	return dtf_error(code, "stopping: rank %d failed %s step %lld", who,
+			 when, (long long)step);
+}
+
+int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
+		  const struct dtf_train_opts *opts,
+		  struct dtf_train_result *result)
+{
+	int rank = comm ? dtf_comm_rank(comm) : 0;
+	int world = comm ? dtf_comm_size(comm) : 1;
+	int batch = 0, rc;
+	struct replica r;
+	struct dtf_pipeline *train = NULL, *eval = NULL;
+	memset(result, 0, sizeof(*result));
+	result->eval_loss = result->eval_accuracy = -1;
+
+	if ((rc = per_replica_batch(job, world, &batch)) < 0)
+		return rc;
+	if ((rc = build(job, batch, 1, &r)) < 0)
+		goto out;
+	result->num_params = dtf_graph_num_params(&r.g);
+	if (opts->dry_run) {
+		if (rank == 0)
+			print_table(job, &r, stdout);
+		goto out;
+	}
+	if ((rc = setup_buffers(job, &r)) < 0)
+		goto out;
+
+	int threads = dtf_threads_choose(opts->threads,
+					 comm ? dtf_comm_local_size(comm) : 1);
+	dtf_threads_set(threads);
+	int64_t global_batch = (int64_t)batch * world;
+	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d BLAS thread(s) per rank",
+		 job->name, world, comm ? dtf_comm_num_nodes(comm) : 1,
+		 dtf_strategy_name(job->strategy.type), threads);
+	dtf_info("batch: global %lld, per replica %d; %zu parameters; learning rate %g",
+		 (long long)global_batch, batch, result->num_params,
+		 job->train.learning_rate);
+
+	/* data: open on every rank, then agree before any other collective */
+	rc = open_pipeline(job, job->data.train_files, rank, world, batch,
+			   (size_t)job->data.shuffle_buffer, &train);
+	if (rc == 0 && job->data.eval_files)
+		rc = open_pipeline(job, job->data.eval_files, rank, world,
+				   batch, 0, &eval);
+	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
+		goto out;
+	int64_t steps_per_epoch[2] = {dtf_pipeline_num_records(train) / batch,
+				      -dtf_pipeline_num_records(train) / batch};
+	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 2)) < 0)
+		goto out;
+	int64_t most = -steps_per_epoch[1];
+	if (steps_per_epoch[0] == 0) {
+		rc = dtf_error(DTF_ERR_DATA,
+			       "%s: a replica has fewer than %d records (one per-replica batch)",
+			       job->data.train_files, batch);
+		goto out;
+	}
+	if (most > steps_per_epoch[0])
+		dtf_info("shards are uneven: %lld to %lld steps per rank; every rank runs %lld steps per epoch",
+			 (long long)steps_per_epoch[0], (long long)most,
+			 (long long)steps_per_epoch[0]);
+
+	/* identical start: deterministic init, then rank 0's values win */
+	dtf_graph_init_params(&r.g, job->seed, r.params);
+	if ((rc = dtf_comm_bcast_f32(comm, r.params, r.g.nparams, 0)) < 0)
+		goto out;
+
+	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
+	if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
+		total_steps = job->train.max_steps;
+	struct dtf_exec_ctx ctx = {
+		.training = 1, .example_ids = r.ids, .valid = batch,
+		.loss_scale = (float)(1.0 / (double)global_batch),
+		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
+		.workspace = r.plan.workspace};
+	size_t np = r.g.nparams;
+	int classes = (int)r.g.nodes[r.g.logits].shape.d[1];
+	double t_start = now_seconds(), t_log = t_start, t_epoch = t_start;
+	double win_loss = 0, win_correct = 0, win_count = 0;
+	int64_t step = 0, win_steps = 0;
+	double lr = job->train.learning_rate;
+	uint64_t step_allocs = 0; /* allocations inside steps after the first */
+
+	for (int epoch = 0; step < total_steps; epoch++) {
+		t_epoch = now_seconds();
+		rc = dtf_pipeline_begin_epoch(train, epoch);
+		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
+			int count = 0;
+			uint64_t allocs_before = dtf_alloc_count();
+			if (rc == 0)
+				rc = dtf_pipeline_next(train, r.feed, r.ids, &count);
+			if (rc == 0 && count < batch)
+				rc = dtf_error(DTF_ERR_DATA,
+					       "%s: rank %d's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
+					       job->data.train_files, rank, count,
+					       batch, (long long)step);
+			if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
+				goto out;
+			ctx.step = (uint64_t)step;
+			dtf_exec_forward(&r.g, &ctx);
+			dtf_exec_backward(&r.g, &ctx);
+			r.grads[np] = (float)ctx.loss_sum;
+			r.grads[np + 1] = (float)dtf_cpu_count_correct(
+				(size_t)batch, classes, r.g.nodes[r.g.logits].data,
+				(const int32_t *)r.g.nodes[r.g.labels].data,
+				(size_t)batch);
+			r.grads[np + 2] = (float)batch;
+			if ((rc = dtf_comm_allreduce_sum_f32(comm, r.grads,
+							     np + NSTATS)) < 0)
+				goto out;
+			dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
+			step++;
+			win_steps++;
+			win_loss += r.grads[np];
+			win_correct += r.grads[np + 1];
+			win_count += r.grads[np + 2];
+			if (step > 1)
+				step_allocs += dtf_alloc_count() - allocs_before;
+			if (!opts->quiet && job->logging.every_steps > 0 &&
+			    (step % job->logging.every_steps == 0 ||
+			     step == total_steps)) {
+				double t = now_seconds();
+				dtf_info("step %lld/%lld  epoch %d  loss %.4f  accuracy %.4f  lr %.3g  %.0f samples/s",
+					 (long long)step, (long long)total_steps,
+					 epoch + 1, win_loss / win_count,
+					 win_correct / win_count, lr,
+					 (double)win_steps * (double)global_batch /
+						 (t - t_log));
+				t_log = t;
+				win_loss = win_correct = win_count = 0;
+				win_steps = 0;
+			}
+		}
+		if (rc < 0)
+			goto out;
+		if (eval) {
+			struct eval_totals tot;
+			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
+				goto out;
+			result->eval_loss = tot.loss_sum / tot.count;
+			result->eval_accuracy = tot.correct / tot.count;
+			dtf_info("epoch %d: %.1f s; test loss %.4f  accuracy %.4f  (%.0f examples)",
+				 epoch + 1, now_seconds() - t_epoch,
+				 result->eval_loss, result->eval_accuracy,
+				 tot.count);
+		}
+	}
+	result->steps = step;
+	result->wall_seconds = now_seconds() - t_start;
+	result->samples_per_second =
+		(double)step * (double)global_batch / result->wall_seconds;
+	result->step_allocations = step_allocs;
+	if (step_allocs)
+		dtf_warn("%llu allocations happened inside training steps",
+			 (unsigned long long)step_allocs);
+	dtf_info("done: %lld steps in %.1f s, %.0f samples/s (global batch %lld, %d replica(s))",
+		 (long long)step, result->wall_seconds,
+		 result->samples_per_second, (long long)global_batch, world);
+	if (result->eval_accuracy >= 0)
+		dtf_info("final test loss %.4f, test accuracy %.4f",
+			 result->eval_loss, result->eval_accuracy);
+	if (opts->export_variables && rank == 0)
+		rc = write_variables(opts->export_variables, r.params, np);
+out:
+	dtf_pipeline_free(eval);
+	dtf_pipeline_free(train);
+	replica_deinit(&r);
+	return rc;
+}

@@ -1,0 +1,51 @@
+/*
+ * train.h - the training driver: job -> graph -> data -> steps -> eval.
+ *
+ * Data parallel (DESIGN.md section 5): every rank holds a full replica,
+ * reads its shard, computes gradients of the loss sum / GLOBAL batch, and
+ * the gradients are summed over ranks with one allreduce per step (the
+ * step's loss, correct count and example count ride in the same buffer), so
+ * every rank applies the same update and replicas stay bit-identical.
+ */
+#ifndef DTF_TRAIN_TRAIN_H
+#define DTF_TRAIN_TRAIN_H
+
+#include <stdio.h>
+
+#include "config/job.h"
+
+struct dtf_comm;
+
+struct dtf_train_opts {
+	int dry_run;        /* build and check, print the summary, no data */
+	int threads;        /* BLAS threads per rank; 0 = cores / local ranks */
+	const char *export_variables; /* write the final parameter vector */
+	int quiet;          /* no per-step lines */
+};
+
+/* Results of a run, for the caller and tests. */
+struct dtf_train_result {
+	int64_t steps;
+	double wall_seconds;
+	double samples_per_second;
+	double eval_loss, eval_accuracy; /* -1 when there was no eval */
+	size_t num_params;
+	int remote_failure; /* 1: stopped because another rank failed */
+	uint64_t step_allocations; /* dtf_alloc calls inside steps 2.. (0) */
+};
+
+/*
+ * Run the job on this rank.  comm may be NULL for --dry-run.  Prints
+ * progress on rank 0 (stderr) and the summary/table on stdout.
+ * Errors: any DTF_ERR_*; every rank returns an error when any rank failed
+ * (DTF_ERR_REMOTE on the ranks that did not fail themselves).
+ */
+int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
+		  const struct dtf_train_opts *opts,
+		  struct dtf_train_result *result);
+
+/* Print the Keras-style table of layers, output shapes and parameters for
+ * per-replica batch `batch`.  Errors as graph building. */
+int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out);
+
+#endif

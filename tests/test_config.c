@@ -1,0 +1,770 @@
+/*
+ * test_config.c - the job file reader: the DESIGN.md sketch parses to the
+ * expected struct, defaults are written, overrides graft into the tree, and
+ * every error names its position and key exactly.
+ *
+ * Most cases edit one line of the sketch (SKETCH below, line numbers in the
+ * comments) and check the message; positions are 1-based line:col.
+ */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/error.h"
+
+/* The DESIGN.md section 4 sketch, minus the sections not in the language
+ * yet (graph, schedule, communication, checkpoint). */
+static const char SKETCH[] =
+	"name: fashion-mnist-cnn\n"                                        /* 1 */
+	"seed: 42\n"                                                       /* 2 */
+	"data:\n"                                                          /* 3 */
+	"  train: {files: \"datasets/fashion-mnist/train-*.tfrecord\", "
+	"shuffle_buffer: 10000}\n"                                         /* 4 */
+	"  eval:  {files: \"datasets/fashion-mnist/test-*.tfrecord\"}\n"   /* 5 */
+	"  features:\n"                                                    /* 6 */
+	"    image: {type: bytes, decode: uint8, shape: [28, 28, 1], "
+	"scale: 0.00392156862745098}\n"                                    /* 7 */
+	"    label: {type: int64, shape: []}\n"                            /* 8 */
+	"model:\n"                                                         /* 9 */
+	"  input: image\n"                                                 /* 10 */
+	"  layers:\n"                                                      /* 11 */
+	"    - {conv2d: {filters: 32, kernel: 5, padding: same, "
+	"activation: relu}}\n"                                             /* 12 */
+	"    - {max_pool2d: {size: 2}}\n"                                  /* 13 */
+	"    - {conv2d: {filters: 64, kernel: 5, padding: same, "
+	"activation: relu}}\n"                                             /* 14 */
+	"    - {max_pool2d: {size: 2}}\n"                                  /* 15 */
+	"    - flatten\n"                                                  /* 16 */
+	"    - {dense: {units: 1024, activation: relu}}\n"                 /* 17 */
+	"    - {dropout: {rate: 0.4}}\n"                                   /* 18 */
+	"    - {dense: {units: 10, name: logits}}\n"                       /* 19 */
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, "
+	"labels: label}}\n"                                                /* 20 */
+	"  metrics: [accuracy]\n"                                          /* 21 */
+	"train:\n"                                                         /* 22 */
+	"  batch_size: 128\n"                                              /* 23 */
+	"  epochs: 5\n"                                                    /* 24 */
+	"  optimizer: {adam: {learning_rate: 0.001}}\n"                    /* 25 */
+	"strategy:\n"                                                      /* 26 */
+	"  type: multi_worker_mirrored\n"                                  /* 27 */
+	"logging: {every_steps: 50, dir: runs/fmnist}\n";                  /* 28 */
+
+/* Only the required keys. */
+static const char MINIMAL[] =
+	"data:\n"
+	"  train: {files: a.tfrecord}\n"
+	"  features: {x: {type: float, shape: [4]}, y: {type: int64, shape: []}}\n"
+	"model:\n"
+	"  input: x\n"
+	"  layers: [{dense: {units: 3}}]\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: dense_1, labels: y}}\n"
+	"train: {batch_size: 8}\n";
+
+/* SKETCH with the first `from` replaced by `to` (static buffer). */
+static const char *edit(const char *from, const char *to)
+{
+	static char buf[8192];
+	const char *at = strstr(SKETCH, from);
+	ck_assert_msg(at != NULL, "'%s' not in the sketch", from);
+	snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(at - SKETCH), SKETCH, to,
+		 at + strlen(from));
+	return buf;
+}
+
+/* Load text expecting failure with code `code`; the message. */
+static const char *load_fail(const char *text, const char *const *ov, int n,
+			     enum dtf_err code)
+{
+	struct dtf_job *job = (struct dtf_job *)1;
+	dtf_error_clear();
+	int rc = dtf_job_load_string("graphs/x.yaml", text, ov, n, &job);
+	ck_assert_msg(rc == -(int)code, "rc %d (%s), expected %s: %s", rc,
+		      dtf_error_name(rc), dtf_error_name(-(int)code),
+		      dtf_error_msg());
+	ck_assert_ptr_null(job);
+	return dtf_error_msg();
+}
+
+static struct dtf_job *load_ok(const char *text, const char *const *ov,
+			       int n)
+{
+	struct dtf_job *job = NULL;
+	int rc = dtf_job_load_string("graphs/x.yaml", text, ov, n, &job);
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, dtf_error_msg());
+	ck_assert_ptr_nonnull(job);
+	return job;
+}
+
+#define ck_assert_msg_is(got, want) ck_assert_str_eq(got, want)
+#define ck_assert_has(got, part)                                         \
+	ck_assert_msg(strstr(got, part) != NULL, "'%s' lacks '%s'", got, part)
+
+static void check_layer(const struct dtf_layer *l, enum dtf_layer_kind kind,
+			const char *name, const char *where)
+{
+	ck_assert_int_eq(l->kind, kind);
+	ck_assert_str_eq(l->name, name);
+	ck_assert_str_eq(l->where, where);
+}
+
+/* ---- the sketch -------------------------------------------------------- */
+
+START_TEST(test_sketch_parses)
+{
+	struct dtf_job *job = load_ok(SKETCH, NULL, 0);
+
+	ck_assert_str_eq(job->path, "graphs/x.yaml");
+	ck_assert_str_eq(job->name, "fashion-mnist-cnn");
+	ck_assert_uint_eq(job->seed, 42);
+
+	ck_assert_str_eq(job->data.train_files,
+			 "datasets/fashion-mnist/train-*.tfrecord");
+	ck_assert_str_eq(job->data.eval_files,
+			 "datasets/fashion-mnist/test-*.tfrecord");
+	ck_assert_int_eq(job->data.shuffle_buffer, 10000);
+	ck_assert_int_eq(job->data.nfeatures, 2);
+	const struct dtf_feature_spec *img = &job->data.features[0];
+	ck_assert_str_eq(img->name, "image");
+	ck_assert_int_eq(img->type, DTF_FEATURE_BYTES);
+	ck_assert_int_eq(img->decode, DTF_DECODE_UINT8);
+	ck_assert_int_eq(img->rank, 3);
+	ck_assert_int_eq(img->shape[0], 28);
+	ck_assert_int_eq(img->shape[1], 28);
+	ck_assert_int_eq(img->shape[2], 1);
+	ck_assert(img->scale == (float)0.00392156862745098);
+	ck_assert(img->offset == 0.0f);
+	ck_assert_int_eq(img->dtype, DTF_FLOAT32);
+	const struct dtf_feature_spec *lab = &job->data.features[1];
+	ck_assert_str_eq(lab->name, "label");
+	ck_assert_int_eq(lab->type, DTF_FEATURE_INT64);
+	ck_assert_int_eq(lab->decode, DTF_DECODE_NONE);
+	ck_assert_int_eq(lab->rank, 0);
+	ck_assert(lab->scale == 1.0f);
+	ck_assert(lab->offset == 0.0f);
+	ck_assert_int_eq(lab->dtype, DTF_INT32);
+
+	ck_assert_str_eq(job->model.input, "image");
+	ck_assert_int_eq(job->model.nlayers, 8);
+	const struct dtf_layer *L = job->model.layers;
+	check_layer(&L[0], DTF_LAYER_CONV2D, "conv2d_1", "graphs/x.yaml:12:7");
+	ck_assert_int_eq(L[0].filters, 32);
+	ck_assert_int_eq(L[0].kernel_h, 5);
+	ck_assert_int_eq(L[0].kernel_w, 5);
+	ck_assert_int_eq(L[0].stride_h, 1);
+	ck_assert_int_eq(L[0].stride_w, 1);
+	ck_assert_int_eq(L[0].padding, 1);
+	ck_assert_int_eq(L[0].use_bias, 1);
+	ck_assert_int_eq(L[0].activation, DTF_ACT_RELU);
+	check_layer(&L[1], DTF_LAYER_MAX_POOL2D, "max_pool2d_1",
+		    "graphs/x.yaml:13:7");
+	ck_assert_int_eq(L[1].size_h, 2);
+	ck_assert_int_eq(L[1].size_w, 2);
+	ck_assert_int_eq(L[1].stride_h, 2);
+	ck_assert_int_eq(L[1].stride_w, 2);
+	ck_assert_int_eq(L[1].padding, 0);
+	check_layer(&L[2], DTF_LAYER_CONV2D, "conv2d_2", "graphs/x.yaml:14:7");
+	ck_assert_int_eq(L[2].filters, 64);
+	ck_assert_int_eq(L[2].kernel_h, 5);
+	ck_assert_int_eq(L[2].kernel_w, 5);
+	ck_assert_int_eq(L[2].padding, 1);
+	ck_assert_int_eq(L[2].activation, DTF_ACT_RELU);
+	check_layer(&L[3], DTF_LAYER_MAX_POOL2D, "max_pool2d_2",
+		    "graphs/x.yaml:15:7");
+	check_layer(&L[4], DTF_LAYER_FLATTEN, "flatten_1",
+		    "graphs/x.yaml:16:7");
+	check_layer(&L[5], DTF_LAYER_DENSE, "dense_1", "graphs/x.yaml:17:7");
+	ck_assert_int_eq(L[5].units, 1024);
+	ck_assert_int_eq(L[5].use_bias, 1);
+	ck_assert_int_eq(L[5].activation, DTF_ACT_RELU);
+	check_layer(&L[6], DTF_LAYER_DROPOUT, "dropout_1",
+		    "graphs/x.yaml:18:7");
+	ck_assert(L[6].rate == 0.4f);
+	check_layer(&L[7], DTF_LAYER_DENSE, "logits", "graphs/x.yaml:19:7");
+	ck_assert_int_eq(L[7].units, 10);
+	ck_assert_int_eq(L[7].activation, DTF_ACT_NONE);
+
+	ck_assert_int_eq(job->model.loss, DTF_LOSS_SPARSE_SOFTMAX_XENT);
+	ck_assert_str_eq(job->model.loss_logits, "logits");
+	ck_assert_str_eq(job->model.loss_labels, "label");
+	ck_assert_str_eq(job->model.loss_where, "graphs/x.yaml:20:3");
+	ck_assert_int_eq(job->model.metric_accuracy, 1);
+
+	ck_assert_int_eq(job->train.batch_size, 128);
+	ck_assert_int_eq(job->train.per_replica_batch_size, 0);
+	ck_assert_int_eq(job->train.epochs, 5);
+	ck_assert_int_eq(job->train.max_steps, 0);
+	ck_assert_int_eq(job->train.optimizer, DTF_OPT_ADAM);
+	ck_assert(job->train.learning_rate == 0.001);
+	ck_assert(job->train.beta_1 == 0.9);
+	ck_assert(job->train.beta_2 == 0.999);
+	ck_assert(job->train.epsilon == 1e-7);
+	ck_assert(job->train.momentum == 0.0);
+	ck_assert_int_eq(job->train.nesterov, 0);
+	ck_assert_int_eq(job->train.eval_batch_size, 0);
+	ck_assert_str_eq(job->train.where, "graphs/x.yaml:22:1");
+
+	ck_assert_int_eq(job->strategy.type,
+			 DTF_STRATEGY_MULTI_WORKER_MIRRORED);
+	ck_assert_int_eq(job->logging.every_steps, 50);
+	ck_assert_str_eq(job->logging.dir, "runs/fmnist");
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(test_minimal_defaults)
+{
+	struct dtf_job *job = load_ok(MINIMAL, NULL, 0);
+
+	ck_assert_str_eq(job->name, "x"); /* graphs/x.yaml */
+	ck_assert_uint_eq(job->seed, 42);
+	ck_assert_ptr_null(job->data.eval_files);
+	ck_assert_int_eq(job->data.shuffle_buffer, 0);
+	ck_assert_int_eq(job->data.features[0].rank, 1);
+	ck_assert_int_eq(job->data.features[0].shape[0], 4);
+	ck_assert_int_eq(job->data.features[0].dtype, DTF_FLOAT32);
+	ck_assert_int_eq(job->data.features[0].decode, DTF_DECODE_NONE);
+	ck_assert_int_eq(job->model.metric_accuracy, 0);
+	ck_assert_int_eq(job->model.layers[0].use_bias, 1);
+	ck_assert_int_eq(job->model.layers[0].activation, DTF_ACT_NONE);
+	ck_assert_str_eq(job->model.layers[0].name, "dense_1");
+	ck_assert_int_eq(job->train.epochs, 1);
+	ck_assert_int_eq(job->train.max_steps, 0);
+	ck_assert_int_eq(job->train.optimizer, DTF_OPT_SGD);
+	ck_assert(job->train.learning_rate == 0.01);
+	ck_assert(job->train.momentum == 0.0);
+	ck_assert_int_eq(job->train.nesterov, 0);
+	ck_assert(job->train.beta_1 == 0.9);
+	ck_assert(job->train.beta_2 == 0.999);
+	ck_assert(job->train.epsilon == 1e-7);
+	ck_assert_int_eq(job->train.eval_batch_size, 0);
+	ck_assert_int_eq(job->strategy.type,
+			 DTF_STRATEGY_MULTI_WORKER_MIRRORED);
+	ck_assert_int_eq(job->logging.every_steps, 100);
+	ck_assert_ptr_null(job->logging.dir);
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(test_layer_variants)
+{
+	const char *text = edit(
+		"    - {conv2d: {filters: 64, kernel: 5, padding: same, "
+		"activation: relu}}\n",
+		"    - {conv2d: {filters: 64, kernel: [5, 3], strides: [2, 1], "
+		"use_bias: no, activation: linear}}\n"
+		"    - relu\n"
+		"    - {relu: {name: r}}\n"
+		"    - {max_pool2d: {size: [3, 2], strides: 1, padding: same}}\n"
+		"    - {dense: {units: 4}}\n");
+	struct dtf_job *job = load_ok(text, NULL, 0);
+	const struct dtf_layer *L = job->model.layers;
+
+	ck_assert_int_eq(job->model.nlayers, 12);
+	check_layer(&L[2], DTF_LAYER_CONV2D, "conv2d_2", "graphs/x.yaml:14:7");
+	ck_assert_int_eq(L[2].kernel_h, 5);
+	ck_assert_int_eq(L[2].kernel_w, 3);
+	ck_assert_int_eq(L[2].stride_h, 2);
+	ck_assert_int_eq(L[2].stride_w, 1);
+	ck_assert_int_eq(L[2].padding, 0);
+	ck_assert_int_eq(L[2].use_bias, 0);
+	ck_assert_int_eq(L[2].activation, DTF_ACT_NONE);
+	check_layer(&L[3], DTF_LAYER_RELU, "relu_1", "graphs/x.yaml:15:7");
+	check_layer(&L[4], DTF_LAYER_RELU, "r", "graphs/x.yaml:16:7");
+	check_layer(&L[5], DTF_LAYER_MAX_POOL2D, "max_pool2d_2",
+		    "graphs/x.yaml:17:7");
+	ck_assert_int_eq(L[5].size_h, 3);
+	ck_assert_int_eq(L[5].size_w, 2);
+	ck_assert_int_eq(L[5].stride_h, 1);
+	ck_assert_int_eq(L[5].stride_w, 1);
+	ck_assert_int_eq(L[5].padding, 1);
+	/* counted per kind, named ones included (Keras) */
+	check_layer(&L[6], DTF_LAYER_DENSE, "dense_1", "graphs/x.yaml:18:7");
+	check_layer(&L[7], DTF_LAYER_MAX_POOL2D, "max_pool2d_3",
+		    "graphs/x.yaml:19:7");
+	check_layer(&L[9], DTF_LAYER_DENSE, "dense_2", "graphs/x.yaml:21:7");
+	check_layer(&L[11], DTF_LAYER_DENSE, "logits", "graphs/x.yaml:23:7");
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(test_bool_and_optimizer_forms)
+{
+	static const char *const yes[] = {"true", "yes", "on", "True", "ON"};
+	static const char *const no[] = {"false", "no", "off", "FALSE", "Off"};
+	char line[128];
+	for (int i = 0; i < 5; i++) {
+		for (int v = 0; v < 2; v++) {
+			snprintf(line, sizeof(line),
+				 "  optimizer: {sgd: {momentum: 0.9, "
+				 "nesterov: %s}}\n",
+				 v ? yes[i] : no[i]);
+			struct dtf_job *job = load_ok(
+				edit("  optimizer: {adam: {learning_rate: "
+				     "0.001}}\n",
+				     line),
+				NULL, 0);
+			ck_assert_int_eq(job->train.optimizer, DTF_OPT_SGD);
+			ck_assert_int_eq(job->train.nesterov, v);
+			ck_assert(job->train.momentum == 0.9);
+			ck_assert(job->train.learning_rate == 0.01);
+			dtf_job_free(job);
+		}
+	}
+	/* a bare name takes the optimizer's defaults */
+	struct dtf_job *job = load_ok(
+		edit("{adam: {learning_rate: 0.001}}", "adam"), NULL, 0);
+	ck_assert_int_eq(job->train.optimizer, DTF_OPT_ADAM);
+	ck_assert(job->train.learning_rate == 0.001);
+	dtf_job_free(job);
+	job = load_ok(edit("batch_size: 128", "per_replica_batch_size: 32"),
+		      NULL, 0);
+	ck_assert_int_eq(job->train.batch_size, 0);
+	ck_assert_int_eq(job->train.per_replica_batch_size, 32);
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(test_names)
+{
+	ck_assert_str_eq(dtf_layer_kind_name(DTF_LAYER_CONV2D), "conv2d");
+	ck_assert_str_eq(dtf_layer_kind_name(DTF_LAYER_MAX_POOL2D),
+			 "max_pool2d");
+	ck_assert_str_eq(dtf_layer_kind_name(DTF_LAYER_FLATTEN), "flatten");
+	ck_assert_str_eq(dtf_layer_kind_name(DTF_LAYER_DENSE), "dense");
+	ck_assert_str_eq(dtf_layer_kind_name(DTF_LAYER_DROPOUT), "dropout");
+	ck_assert_str_eq(dtf_layer_kind_name(DTF_LAYER_RELU), "relu");
+	ck_assert_str_eq(dtf_strategy_name(DTF_STRATEGY_ONE_DEVICE),
+			 "one_device");
+	ck_assert_str_eq(dtf_strategy_name(DTF_STRATEGY_MIRRORED), "mirrored");
+	ck_assert_str_eq(dtf_strategy_name(DTF_STRATEGY_MULTI_WORKER_MIRRORED),
+			 "multi_worker_mirrored");
+	ck_assert_str_eq(dtf_strategy_name(DTF_STRATEGY_CENTRAL_STORAGE),
+			 "central_storage");
+	ck_assert_str_eq(dtf_strategy_name(DTF_STRATEGY_PARAMETER_SERVER),
+			 "parameter_server");
+	dtf_job_free(NULL);
+}
+END_TEST
+
+/* ---- errors ----------------------------------------------------------------- */
+
+START_TEST(test_unknown_key_suggests)
+{
+	ck_assert_msg_is(load_fail(edit("  epochs: 5", "  epoch: 2"), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:24:3: train.epoch: unknown key 'epoch' "
+			 "(did you mean 'epochs'?)");
+	/* far from every key: the known keys are listed */
+	ck_assert_msg_is(
+		load_fail(edit("strategy:\n", "checkpoint: {dir: x}\nstrategy:\n"),
+			  NULL, 0, DTF_ERR_CONFIG),
+		"graphs/x.yaml:26:1: checkpoint: unknown key 'checkpoint' "
+		"(known keys: name, seed, data, model, train, strategy, "
+		"logging)");
+	ck_assert_msg_is(load_fail(edit("size: 2}", "sise: 2}"), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:13:21: model.layers[1].max_pool2d.sise: "
+			 "unknown key 'sise' (did you mean 'size'?)");
+}
+END_TEST
+
+START_TEST(test_unknown_layer_kind)
+{
+	ck_assert_msg_is(load_fail(edit("{conv2d: {filters: 32",
+					"{conv2: {filters: 32"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:12:8: model.layers[0]: unknown layer "
+			 "kind 'conv2' (did you mean 'conv2d'?)");
+	ck_assert_msg_is(load_fail(edit("    - flatten", "    - flaten"), NULL,
+				   0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:16:7: model.layers[4]: unknown layer "
+			 "kind 'flaten' (did you mean 'flatten'?)");
+}
+END_TEST
+
+START_TEST(test_wrong_type)
+{
+	ck_assert_msg_is(load_fail(edit("batch_size: 128", "batch_size: lots"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:23:15: train.batch_size: expected a "
+			 "positive integer, got 'lots'");
+	ck_assert_msg_is(load_fail(edit("epochs: 5", "epochs: 2.5"), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:24:11: train.epochs: expected a "
+			 "positive integer, got '2.5'");
+	ck_assert_msg_is(load_fail(edit("epochs: 5", "epochs: 99999999999"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:24:11: train.epochs: expected a "
+			 "positive integer, got '99999999999' (out of range)");
+	ck_assert_msg_is(
+		load_fail(edit("batch_size: 128",
+			       "batch_size: 99999999999999999999"),
+			  NULL, 0, DTF_ERR_CONFIG),
+		"graphs/x.yaml:23:15: train.batch_size: expected a positive "
+		"integer, got '99999999999999999999' (out of range)");
+	ck_assert_msg_is(load_fail(edit("learning_rate: 0.001",
+					"learning_rate: fast"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:25:37: train.optimizer.adam."
+			 "learning_rate: expected a positive number, got "
+			 "'fast'");
+	ck_assert_msg_is(load_fail(edit("learning_rate: 0.001",
+					"learning_rate: 1e999"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:25:37: train.optimizer.adam."
+			 "learning_rate: expected a positive number, got "
+			 "'1e999'");
+	ck_assert_msg_is(load_fail(edit("seed: 42", "seed: abc"), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:2:7: seed: expected a non-negative "
+			 "integer, got 'abc'");
+	ck_assert_msg_is(load_fail(edit("  input: image", "  input: [image]"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:10:10: model.input: expected a string, "
+			 "got a list");
+	ck_assert_msg_is(load_fail(edit("type: multi_worker_mirrored",
+					"type: mirored"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:27:9: strategy.type: expected one of "
+			 "one_device, mirrored, multi_worker_mirrored, "
+			 "central_storage, parameter_server, got 'mirored' "
+			 "(did you mean 'mirrored'?)");
+	ck_assert_msg_is(load_fail(edit("train:\n  batch", "train: 5\nx:\n  batch"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:22:8: train: expected a mapping, got "
+			 "'5'");
+}
+END_TEST
+
+START_TEST(test_missing_required)
+{
+	ck_assert_msg_is(load_fail(edit("{files: \"datasets/fashion-mnist/"
+					"train-*.tfrecord\", ",
+					"{"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:4:3: data.train: missing required key "
+			 "'files'");
+	ck_assert_msg_is(load_fail(edit("{units: 1024, ", "{"), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:17:8: model.layers[5].dense: missing "
+			 "required key 'units'");
+	ck_assert_msg_is(load_fail(edit("  input: image\n", ""), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:9:1: model: missing required key "
+			 "'input'");
+	ck_assert_msg_is(load_fail("seed: 1\n", NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:1:1: missing required key 'data'");
+	ck_assert_msg_is(load_fail(edit("decode: uint8, ", ""), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:7:5: data.features.image: missing "
+			 "required key 'decode' (a bytes feature needs one of "
+			 "uint8, int8, float32)");
+	ck_assert_msg_is(load_fail(edit("  batch_size: 128\n", ""), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:22:1: train: missing required key "
+			 "'batch_size' (or 'per_replica_batch_size')");
+}
+END_TEST
+
+START_TEST(test_yaml_syntax)
+{
+	ck_assert_msg_is(load_fail(edit("  epochs: 5\n", "  epochs: [5\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:25:12: did not find expected ',' or "
+			 "']' (while parsing a flow sequence)");
+	ck_assert_msg_is(load_fail(edit("  input: image\n",
+					"  input: image\n   bad: 1\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:11:7: mapping values are not allowed "
+			 "in this context");
+	ck_assert_msg_is(load_fail("a: 1\n---\nb: 2\n", NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:3:1: a job file holds one YAML "
+			 "document; found a second one");
+}
+END_TEST
+
+START_TEST(test_bad_values)
+{
+	ck_assert_msg_is(load_fail(edit("activation: relu}}\n    - {max",
+					"use_bias: maybe}}\n    - {max"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:12:66: model.layers[0].conv2d.use_bias: "
+			 "expected a boolean (true/false, yes/no, on/off), got "
+			 "'maybe'");
+	ck_assert_msg_is(load_fail(edit("batch_size: 128", "batch_size: 0"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:23:15: train.batch_size: expected a "
+			 "positive integer, got '0'");
+	ck_assert_msg_is(load_fail(edit("batch_size: 128", "batch_size: -64"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:23:15: train.batch_size: expected a "
+			 "positive integer, got '-64'");
+	ck_assert_msg_is(load_fail(edit("  batch_size: 128\n",
+					"  batch_size: 128\n"
+					"  per_replica_batch_size: 32\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:24:27: train: give batch_size (global) "
+			 "or per_replica_batch_size, not both");
+	ck_assert_msg_is(load_fail(edit("rate: 0.4", "rate: 1.0"), NULL, 0,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:18:24: model.layers[6].dropout.rate: "
+			 "expected a number in [0, 1), got '1.0'");
+	ck_assert_msg_is(load_fail(edit("shape: [28, 28, 1]",
+					"shape: [28, 0, 1]"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:7:53: data.features.image.shape[1]: "
+			 "expected a positive integer, got '0'");
+	ck_assert_msg_is(load_fail(edit("{type: int64, shape: []}",
+					"{type: int64, decode: uint8, shape: []}"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:8:34: data.features.label.decode: only "
+			 "a bytes feature has a decode");
+	ck_assert_msg_is(load_fail(edit("  epochs: 5\n",
+					"  epochs: 5\n  epochs: 6\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:25:3: train.epochs: duplicate key "
+			 "(first given at graphs/x.yaml:24:3)");
+}
+END_TEST
+
+START_TEST(test_cross_references)
+{
+	ck_assert_msg_is(load_fail(edit("{dropout: {rate: 0.4}}",
+					"{dropout: {rate: 0.4, name: logits}}"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:19:33: model.layers[7]: duplicate "
+			 "layer name 'logits' (also layer 6 at "
+			 "graphs/x.yaml:18:7)");
+	/* a given name may also clash with a generated one */
+	ck_assert_msg_is(load_fail(edit("{units: 10, name: logits}",
+					"{units: 10, name: dense_1}"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:19:33: model.layers[7]: duplicate "
+			 "layer name 'dense_1' (also layer 5 at "
+			 "graphs/x.yaml:17:7)");
+	ck_assert_msg_is(load_fail(edit("{logits: logits,", "{logits: logit,"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:20:49: model.loss."
+			 "sparse_softmax_cross_entropy.logits: no layer named "
+			 "'logit' (did you mean 'logits'?)");
+	ck_assert_msg_is(load_fail(edit("  input: image", "  input: pixels"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:10:10: model.input: no feature named "
+			 "'pixels' in data.features");
+	ck_assert_msg_is(load_fail(edit("labels: label}", "labels: image}"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:20:65: model.loss."
+			 "sparse_softmax_cross_entropy.labels: feature 'image' "
+			 "is not an int64 feature (class labels are)");
+	ck_assert_msg_is(load_fail(edit("labels: label}", "labels: labels}"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:20:65: model.loss."
+			 "sparse_softmax_cross_entropy.labels: no feature "
+			 "named 'labels' in data.features (did you mean "
+			 "'label'?)");
+}
+END_TEST
+
+/* ---- overrides ---------------------------------------------------------------- */
+
+START_TEST(test_override_existing)
+{
+	const char *ov[] = {"train.epochs=1", "seed=7"};
+	struct dtf_job *job = load_ok(SKETCH, ov, 2);
+	ck_assert_int_eq(job->train.epochs, 1);
+	ck_assert_uint_eq(job->seed, 7);
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(test_override_creates)
+{
+	const char *ov[] = {"train.max_steps=100"};
+	struct dtf_job *job = load_ok(MINIMAL, ov, 1);
+	ck_assert_int_eq(job->train.max_steps, 100);
+	dtf_job_free(job);
+	/* whole sections that the file lacks */
+	const char *ov2[] = {"logging.dir=runs/x", "strategy.type=mirrored",
+			     "data.eval.files=e-*.tfrecord"};
+	job = load_ok(MINIMAL, ov2, 3);
+	ck_assert_str_eq(job->logging.dir, "runs/x");
+	ck_assert_int_eq(job->logging.every_steps, 100);
+	ck_assert_int_eq(job->strategy.type, DTF_STRATEGY_MIRRORED);
+	ck_assert_str_eq(job->data.eval_files, "e-*.tfrecord");
+	dtf_job_free(job);
+	/* an empty file: the keys an override made point at it */
+	ck_assert_msg_is(load_fail("", NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:1:1: missing required key 'data'");
+	ck_assert_msg_is(load_fail("", ov, 1, DTF_ERR_CONFIG),
+			 "--set train.max_steps: train: missing required key "
+			 "'batch_size' (or 'per_replica_batch_size')");
+}
+END_TEST
+
+START_TEST(test_override_flow)
+{
+	const char *ov[] = {
+		"train.optimizer={sgd: {learning_rate: 0.1, momentum: 0.5}}",
+		"data.features.image.shape=[784]",
+		"model.layers.6.dropout.rate=0.25",
+		"model.metrics=[]",
+	};
+	struct dtf_job *job = load_ok(SKETCH, ov, 4);
+	ck_assert_int_eq(job->train.optimizer, DTF_OPT_SGD);
+	ck_assert(job->train.learning_rate == 0.1);
+	ck_assert(job->train.momentum == 0.5);
+	ck_assert_int_eq(job->data.features[0].rank, 1);
+	ck_assert_int_eq(job->data.features[0].shape[0], 784);
+	ck_assert(job->model.layers[6].rate == 0.25f);
+	ck_assert_int_eq(job->model.metric_accuracy, 0);
+	dtf_job_free(job);
+	/* a scalar on the way becomes a mapping: "optimizer: adam" */
+	const char *ov2[] = {"train.optimizer.adam.beta_1=0.5"};
+	job = load_ok(edit("{adam: {learning_rate: 0.001}}", "adam"), ov2, 1);
+	ck_assert_int_eq(job->train.optimizer, DTF_OPT_ADAM);
+	ck_assert(job->train.beta_1 == 0.5);
+	ck_assert(job->train.learning_rate == 0.001);
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(test_override_malformed)
+{
+	static const char *const bad[] = {"train.epochs", "=1", ".epochs=1",
+					  "train..epochs=1", "train.=1"};
+	for (int i = 0; i < 5; i++) {
+		const char *msg = load_fail(SKETCH, &bad[i], 1, DTF_ERR_USAGE);
+		ck_assert_has(msg, "expected KEY.PATH=VALUE");
+		ck_assert_has(msg, bad[i]);
+	}
+	const char *ov[] = {"train.epochs=[1"};
+	ck_assert_msg_is(load_fail(SKETCH, ov, 1, DTF_ERR_USAGE),
+			 "--set train.epochs: bad value '[1': did not find "
+			 "expected ',' or ']' (while parsing a flow sequence)");
+	/* reported before an error in the file */
+	const char *ov2[] = {"nokey"};
+	load_fail("a: [", ov2, 1, DTF_ERR_USAGE);
+}
+END_TEST
+
+START_TEST(test_override_errors_name_set)
+{
+	const char *ov[] = {"train.epoch=1"};
+	ck_assert_msg_is(load_fail(SKETCH, ov, 1, DTF_ERR_CONFIG),
+			 "--set train.epoch: train.epoch: unknown key 'epoch' "
+			 "(did you mean 'epochs'?)");
+	const char *ov2[] = {"train.epochs=1", "train.batch_size=lots"};
+	ck_assert_msg_is(load_fail(SKETCH, ov2, 2, DTF_ERR_CONFIG),
+			 "--set train.batch_size: train.batch_size: expected a "
+			 "positive integer, got 'lots'");
+	const char *ov3[] = {"model.layers.0.conv2d.kernel=[5, 0]"};
+	ck_assert_msg_is(load_fail(SKETCH, ov3, 1, DTF_ERR_CONFIG),
+			 "--set model.layers.0.conv2d.kernel: "
+			 "model.layers[0].conv2d.kernel[1]: expected a positive "
+			 "integer, got '0'");
+	/* the file's own errors keep their positions */
+	const char *ov4[] = {"train.epochs=1"};
+	ck_assert_msg_is(load_fail(edit("seed: 42", "seed: x"), ov4, 1,
+				   DTF_ERR_CONFIG),
+			 "graphs/x.yaml:2:7: seed: expected a non-negative "
+			 "integer, got 'x'");
+}
+END_TEST
+
+/* ---- files --------------------------------------------------------------------- */
+
+START_TEST(test_load_file)
+{
+	char path[] = "/tmp/dtf-test-config-XXXXXX.yaml";
+	int fd = mkstemps(path, 5);
+	ck_assert_int_ge(fd, 0);
+	FILE *fp = fdopen(fd, "w");
+	ck_assert_ptr_nonnull(fp);
+	fputs(MINIMAL, fp);
+	fputs("sed: 3\n", fp); /* line 9 */
+	fclose(fp);
+
+	struct dtf_job *job = (struct dtf_job *)1;
+	int rc = dtf_job_load(path, NULL, 0, &job);
+	ck_assert_int_eq(rc, -DTF_ERR_CONFIG);
+	ck_assert_ptr_null(job);
+	char want[512];
+	snprintf(want, sizeof(want),
+		 "%s:9:1: sed: unknown key 'sed' (did you mean 'seed'?)", path);
+	ck_assert_str_eq(dtf_error_msg(), want);
+
+	fp = fopen(path, "w");
+	ck_assert_ptr_nonnull(fp);
+	fputs(MINIMAL, fp);
+	fclose(fp);
+	const char *ov[] = {"train.epochs=3"};
+	rc = dtf_job_load(path, ov, 1, &job);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	ck_assert_str_eq(job->path, path);
+	char base[64];
+	snprintf(base, sizeof(base), "%.*s", (int)(strlen(path) - 5 - 5),
+		 path + 5); /* minus "/tmp/" and ".yaml" */
+	ck_assert_str_eq(job->name, base);
+	ck_assert_int_eq(job->train.epochs, 3);
+	dtf_job_free(job);
+	unlink(path);
+
+	rc = dtf_job_load(path, NULL, 0, &job);
+	ck_assert_int_eq(rc, -DTF_ERR_IO);
+	ck_assert_has(dtf_error_msg(), path);
+	ck_assert_has(dtf_error_msg(), "No such file");
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc;
+
+	tc = tcase_create("parse");
+	tcase_add_test(tc, test_sketch_parses);
+	tcase_add_test(tc, test_minimal_defaults);
+	tcase_add_test(tc, test_layer_variants);
+	tcase_add_test(tc, test_bool_and_optimizer_forms);
+	tcase_add_test(tc, test_names);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("errors");
+	tcase_add_test(tc, test_unknown_key_suggests);
+	tcase_add_test(tc, test_unknown_layer_kind);
+	tcase_add_test(tc, test_wrong_type);
+	tcase_add_test(tc, test_missing_required);
+	tcase_add_test(tc, test_yaml_syntax);
+	tcase_add_test(tc, test_bad_values);
+	tcase_add_test(tc, test_cross_references);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("overrides");
+	tcase_add_test(tc, test_override_existing);
+	tcase_add_test(tc, test_override_creates);
+	tcase_add_test(tc, test_override_flow);
+	tcase_add_test(tc, test_override_malformed);
+	tcase_add_test(tc, test_override_errors_name_set);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("files");
+	tcase_add_test(tc, test_load_file);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed;
+}

@@ -1,0 +1,269 @@
+/*
+ * test_train.c - end-to-end: graph + data + MPI + optimizer.
+ *
+ * Runs the real binaries (dtf-records synth, then mpirun dtf-train) on a
+ * small synthetic data set in a temporary directory, and checks:
+ *  - 1 rank at global batch 16 and 2 ranks at 8 per replica reach the same
+ *    parameters after 20 steps (data-parallel equivalence, dropout on);
+ *  - training lowers the loss and the trained model beats chance;
+ *  - no allocation happens inside a step after the first (in-process run);
+ *  - a corrupt record stops every rank with exit status 3 and a message
+ *    naming file, record and offset; a bad job file exits 2 with line:col.
+ * The build directory comes from DTF_BUILD_ROOT (set by meson).
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "dist/comm.h"
+#include "train/train.h"
+
+static char tmpdir[256];
+static const char *build_root;
+
+static const char job_text[] =
+	"name: tiny-cnn\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
+	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 2}}\n"
+	"    - {conv2d: {filters: 6, kernel: 3, padding: valid, activation: relu}}\n"
+	"    - flatten\n"
+	"    - {dense: {units: 16, activation: relu}}\n"
+	"    - {dropout: {rate: 0.25}}\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"  metrics: [accuracy]\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  max_steps: 20\n"
+	"  epochs: 5\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"logging: {every_steps: 10}\n";
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void setup_data(void)
+{
+	build_root = getenv("DTF_BUILD_ROOT");
+	if (!build_root)
+		build_root = ".";
+	const char *t = getenv("TMPDIR");
+	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-train-test-XXXXXX",
+		 t ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
+			     "--shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
+			     build_root, tmpdir), 0);
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
+			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
+			     build_root, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, job_text, tmpdir, tmpdir);
+	fclose(f);
+}
+
+static void teardown_data(void)
+{
+	run("rm -rf '%s'", tmpdir);
+}
+
+static float *read_vars(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "missing %s", path);
+	char magic[8];
+	uint64_t count;
+	ck_assert_int_eq(fread(magic, 1, 8, f), 8);
+	ck_assert(memcmp(magic, "DTFVARS1", 8) == 0);
+	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
+	float *p = malloc(count * sizeof(float));
+	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
+	fclose(f);
+	*n = count;
+	return p;
+}
+
+START_TEST(one_rank_equals_two_ranks)
+{
+	ck_assert_int_eq(run("mpirun -np 1 %s/dtf-train -q --threads 1 "
+			     "--export-variables %s/np1.bin %s/job.yaml 2>%s/np1.log",
+			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 "
+			     "--export-variables %s/np2.bin %s/job.yaml 2>%s/np2.log",
+			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	char path[512];
+	size_t n1, n2;
+	snprintf(path, sizeof(path), "%s/np1.bin", tmpdir);
+	float *a = read_vars(path, &n1);
+	snprintf(path, sizeof(path), "%s/np2.bin", tmpdir);
+	float *b = read_vars(path, &n2);
+	ck_assert_uint_eq(n1, n2);
+	double worst = 0;
+	int moved = 0;
+	for (size_t i = 0; i < n1; i++) {
+		double d = fabs((double)a[i] - b[i]);
+		double rel = d / fmax(fabs((double)a[i]), 1e-2);
+		if (rel > worst)
+			worst = rel;
+		moved += a[i] != 0.0f;
+	}
+	printf("1 rank vs 2 ranks after 20 steps: %zu floats, max relative difference %.3g\n",
+	       n1, worst);
+	ck_assert_msg(worst <= 1e-4, "max relative difference %g", worst);
+	ck_assert_int_gt(moved, (int)(n1 / 2));
+	free(a);
+	free(b);
+}
+END_TEST
+
+/* In process (no fork: MPI is started once): the loss falls, accuracy beats
+ * chance, and steps after the first allocate nothing. */
+START_TEST(trains_without_step_allocations)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	const char *sets[] = {"train.max_steps=0", "train.epochs=4"};
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load(path, sets, 2, &job), 0);
+	struct dtf_comm *comm = NULL;
+	ck_assert_int_eq(dtf_comm_init(NULL, NULL, &comm), 0);
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1};
+	struct dtf_train_result res;
+	int rc = dtf_train_run(job, comm, &opts, &res);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	ck_assert_int_eq(res.steps, 4 * (480 / 16));
+	ck_assert_uint_eq(res.step_allocations, 0);
+	printf("4 epochs on synthetic data: test accuracy %.3f, loss %.3f\n",
+	       res.eval_accuracy, res.eval_loss);
+	ck_assert(res.eval_accuracy > 0.6); /* chance is 0.25 */
+	ck_assert(res.eval_loss < log(4.0));
+	dtf_job_free(job);
+	dtf_comm_finalize(comm);
+}
+END_TEST
+
+START_TEST(corrupt_record_stops_every_rank)
+{
+	/* flip a byte inside record 100's data (records are the same size) */
+	char path[512];
+	snprintf(path, sizeof(path), "%s/train-00000-of-00001.tfrecord", tmpdir);
+	FILE *f = fopen(path, "r+b");
+	ck_assert_ptr_nonnull(f);
+	uint64_t len;
+	ck_assert_int_eq(fread(&len, 8, 1, f), 1);
+	long rec = (long)(len + 16), off = 100 * rec + 12 + 20;
+	fseek(f, off, SEEK_SET);
+	int ch = fgetc(f);
+	fseek(f, off, SEEK_SET);
+	fputc(ch ^ 0x40, f);
+	fclose(f);
+	int st = run("timeout 60 mpirun -np 2 %s/dtf-train -q --threads 1 "
+		     "%s/job.yaml >/dev/null 2>%s/bad.log",
+		     build_root, tmpdir, tmpdir);
+	char log[4096] = "";
+	snprintf(path, sizeof(path), "%s/bad.log", tmpdir);
+	f = fopen(path, "r");
+	size_t got = fread(log, 1, sizeof(log) - 1, f);
+	log[got] = 0;
+	fclose(f);
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	char want[128];
+	snprintf(want, sizeof(want), "record 100 at byte offset %ld", 100 * rec);
+	ck_assert_msg(strstr(log, want) != NULL, "no '%s' in:\n%s", want, log);
+	ck_assert_msg(strstr(log, "train-00000-of-00001.tfrecord") != NULL,
+		      "no file name in:\n%s", log);
+	/* restore the byte for later tests */
+	f = fopen(path, "w");
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/train-00000-of-00001.tfrecord", tmpdir);
+	f = fopen(path, "r+b");
+	fseek(f, off, SEEK_SET);
+	fputc(ch, f);
+	fclose(f);
+}
+END_TEST
+
+START_TEST(bad_job_file_exit_2)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/bad.yaml", tmpdir);
+	FILE *f = fopen(path, "w");
+	fputs("train:\n  batch_size: 16\n  epoch: 2\n", f);
+	fclose(f);
+	int st = run("mpirun -np 2 %s/dtf-train %s 2>%s/bad2.log >/dev/null",
+		     build_root, path, tmpdir);
+	ck_assert_int_eq(st, 2);
+	snprintf(path, sizeof(path), "%s/bad2.log", tmpdir);
+	f = fopen(path, "r");
+	char log[2048] = "";
+	size_t got = fread(log, 1, sizeof(log) - 1, f);
+	log[got] = 0;
+	fclose(f);
+	ck_assert_msg(strstr(log, "bad.yaml:3:3") != NULL, "log:\n%s", log);
+	ck_assert_msg(strstr(log, "epochs") != NULL, "no suggestion:\n%s", log);
+}
+END_TEST
+
+START_TEST(batch_not_divisible_exit_2)
+{
+	int st = run("mpirun -np 2 %s/dtf-train --set train.batch_size=15 "
+		     "%s/job.yaml >/dev/null 2>&1",
+		     build_root, tmpdir);
+	ck_assert_int_eq(st, 2);
+}
+END_TEST
+
+static Suite *train_suite(void)
+{
+	Suite *s = suite_create("train");
+	TCase *tc = tcase_create("end_to_end");
+	tcase_add_unchecked_fixture(tc, setup_data, teardown_data);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, one_rank_equals_two_ranks);
+	tcase_add_test(tc, trains_without_step_allocations);
+	tcase_add_test(tc, corrupt_record_stops_every_rank);
+	tcase_add_test(tc, bad_job_file_exit_2);
+	tcase_add_test(tc, batch_not_divisible_exit_2);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(train_suite());
+	/* MPI may be initialised once per process: run in this process */
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
