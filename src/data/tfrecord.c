@@ -1,0 +1,464 @@
+/*
+ * tfrecord.c - TFRecord framing: reader, writer and framing-only scan.
+ *
+ * Design: the reader keeps one growing record buffer and one stdio buffer,
+ * both kept across dtf_tfrecord_reader_reopen(), so reading many files
+ * costs no allocation per record or per file in steady state.  Bytes come
+ * through `struct source`, a read/skip/rewind/close table: the plain file
+ * source is the only one today, and a gzip source (zlib gzread/gzseek) would
+ * be a second table.  The reader tracks the byte offset itself, so messages
+ * need no tell() from the source.
+ *
+ * Checks are ordered so corrupt input never drives an allocation: the
+ * length is used only after its CRC matches, and for regular files a length
+ * running past the end of the file is reported as truncation before the
+ * buffer grows.
+ */
+#include "data/tfrecord.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+#include "data/crc32c.h"
+
+/* stdio buffer of readers and writers, bytes. */
+#define IO_BUFFER (64 * 1024)
+#define WRITE_BUFFER (1024 * 1024)
+
+/* A byte source.  read returns bytes read (fewer than n only at end of
+ * input) or -1 with errno set; skip moves forward n bytes, rewind goes back
+ * to byte 0 (both 0 or -1 with errno).  size returns the total size in bytes
+ * or -1 when unknown (a pipe, a compressed stream). */
+struct source {
+	long long (*read)(void *ctx, void *buf, size_t n);
+	int (*skip)(void *ctx, uint64_t n);
+	int (*rewind)(void *ctx);
+	long long (*size)(void *ctx);
+	void (*close)(void *ctx);
+};
+
+static long long file_read(void *ctx, void *buf, size_t n)
+{
+	FILE *f = ctx;
+	size_t got = fread(buf, 1, n, f);
+	if (got < n && ferror(f))
+		return -1;
+	return (long long)got;
+}
+
+static int file_skip(void *ctx, uint64_t n)
+{
+	if (n > (uint64_t)INT64_MAX) {
+		errno = EOVERFLOW;
+		return -1;
+	}
+	return fseeko(ctx, (off_t)n, SEEK_CUR);
+}
+
+static int file_rewind(void *ctx)
+{
+	clearerr(ctx);
+	return fseeko(ctx, 0, SEEK_SET);
+}
+
+static long long file_size(void *ctx)
+{
+	struct stat st;
+	if (fstat(fileno((FILE *)ctx), &st) != 0 || !S_ISREG(st.st_mode))
+		return -1;
+	return (long long)st.st_size;
+}
+
+static void file_close(void *ctx) { fclose(ctx); }
+
+static const struct source file_source = {
+	file_read, file_skip, file_rewind, file_size, file_close,
+};
+
+struct dtf_tfrecord_reader {
+	const struct source *src;
+	void *ctx;          /* the source's state (FILE * here) */
+	char *path;         /* for messages */
+	size_t path_cap;    /* bytes allocated for path */
+	char *iobuf;        /* IO_BUFFER bytes of stdio buffer */
+	uint8_t *buf;       /* record data */
+	size_t cap;         /* bytes allocated for buf */
+	int64_t index;      /* next record */
+	uint64_t offset;    /* byte offset of the next record */
+	long long size;     /* file size in bytes, -1 if unknown */
+};
+
+static uint64_t load_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint32_t load_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static void store_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void store_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The common error prefix: path, record index and offset of its start. */
+#define REC_FMT "%s: record %" PRId64 " at byte offset %" PRIu64 ": "
+#define REC_ARGS(r) (r)->path, (r)->index, (r)->offset
+
+static int io_error(const struct dtf_tfrecord_reader *r, const char *what)
+{
+	return dtf_error(DTF_ERR_DATA, REC_FMT "%s: %s", REC_ARGS(r), what,
+			 strerror(errno));
+}
+
+static int set_path(struct dtf_tfrecord_reader *r, const char *path)
+{
+	size_t n = strlen(path) + 1;
+	if (n > r->path_cap) {
+		char *p = dtf_malloc(n);
+		if (!p)
+			return dtf_error(DTF_ERR_NOMEM, "%s: out of memory",
+					 path);
+		dtf_free(r->path);
+		r->path = p;
+		r->path_cap = n;
+	}
+	memcpy(r->path, path, n);
+	return 0;
+}
+
+static void close_source(struct dtf_tfrecord_reader *r)
+{
+	if (r->ctx)
+		r->src->close(r->ctx);
+	r->ctx = NULL;
+}
+
+int dtf_tfrecord_reader_reopen(struct dtf_tfrecord_reader *r,
+			       const char *path)
+{
+	close_source(r);
+	r->index = 0;
+	r->offset = 0;
+	r->size = -1;
+	int rc = set_path(r, path);
+	if (rc)
+		return rc;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return dtf_error(DTF_ERR_DATA, "%s: cannot open: %s", path,
+				 strerror(errno));
+	setvbuf(f, r->iobuf, _IOFBF, IO_BUFFER);
+	r->src = &file_source;
+	r->ctx = f;
+	r->size = r->src->size(f);
+	return 0;
+}
+
+int dtf_tfrecord_reader_open(const char *path,
+			     struct dtf_tfrecord_reader **out)
+{
+	int rc;
+	*out = NULL;
+	struct dtf_tfrecord_reader *r = dtf_calloc(1, sizeof(*r));
+	if (!r)
+		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+	r->iobuf = dtf_malloc(IO_BUFFER);
+	if (!r->iobuf) {
+		rc = dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+		goto out_free;
+	}
+	rc = dtf_tfrecord_reader_reopen(r, path);
+	if (rc)
+		goto out_free;
+	*out = r;
+	return 0;
+out_free:
+	dtf_tfrecord_reader_free(r);
+	return rc;
+}
+
+int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes)
+{
+	if (bytes <= r->cap)
+		return 0;
+	uint8_t *b = dtf_realloc(r->buf, bytes);
+	if (!b)
+		return dtf_error(DTF_ERR_NOMEM,
+				 "%s: out of memory for a record of %zu bytes",
+				 r->path, bytes);
+	r->buf = b;
+	r->cap = bytes;
+	return 0;
+}
+
+/*
+ * Read and check the 12-byte header of the next record: 1 with *len set,
+ * 0 at a clean end of file, or a negative error.  Also rejects a length
+ * that runs past the end of a regular file.
+ */
+static int read_header(struct dtf_tfrecord_reader *r, uint64_t *len)
+{
+	uint8_t h[DTF_TFRECORD_HEADER];
+	if (!r->ctx)
+		return dtf_error(DTF_ERR_DATA, "%s: file is not open",
+				 r->path ? r->path : "(none)");
+	long long got = r->src->read(r->ctx, h, sizeof(h));
+	if (got < 0)
+		return io_error(r, "read error");
+	if (got == 0)
+		return 0;
+	if (got < (long long)sizeof(h))
+		return dtf_error(DTF_ERR_DATA,
+				 REC_FMT "truncated record header (%lld of %d "
+					 "bytes)",
+				 REC_ARGS(r), got, DTF_TFRECORD_HEADER);
+	uint32_t want = load_le32(h + 8);
+	if (dtf_crc32c_mask(dtf_crc32c(0, h, 8)) != want)
+		return dtf_error(DTF_ERR_DATA,
+				 REC_FMT "length CRC mismatch (corrupt length "
+					 "field)",
+				 REC_ARGS(r));
+	*len = load_le64(h);
+	if (r->size >= 0) {
+		uint64_t end = r->offset + sizeof(h);
+		uint64_t left = (uint64_t)r->size > end ? (uint64_t)r->size - end
+							: 0;
+		if (*len > left || left - *len < 4)
+			return dtf_error(DTF_ERR_DATA,
+					 REC_FMT "truncated record data (%" PRIu64
+						 " of %" PRIu64 " bytes)",
+					 REC_ARGS(r), left,
+					 *len > UINT64_MAX - 4 ? UINT64_MAX
+							       : *len + 4);
+	}
+	return 1;
+}
+
+int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
+			     const uint8_t **data, size_t *len)
+{
+	uint64_t n;
+	int rc = read_header(r, &n);
+	if (rc <= 0)
+		return rc;
+	if (n > SIZE_MAX - 4)
+		return dtf_error(DTF_ERR_DATA,
+				 REC_FMT "record length %" PRIu64 " too large",
+				 REC_ARGS(r), n);
+	/* Never zero-size: a 0-byte record still needs a valid pointer. */
+	rc = dtf_tfrecord_reader_reserve(r, n ? (size_t)n : 1);
+	if (rc)
+		return rc;
+	uint8_t c[4];
+	long long got = r->src->read(r->ctx, r->buf, (size_t)n);
+	if (got < 0)
+		return io_error(r, "read error");
+	if ((uint64_t)got == n) {
+		long long gc = r->src->read(r->ctx, c, 4);
+		if (gc < 0)
+			return io_error(r, "read error");
+		got += gc;
+	}
+	if ((uint64_t)got < n + 4)
+		return dtf_error(DTF_ERR_DATA,
+				 REC_FMT "truncated record data (%lld of %" PRIu64
+					 " bytes)",
+				 REC_ARGS(r), got, n + 4);
+	if (dtf_crc32c_mask(dtf_crc32c(0, r->buf, (size_t)n)) != load_le32(c))
+		return dtf_error(DTF_ERR_DATA,
+				 REC_FMT "data CRC mismatch (corrupt record)",
+				 REC_ARGS(r));
+	*data = r->buf;
+	*len = (size_t)n;
+	r->index++;
+	r->offset += n + DTF_TFRECORD_OVERHEAD;
+	return 1;
+}
+
+int dtf_tfrecord_reader_skip(struct dtf_tfrecord_reader *r, uint64_t *len)
+{
+	uint64_t n;
+	int rc = read_header(r, &n);
+	if (rc <= 0)
+		return rc;
+	if (r->size < 0) {
+		/* Unknown size: read through so truncation is still seen. */
+		uint8_t tmp[4096];
+		uint64_t left = n + 4;
+		while (left) {
+			size_t want = left < sizeof(tmp) ? (size_t)left
+							 : sizeof(tmp);
+			long long got = r->src->read(r->ctx, tmp, want);
+			if (got < 0)
+				return io_error(r, "read error");
+			if ((size_t)got < want)
+				return dtf_error(
+					DTF_ERR_DATA,
+					REC_FMT "truncated record data (%" PRIu64
+						" of %" PRIu64 " bytes)",
+					REC_ARGS(r), n + 4 - left + (uint64_t)got,
+					n + 4);
+			left -= (uint64_t)got;
+		}
+	} else if (r->src->skip(r->ctx, n + 4) != 0) {
+		return io_error(r, "seek error");
+	}
+	if (len)
+		*len = n;
+	r->index++;
+	r->offset += n + DTF_TFRECORD_OVERHEAD;
+	return 1;
+}
+
+int dtf_tfrecord_reader_rewind(struct dtf_tfrecord_reader *r)
+{
+	if (!r->ctx)
+		return dtf_error(DTF_ERR_DATA, "%s: file is not open",
+				 r->path ? r->path : "(none)");
+	r->index = 0;
+	r->offset = 0;
+	if (r->src->rewind(r->ctx) != 0)
+		return dtf_error(DTF_ERR_DATA, "%s: cannot rewind: %s",
+				 r->path, strerror(errno));
+	return 0;
+}
+
+int64_t dtf_tfrecord_reader_index(const struct dtf_tfrecord_reader *r)
+{
+	return r->index;
+}
+
+uint64_t dtf_tfrecord_reader_offset(const struct dtf_tfrecord_reader *r)
+{
+	return r->offset;
+}
+
+const char *dtf_tfrecord_reader_path(const struct dtf_tfrecord_reader *r)
+{
+	return r->path;
+}
+
+void dtf_tfrecord_reader_free(struct dtf_tfrecord_reader *r)
+{
+	if (!r)
+		return;
+	close_source(r); /* before iobuf goes: stdio may flush into it */
+	dtf_free(r->iobuf);
+	dtf_free(r->buf);
+	dtf_free(r->path);
+	dtf_free(r);
+}
+
+int dtf_tfrecord_scan(const char *path, struct dtf_tfrecord_stats *stats)
+{
+	struct dtf_tfrecord_reader *r;
+	memset(stats, 0, sizeof(*stats));
+	int rc = dtf_tfrecord_reader_open(path, &r);
+	if (rc)
+		return rc;
+	uint64_t len;
+	while ((rc = dtf_tfrecord_reader_skip(r, &len)) > 0) {
+		stats->records++;
+		if (len > stats->max_record)
+			stats->max_record = len;
+	}
+	stats->bytes = r->offset;
+	dtf_tfrecord_reader_free(r);
+	return rc;
+}
+
+struct dtf_tfrecord_writer {
+	FILE *f;
+	char *path;
+	char *iobuf;
+	int failed; /* errno of the first failed write, or 0 */
+};
+
+int dtf_tfrecord_writer_open(const char *path,
+			     struct dtf_tfrecord_writer **out)
+{
+	int rc;
+	*out = NULL;
+	struct dtf_tfrecord_writer *w = dtf_calloc(1, sizeof(*w));
+	if (!w)
+		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+	w->path = dtf_strdup(path);
+	w->iobuf = dtf_malloc(WRITE_BUFFER);
+	if (!w->path || !w->iobuf) {
+		rc = dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+		goto out_free;
+	}
+	w->f = fopen(path, "wb");
+	if (!w->f) {
+		rc = dtf_error(DTF_ERR_IO, "%s: cannot create: %s", path,
+			       strerror(errno));
+		goto out_free;
+	}
+	setvbuf(w->f, w->iobuf, _IOFBF, WRITE_BUFFER);
+	*out = w;
+	return 0;
+out_free:
+	dtf_free(w->iobuf);
+	dtf_free(w->path);
+	dtf_free(w);
+	return rc;
+}
+
+int dtf_tfrecord_writer_write(struct dtf_tfrecord_writer *w, const void *data,
+			      size_t len)
+{
+	uint8_t h[DTF_TFRECORD_HEADER], c[4];
+	if (w->failed)
+		return dtf_error(DTF_ERR_IO, "%s: write error: %s", w->path,
+				 strerror(w->failed));
+	store_le64(h, (uint64_t)len);
+	store_le32(h + 8, dtf_crc32c_mask(dtf_crc32c(0, h, 8)));
+	store_le32(c, dtf_crc32c_mask(dtf_crc32c(0, data, len)));
+	if (fwrite(h, 1, sizeof(h), w->f) != sizeof(h) ||
+	    (len && fwrite(data, 1, len, w->f) != len) ||
+	    fwrite(c, 1, 4, w->f) != 4) {
+		w->failed = errno ? errno : EIO;
+		return dtf_error(DTF_ERR_IO, "%s: write error: %s", w->path,
+				 strerror(w->failed));
+	}
+	return 0;
+}
+
+int dtf_tfrecord_writer_close(struct dtf_tfrecord_writer *w)
+{
+	if (!w)
+		return 0;
+	int rc = 0;
+	if (fflush(w->f) != 0 && !w->failed)
+		w->failed = errno ? errno : EIO;
+	if (ferror(w->f) && !w->failed)
+		w->failed = EIO;
+	if (fclose(w->f) != 0 && !w->failed)
+		w->failed = errno ? errno : EIO;
+	if (w->failed)
+		rc = dtf_error(DTF_ERR_IO, "%s: write error: %s", w->path,
+			       strerror(w->failed));
+	dtf_free(w->iobuf);
+	dtf_free(w->path);
+	dtf_free(w);
+	return rc;
+}
