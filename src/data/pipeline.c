@@ -221,6 +221,11 @@ int dtf_pipeline_begin_epoch(struct dtf_pipeline *p, int epoch)
 	return 0;
 }
 
+const char *dtf_pipeline_file(const struct dtf_pipeline *p, int index)
+{
+	return index >= 0 && index < p->nfiles ? p->paths[index] : "?";
+}
+
 int64_t dtf_pipeline_num_records(const struct dtf_pipeline *p)
 {
 	return p->nrecords;

@@ -66,6 +66,10 @@ int dtf_pipeline_begin_epoch(struct dtf_pipeline *p, int epoch);
 int dtf_pipeline_next(struct dtf_pipeline *p, void *const *dst,
 		      uint64_t *example_ids, int *count);
 
+/* Path of file `index` of the sorted list (the file part of an example id,
+ * id >> 40), or "?" when out of range.  Owned by the pipeline. */
+const char *dtf_pipeline_file(const struct dtf_pipeline *p, int index);
+
 /* dtf_pipeline_free(NULL) is a no-op. */
 void dtf_pipeline_free(struct dtf_pipeline *p);
 

@@ -299,6 +299,82 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 			 when, (long long)step);
 }
 
+static void add_times(struct dtf_step_times *sum,
+		      const struct dtf_step_times *t)
+{
+	sum->data_wait += t->data_wait;
+	sum->forward += t->forward;
+	sum->backward += t->backward;
+	sum->comm += t->comm;
+	sum->optimizer += t->optimizer;
+}
+
+/* Labels outside [0, classes) would make the loss NaN: a data error naming
+ * the file and record of the example. */
+static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
+			int count)
+{
+	const struct dtf_graph *g = &r->g;
+	const int32_t *labels = g->nodes[g->labels].data;
+	int classes = (int)g->nodes[g->logits].shape.d[1];
+	for (int i = 0; i < count; i++)
+		if (labels[i] < 0 || labels[i] >= classes)
+			return dtf_error(DTF_ERR_DATA,
+					 "%s: record %llu: label %d is outside [0, %d), the classes of '%s'",
+					 dtf_pipeline_file(p, (int)(r->ids[i] >> 40)),
+					 (unsigned long long)(r->ids[i] & ((1ull << 40) - 1)),
+					 labels[i], classes, g->nodes[g->logits].name);
+	return 0;
+}
+
+/*
+ * One step up to the optimizer: read a batch, agree on the status, forward,
+ * backward, allreduce gradients and statistics.  `rc` carries an error from
+ * before the step (e.g. starting the epoch) into the agreement.  Phase times
+ * are added to *t; t->mark is left at the end of the allreduce.
+ */
+static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
+		      struct replica *r, struct dtf_pipeline *train,
+		      struct dtf_exec_ctx *ctx, int rc, int64_t step,
+		      struct dtf_step_times *t, struct dtf_train_result *result)
+{
+	struct dtf_graph *g = &r->g;
+	int batch = g->batch, count = 0;
+	size_t np = g->nparams;
+	double t0 = now_seconds();
+	if (rc == 0)
+		rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
+	if (rc == 0 && count < batch)
+		rc = dtf_error(DTF_ERR_DATA,
+			       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
+			       job->data.train_files, count, batch,
+			       (long long)step);
+	if (rc == 0)
+		rc = check_labels(r, train, count);
+	double t1 = now_seconds();
+	t->data_wait += t1 - t0;
+	if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
+		return rc;
+	double t2 = now_seconds();
+	dtf_exec_forward(g, ctx);
+	double t3 = now_seconds();
+	dtf_exec_backward(g, ctx);
+	r->grads[np] = (float)ctx->loss_sum;
+	r->grads[np + 1] = (float)dtf_cpu_count_correct(
+		(size_t)batch, (int)g->nodes[g->logits].shape.d[1],
+		g->nodes[g->logits].data,
+		(const int32_t *)g->nodes[g->labels].data, (size_t)batch);
+	r->grads[np + 2] = (float)batch;
+	double t4 = now_seconds();
+	rc = dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
+	double t5 = now_seconds();
+	t->forward += t3 - t2;
+	t->backward += t4 - t3;
+	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
+	t->mark = t5;
+	return rc;
+}
+
 int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		  const struct dtf_train_opts *opts,
 		  struct dtf_train_result *result)
@@ -373,10 +449,13 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
 		.workspace = r.plan.workspace};
 	size_t np = r.g.nparams;
-	int classes = (int)r.g.nodes[r.g.logits].shape.d[1];
 	double t_start = now_seconds(), t_log = t_start, t_epoch = t_start;
-	double win_loss = 0, win_correct = 0, win_count = 0;
-	int64_t step = 0, win_steps = 0;
+	struct {
+		int64_t steps;
+		double loss, correct, count;
+		struct dtf_step_times t;
+	} win = {0};
+	int64_t step = 0;
 	double lr = job->train.learning_rate;
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 
@@ -384,50 +463,39 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		t_epoch = now_seconds();
 		rc = dtf_pipeline_begin_epoch(train, epoch);
 		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
-			int count = 0;
 			uint64_t allocs_before = dtf_alloc_count();
-			if (rc == 0)
-				rc = dtf_pipeline_next(train, r.feed, r.ids, &count);
-			if (rc == 0 && count < batch)
-				rc = dtf_error(DTF_ERR_DATA,
-					       "%s: rank %d's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
-					       job->data.train_files, rank, count,
-					       batch, (long long)step);
-			if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
-				goto out;
 			ctx.step = (uint64_t)step;
-			dtf_exec_forward(&r.g, &ctx);
-			dtf_exec_backward(&r.g, &ctx);
-			r.grads[np] = (float)ctx.loss_sum;
-			r.grads[np + 1] = (float)dtf_cpu_count_correct(
-				(size_t)batch, classes, r.g.nodes[r.g.logits].data,
-				(const int32_t *)r.g.nodes[r.g.labels].data,
-				(size_t)batch);
-			r.grads[np + 2] = (float)batch;
-			if ((rc = dtf_comm_allreduce_sum_f32(comm, r.grads,
-							     np + NSTATS)) < 0)
+			rc = train_step(job, comm, &r, train, &ctx, rc, step, &win.t,
+					result);
+			if (rc < 0)
 				goto out;
 			dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
+			double t_end = now_seconds();
+			win.t.optimizer += t_end - win.t.mark;
 			step++;
-			win_steps++;
-			win_loss += r.grads[np];
-			win_correct += r.grads[np + 1];
-			win_count += r.grads[np + 2];
+			win.steps++;
+			win.loss += r.grads[np];
+			win.correct += r.grads[np + 1];
+			win.count += r.grads[np + 2];
 			if (step > 1)
 				step_allocs += dtf_alloc_count() - allocs_before;
 			if (!opts->quiet && job->logging.every_steps > 0 &&
 			    (step % job->logging.every_steps == 0 ||
 			     step == total_steps)) {
-				double t = now_seconds();
-				dtf_info("step %lld/%lld  epoch %d  loss %.4f  accuracy %.4f  lr %.3g  %.0f samples/s",
+				double per = 1e3 / (double)win.steps;
+				dtf_info("step %lld/%lld  epoch %d  loss %.4f  accuracy %.4f  lr %.3g  %.0f samples/s  "
+					 "(ms/step: data %.1f fwd %.1f bwd %.1f comm %.1f opt %.1f)",
 					 (long long)step, (long long)total_steps,
-					 epoch + 1, win_loss / win_count,
-					 win_correct / win_count, lr,
-					 (double)win_steps * (double)global_batch /
-						 (t - t_log));
-				t_log = t;
-				win_loss = win_correct = win_count = 0;
-				win_steps = 0;
+					 epoch + 1, win.loss / win.count,
+					 win.correct / win.count, lr,
+					 (double)win.steps * (double)global_batch /
+						 (t_end - t_log),
+					 win.t.data_wait * per, win.t.forward * per,
+					 win.t.backward * per, win.t.comm * per,
+					 win.t.optimizer * per);
+				t_log = t_end;
+				add_times(&result->times, &win.t);
+				memset(&win, 0, sizeof(win));
 			}
 		}
 		if (rc < 0)
@@ -444,6 +512,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				 tot.count);
 		}
 	}
+	add_times(&result->times, &win.t);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;
 	result->samples_per_second =

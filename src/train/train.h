@@ -23,6 +23,15 @@ struct dtf_train_opts {
 	int quiet;          /* no per-step lines */
 };
 
+/* Seconds spent per phase of the training step (sums over steps). */
+struct dtf_step_times {
+	double data_wait; /* waiting for the input pipeline */
+	double forward, backward;
+	double comm;      /* allreduce and status agreement, not overlapped */
+	double optimizer;
+	double mark;      /* internal: start of the current phase */
+};
+
 /* Results of a run, for the caller and tests. */
 struct dtf_train_result {
 	int64_t steps;
@@ -31,6 +40,7 @@ struct dtf_train_result {
 	double eval_loss, eval_accuracy; /* -1 when there was no eval */
 	size_t num_params;
 	int remote_failure; /* 1: stopped because another rank failed */
+	struct dtf_step_times times; /* whole run */
 	uint64_t step_allocations; /* dtf_alloc calls inside steps 2.. (0) */
 };
 
