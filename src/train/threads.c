@@ -7,6 +7,9 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 int dtf_threads_choose(int requested, int local_ranks)
 {
@@ -27,3 +30,10 @@ int dtf_threads_choose(int requested, int local_ranks)
 }
 
 void dtf_threads_set(int n) { openblas_set_num_threads(n); }
+
+void dtf_threads_flush_denormals(void)
+{
+#if defined(__SSE__)
+	_mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) | DAZ (bit 6) */
+#endif
+}

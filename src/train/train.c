@@ -403,6 +403,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int threads = dtf_threads_choose(opts->threads,
 					 comm ? dtf_comm_local_size(comm) : 1);
 	dtf_threads_set(threads);
+	dtf_threads_flush_denormals();
 	int64_t global_batch = (int64_t)batch * world;
 	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d BLAS thread(s) per rank",
 		 job->name, world, comm ? dtf_comm_num_nodes(comm) : 1,
