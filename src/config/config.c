@@ -1160,6 +1160,50 @@ static const struct field model_fields[] = {
 	{.key = "metrics", .type = T_CUSTOM, .read = read_metrics},
 };
 
+/* learning_rate_scaling: none | linear | {linear: {warmup_steps: N}} */
+static const struct field linear_scaling_fields[] = {
+	{.key = "warmup_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(train.lr_warmup_steps), .def = 0},
+};
+
+static const struct section linear_scaling_section = {
+	linear_scaling_fields, NFIELDS(linear_scaling_fields), -1, NULL};
+
+static const struct choice lr_scalings[] = {
+	{"none", DTF_LR_SCALING_NONE, NULL},
+	{"linear", DTF_LR_SCALING_LINEAR, &linear_scaling_section},
+};
+
+static int read_lr_scaling(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	const yaml_node_t *kind, *attrs;
+	const struct choice *ch;
+	char sub[PATH_MAX_];
+
+	int rc = read_choice(c, val, path, "learning rate scaling",
+			     lr_scalings, NFIELDS(lr_scalings), &ch, &kind,
+			     &attrs);
+	if (rc)
+		return rc;
+	job->train.lr_scaling = ch->value;
+	if (!ch->attrs) {
+		if (attrs && !dtf_ytree_is_null(attrs))
+			return fail(c, attrs, path, "'%s' takes no settings",
+				    ch->name);
+		return 0;
+	}
+	join_path(sub, path, ch->name);
+	return read_section(c, ch->attrs, job, kind, attrs, sub);
+}
+
+static const struct enum_name nonfinite_actions[] = {
+	{"fail", DTF_NONFINITE_FAIL},
+	{"skip", DTF_NONFINITE_SKIP},
+	{NULL, 0},
+};
+
 static const struct field train_fields[] = {
 	{.key = "batch_size", .type = T_I64, .flags = F_POS,
 	 .off = JOB(train.batch_size), .def = 0},
@@ -1172,6 +1216,12 @@ static const struct field train_fields[] = {
 	{.key = "optimizer", .type = T_CUSTOM, .read = read_optimizer},
 	{.key = "eval_batch_size", .type = T_I64, .flags = F_NONNEG,
 	 .off = JOB(train.eval_batch_size), .def = 0},
+	{.key = "accumulate_steps", .type = T_INT, .flags = F_POS,
+	 .off = JOB(train.accumulate_steps), .def = 1},
+	{.key = "learning_rate_scaling", .type = T_CUSTOM,
+	 .read = read_lr_scaling},
+	{.key = "on_nonfinite", .type = T_ENUM, .off = JOB(train.on_nonfinite),
+	 .def = DTF_NONFINITE_FAIL, .names = nonfinite_actions},
 };
 
 static const struct enum_name strategies[] = {
@@ -1183,9 +1233,37 @@ static const struct enum_name strategies[] = {
 	{NULL, 0},
 };
 
+static const struct enum_name compressions[] = {
+	{"none", DTF_COMPRESSION_NONE},
+	{"fp16", DTF_COMPRESSION_FP16},
+	{"bf16", DTF_COMPRESSION_BF16},
+	{NULL, 0},
+};
+
+static const struct field communication_fields[] = {
+	{.key = "bucket_mb", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(strategy.bucket_mb), .def = 25},
+	{.key = "compression", .type = T_ENUM, .off = JOB(strategy.compression),
+	 .def = DTF_COMPRESSION_NONE, .names = compressions},
+	{.key = "overlap", .type = T_BOOL, .off = JOB(strategy.overlap),
+	 .def = 1},
+	{.key = "hierarchical", .type = T_BOOL,
+	 .off = JOB(strategy.hierarchical), .def = 0},
+};
+
+static const struct section communication_section = {
+	communication_fields, NFIELDS(communication_fields), -1, NULL};
+
 static const struct field strategy_fields[] = {
 	{.key = "type", .type = T_ENUM, .off = JOB(strategy.type),
 	 .def = DTF_STRATEGY_MULTI_WORKER_MIRRORED, .names = strategies},
+	{.key = "num_ps", .type = T_INT, .flags = F_POS,
+	 .off = JOB(strategy.num_ps), .def = 1},
+	{.key = "sync", .type = T_BOOL, .off = JOB(strategy.sync), .def = 1},
+	{.key = "max_staleness", .type = T_INT, .flags = F_NONNEG,
+	 .off = JOB(strategy.max_staleness), .def = 4},
+	{.key = "communication", .type = T_SECTION,
+	 .sub = &communication_section},
 };
 
 static const struct field logging_fields[] = {

@@ -64,6 +64,16 @@ enum dtf_strategy_kind {
 	DTF_STRATEGY_PARAMETER_SERVER,
 };
 
+enum dtf_lr_scaling { DTF_LR_SCALING_NONE = 0, DTF_LR_SCALING_LINEAR };
+
+enum dtf_on_nonfinite { DTF_NONFINITE_FAIL = 0, DTF_NONFINITE_SKIP };
+
+enum dtf_compression {
+	DTF_COMPRESSION_NONE = 0,
+	DTF_COMPRESSION_FP16,
+	DTF_COMPRESSION_BF16,
+};
+
 struct dtf_job {
 	char *path; /* the job file as given */
 	char name[128];   /* default: file name without extension */
@@ -101,11 +111,23 @@ struct dtf_job {
 		double beta_2;        /* adam, default 0.999 */
 		double epsilon;       /* adam, default 1e-7 (Keras) */
 		int64_t eval_batch_size; /* per replica; default 0 = as train */
+		int accumulate_steps; /* micro-batches per update, default 1 */
+		int lr_scaling;       /* enum dtf_lr_scaling, default none */
+		int64_t lr_warmup_steps; /* linear scaling ramp, default 0 */
+		int on_nonfinite;     /* enum dtf_on_nonfinite, default fail */
 		char where[DTF_WHERE_MAX]; /* of "train:" for batch errors */
 	} train;
 
 	struct {
 		enum dtf_strategy_kind type;
+		int num_ps;          /* parameter_server without TF_CONFIG,
+					default 1 */
+		int sync;            /* parameter_server, default 1 */
+		int max_staleness;   /* parameter_server async, default 4 */
+		double bucket_mb;    /* fusion bucket cap, MB (1e6 B), 25 */
+		int compression;     /* enum dtf_compression, default none */
+		int overlap;         /* default 1 */
+		int hierarchical;    /* default 0 */
 	} strategy;
 
 	struct {

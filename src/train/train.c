@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm.h"
+#include "dist/strategy.h"
 #include "data/pipeline.h"
 #include "graph/exec.h"
 #include "graph/lower.h"
@@ -34,7 +35,7 @@
 #include "train/optimizer.h"
 #include "train/threads.h"
 
-#define NSTATS 3 /* loss sum, correct, examples: behind the gradients */
+#define NSTATS DTF_NSTATS /* loss sum, correct, examples */
 
 static double now_seconds(void)
 {
@@ -334,61 +335,74 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
  * are added to *t; t->mark is left at the end of the allreduce.
  */
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct replica *r, struct dtf_pipeline *train,
-		      struct dtf_exec_ctx *ctx, int rc, int64_t step,
+		      struct dtf_strategy *strat, struct replica *r,
+		      struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
+		      int rc, int64_t step, double lr,
 		      struct dtf_step_times *t, struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
-	int batch = g->batch, count = 0;
-	size_t np = g->nparams;
-	double t0 = now_seconds();
-	if (rc == 0)
-		rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
-	if (rc == 0 && count < batch)
-		rc = dtf_error(DTF_ERR_DATA,
-			       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
-			       job->data.train_files, count, batch,
-			       (long long)step);
-	if (rc == 0)
-		rc = check_labels(r, train, count);
-	double t1 = now_seconds();
-	t->data_wait += t1 - t0;
-	if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
-		return rc;
-	double t2 = now_seconds();
-	dtf_exec_forward(g, ctx);
-	double t3 = now_seconds();
-	dtf_exec_backward(g, ctx);
-	r->grads[np] = (float)ctx->loss_sum;
-	r->grads[np + 1] = (float)dtf_cpu_count_correct(
-		(size_t)batch, (int)g->nodes[g->logits].shape.d[1],
-		g->nodes[g->logits].data,
-		(const int32_t *)g->nodes[g->labels].data, (size_t)batch);
-	r->grads[np + 2] = (float)batch;
-	double t4 = now_seconds();
-	rc = dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
-	double t5 = now_seconds();
-	t->forward += t3 - t2;
-	t->backward += t4 - t3;
-	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
-	t->mark = t5;
-	return rc;
+	int batch = g->batch, count = 0, k = job->train.accumulate_steps;
+	float *stats = r->grads + g->nparams;
+	memset(stats, 0, NSTATS * sizeof(float));
+	for (int micro = 0; micro < k; micro++) { /* accumulate_steps */
+		double t0 = now_seconds();
+		if (rc == 0)
+			rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
+		if (rc == 0 && count < batch)
+			rc = dtf_error(DTF_ERR_DATA,
+				       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
+				       job->data.train_files, count, batch,
+				       (long long)step);
+		if (rc == 0)
+			rc = check_labels(r, train, count);
+		double t1 = now_seconds();
+		t->data_wait += t1 - t0;
+		if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
+			return rc;
+		double t2 = now_seconds();
+		dtf_exec_forward(g, ctx);
+		double t3 = now_seconds();
+		dtf_strategy_backward(strat, ctx, micro, k, lr);
+		stats[DTF_STAT_LOSS] += (float)ctx->loss_sum;
+		stats[DTF_STAT_CORRECT] += (float)dtf_cpu_count_correct(
+			(size_t)batch, (int)g->nodes[g->logits].shape.d[1],
+			g->nodes[g->logits].data,
+			(const int32_t *)g->nodes[g->labels].data, (size_t)batch);
+		stats[DTF_STAT_COUNT] += (float)batch;
+		double t4 = now_seconds();
+		t->forward += t3 - t2;
+		t->backward += t4 - t3;
+		t->comm += t2 - t1; /* the agreement */
+	}
+	/* reduce (exposed part), check, update: the strategy's */
+	int applied;
+	return dtf_strategy_finish_step(strat, stats, lr, step, &applied,
+					&t->comm, &t->optimizer);
 }
 
 int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		  const struct dtf_train_opts *opts,
 		  struct dtf_train_result *result)
 {
-	int rank = comm ? dtf_comm_rank(comm) : 0;
-	int world = comm ? dtf_comm_size(comm) : 1;
+	struct dtf_comm *world_comm = comm;
+	struct dtf_strategy *strat = NULL;
 	int batch = 0, rc;
 	struct replica r;
 	struct dtf_pipeline *train = NULL, *eval = NULL;
 	memset(result, 0, sizeof(*result));
+	memset(&r, 0, sizeof(r));
 	result->eval_loss = result->eval_accuracy = -1;
 
-	if ((rc = per_replica_batch(job, world, &batch)) < 0)
+	/* roles and sub-communicators; from here `comm` is the replicas' */
+	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster, &strat)) < 0)
 		return rc;
+	enum dtf_task_type role = strat ? dtf_strategy_role(strat)
+					: DTF_TASK_WORKER;
+	comm = strat ? dtf_strategy_replica_comm(strat) : NULL;
+	int rank = comm ? dtf_comm_rank(comm) : 0;
+	int world = strat ? dtf_strategy_num_replicas(strat) : 1;
+	if ((rc = per_replica_batch(job, world, &batch)) < 0)
+		goto out;
 	if ((rc = build(job, batch, 1, &r)) < 0)
 		goto out;
 	result->num_params = dtf_graph_num_params(&r.g);
@@ -397,8 +411,28 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			print_table(job, &r, stdout);
 		goto out;
 	}
-	if ((rc = setup_buffers(job, &r)) < 0)
+	if (role == DTF_TASK_EVALUATOR) {
+		/* pending: evaluating each new checkpoint needs checkpoints */
+		dtf_log(DTF_LOG_WARN, 1, "evaluator: checkpoint evaluation is not available yet; this rank exits");
+		rc = agree(world_comm, 0, "setting up before", 0, result);
 		goto out;
+	}
+	if ((rc = setup_buffers(job, &r)) == 0)
+		rc = dtf_strategy_setup(strat, &r.g, r.params, r.grads, &r.opt);
+	/* every rank, ps included, learns of a failed setup */
+	if ((rc = agree(world_comm, rc, "setting up before", 0, result)) < 0)
+		goto out;
+	if (role == DTF_TASK_PS) {
+		dtf_graph_init_params(&r.g, job->seed, r.params);
+		rc = dtf_strategy_serve(strat);
+		goto out;
+	}
+	{
+		char desc[256];
+		dtf_strategy_describe(strat, desc, sizeof(desc));
+		dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type),
+			 desc);
+	}
 
 	int threads = dtf_threads_choose(opts->threads,
 					 comm ? dtf_comm_local_size(comm) : 1);
@@ -408,9 +442,15 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d BLAS thread(s) per rank",
 		 job->name, world, comm ? dtf_comm_num_nodes(comm) : 1,
 		 dtf_strategy_name(job->strategy.type), threads);
-	dtf_info("batch: global %lld, per replica %d; %zu parameters; learning rate %g",
-		 (long long)global_batch, batch, result->num_params,
-		 job->train.learning_rate);
+	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
+		 (long long)global_batch, batch, job->train.accumulate_steps,
+		 (long long)global_batch * job->train.accumulate_steps,
+		 result->num_params, job->train.learning_rate,
+		 dtf_strategy_learning_rate(strat, job->train.learning_rate,
+					    INT64_MAX),
+		 job->train.lr_scaling == DTF_LR_SCALING_LINEAR
+			 ? " (linear scaling by the replicas)"
+			 : "");
 
 	/* data: open on every rank, then agree before any other collective */
 	rc = open_pipeline(job, job->data.train_files, rank, world, batch,
@@ -420,8 +460,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				   batch, 0, &eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
-	int64_t steps_per_epoch[2] = {dtf_pipeline_num_records(train) / batch,
-				      -dtf_pipeline_num_records(train) / batch};
+	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
+	int64_t steps_per_epoch[2] = {dtf_pipeline_num_records(train) / per_update,
+				      -dtf_pipeline_num_records(train) / per_update};
 	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 2)) < 0)
 		goto out;
 	int64_t most = -steps_per_epoch[1];
@@ -446,7 +487,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		total_steps = job->train.max_steps;
 	struct dtf_exec_ctx ctx = {
 		.training = 1, .example_ids = r.ids, .valid = batch,
-		.loss_scale = (float)(1.0 / (double)global_batch),
+		.loss_scale = (float)(1.0 / ((double)global_batch *
+					     job->train.accumulate_steps)),
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
 		.workspace = r.plan.workspace};
 	size_t np = r.g.nparams;
@@ -466,13 +508,13 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
 			ctx.step = (uint64_t)step;
-			rc = train_step(job, comm, &r, train, &ctx, rc, step, &win.t,
-					result);
+			lr = dtf_strategy_learning_rate(
+				strat, job->train.learning_rate, step);
+			rc = train_step(job, comm, strat, &r, train, &ctx, rc,
+					step, lr, &win.t, result);
 			if (rc < 0)
 				goto out;
-			dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
 			double t_end = now_seconds();
-			win.t.optimizer += t_end - win.t.mark;
 			step++;
 			win.steps++;
 			win.loss += r.grads[np];
@@ -503,6 +545,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			goto out;
 		if (eval) {
 			struct eval_totals tot;
+			if ((rc = dtf_strategy_sync_params(strat)) < 0)
+				goto out;
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
@@ -528,9 +572,13 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if (result->eval_accuracy >= 0)
 		dtf_info("final test loss %.4f, test accuracy %.4f",
 			 result->eval_loss, result->eval_accuracy);
+	if ((rc = dtf_strategy_sync_params(strat)) < 0)
+		goto out;
 	if (opts->export_variables && rank == 0)
 		rc = write_variables(opts->export_variables, r.params, np);
 out:
+	dtf_strategy_end(strat, rc);
+	dtf_strategy_free(strat);
 	dtf_pipeline_free(eval);
 	dtf_pipeline_free(train);
 	replica_deinit(&r);

@@ -15,12 +15,16 @@
 #include "config/job.h"
 
 struct dtf_comm;
+struct dtf_cluster;
 
 struct dtf_train_opts {
 	int dry_run;        /* build and check, print the summary, no data */
 	int threads;        /* BLAS threads per rank; 0 = cores / local ranks */
 	const char *export_variables; /* write the final parameter vector */
 	int quiet;          /* no per-step lines */
+	/* roles from TF_CONFIG (checked against the world), or NULL: derived
+	 * from the job (config/tf_config.h) */
+	const struct dtf_cluster *cluster;
 };
 
 /* Seconds spent per phase of the training step (sums over steps). */
