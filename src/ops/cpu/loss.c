@@ -84,17 +84,24 @@ void dtf_cpu_sparse_softmax_xent_grad(size_t rows, int classes,
 	}
 }
 
+/* Index of the first maximum of v, NaNs skipped; -1 when there is none
+ * (so a row of NaN logits is never correct). */
+static int argmax(int classes, const float *v)
+{
+	int best = -1;
+	for (int j = 0; j < classes; j++)
+		if (!isnan(v[j]) && (best < 0 || v[j] > v[best]))
+			best = j;
+	return best;
+}
+
 size_t dtf_cpu_count_correct(size_t rows, int classes, const float *logits,
 			     const int32_t *labels, size_t valid)
 {
 	size_t n = rows < valid ? rows : valid, correct = 0;
 	for (size_t r = 0; r < n; r++) {
-		const float *l = logits + r * (size_t)classes;
-		int best = 0;
-		for (int j = 1; j < classes; j++)
-			if (l[j] > l[best])
-				best = j;
-		correct += classes > 0 && best == labels[r];
+		correct += argmax(classes, logits + r * (size_t)classes) ==
+			   labels[r];
 	}
 	return correct;
 }
@@ -113,14 +120,6 @@ static int in_top_k(int classes, const float *l, int y, int k)
 	return greater < k;
 }
 
-static int argmax(int classes, const float *v)
-{
-	int best = 0;
-	for (int j = 1; j < classes; j++)
-		if (v[j] > v[best])
-			best = j;
-	return best;
-}
 
 size_t dtf_cpu_count_in_top_k(size_t rows, int classes, const float *logits,
 			      const int32_t *labels, size_t valid, int k)

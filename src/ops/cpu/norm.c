@@ -41,6 +41,21 @@ static void column_stats(size_t rows, int c, int c0, int cn, const float *x,
 		var[t] = rows ? var[t] / (double)rows : 0.0;
 }
 
+/* y = (x - mean) * scale + beta on columns [c0, c0+cn), in double: x*s +
+ * (beta - mean*s) in float would cancel for inputs with a large mean. */
+static void normalize(size_t rows, int c, int c0, int cn, const float *x,
+		      const double *mean, const double *scale,
+		      const float *beta, float *y)
+{
+	for (size_t r = 0; r < rows; r++) {
+		const float *xr = x + r * (size_t)c + c0;
+		float *yr = y + r * (size_t)c + c0;
+		for (int t = 0; t < cn; t++)
+			yr[t] = (float)(((double)xr[t] - mean[t]) * scale[t] +
+					beta[c0 + t]);
+	}
+}
+
 void dtf_cpu_batch_norm_train(size_t rows, int c, const float *x,
 			      const float *gamma, const float *beta, float eps,
 			      float momentum, float *moving_mean,
@@ -49,20 +64,11 @@ void dtf_cpu_batch_norm_train(size_t rows, int c, const float *x,
 	/* x, y (rows, c); gamma, beta, moving_* (c) */
 	for (int c0 = 0; c0 < c; c0 += CHUNK) {
 		int cn = c - c0 < CHUNK ? c - c0 : CHUNK;
-		double mean[CHUNK], var[CHUNK];
-		float scale[CHUNK], shift[CHUNK];
+		double mean[CHUNK], var[CHUNK], scale[CHUNK];
 		column_stats(rows, c, c0, cn, x, mean, var);
-		for (int t = 0; t < cn; t++) {
-			double inv = 1.0 / sqrt(var[t] + (double)eps);
-			scale[t] = (float)(gamma[c0 + t] * inv);
-			shift[t] = (float)(beta[c0 + t] - mean[t] * gamma[c0 + t] * inv);
-		}
-		for (size_t r = 0; r < rows; r++) {
-			const float *xr = x + r * (size_t)c + c0;
-			float *yr = y + r * (size_t)c + c0;
-			for (int t = 0; t < cn; t++)
-				yr[t] = xr[t] * scale[t] + shift[t];
-		}
+		for (int t = 0; t < cn; t++)
+			scale[t] = gamma[c0 + t] / sqrt(var[t] + (double)eps);
+		normalize(rows, c, c0, cn, x, mean, scale, beta, y);
 		if (!moving_mean || !moving_var)
 			continue;
 		double bessel = rows > 1 ? (double)rows / (double)(rows - 1) : 1.0;
@@ -83,19 +89,12 @@ void dtf_cpu_batch_norm_infer(size_t rows, int c, const float *x,
 	/* x, y (rows, c); gamma, beta, mean, var (c) */
 	for (int c0 = 0; c0 < c; c0 += CHUNK) {
 		int cn = c - c0 < CHUNK ? c - c0 : CHUNK;
-		float scale[CHUNK], shift[CHUNK];
+		double m[CHUNK], scale[CHUNK];
 		for (int t = 0; t < cn; t++) {
-			double inv = 1.0 / sqrt((double)var[c0 + t] + (double)eps);
-			scale[t] = (float)(gamma[c0 + t] * inv);
-			shift[t] = (float)(beta[c0 + t] -
-					   (double)mean[c0 + t] * gamma[c0 + t] * inv);
+			m[t] = mean[c0 + t];
+			scale[t] = gamma[c0 + t] / sqrt((double)var[c0 + t] + (double)eps);
 		}
-		for (size_t r = 0; r < rows; r++) {
-			const float *xr = x + r * (size_t)c + c0;
-			float *yr = y + r * (size_t)c + c0;
-			for (int t = 0; t < cn; t++)
-				yr[t] = xr[t] * scale[t] + shift[t];
-		}
+		normalize(rows, c, c0, cn, x, m, scale, beta, y);
 	}
 }
 
