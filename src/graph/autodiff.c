@@ -24,6 +24,10 @@ static int grad_node_v(struct dtf_graph *g, enum dtf_op op, const char *base,
 		       const char *suffix, const int *in,
 		       const struct dtf_shape *shape)
 {
+	/* base and shape usually point into g->nodes, which may move below */
+	const struct dtf_shape out = *shape;
+	char name[sizeof(g->nodes[0].name)];
+	snprintf(name, sizeof(name), "%.96s/%.24s", base, suffix);
 	if (g->nnodes == g->cap) {
 		int cap = g->cap * 2;
 		struct dtf_node *n =
@@ -40,10 +44,10 @@ static int grad_node_v(struct dtf_graph *g, enum dtf_op op, const char *base,
 	n->op = op;
 	n->layer = -1;
 	n->backward = 1;
-	snprintf(n->name, sizeof(n->name), "%.96s/%.24s", base, suffix);
+	memcpy(n->name, name, sizeof(name));
 	for (int i = 0; i < DTF_MAX_INPUTS; i++)
 		n->inputs[i] = in[i];
-	n->shape = *shape;
+	n->shape = out;
 	n->dtype = DTF_FLOAT32;
 	return id;
 }
