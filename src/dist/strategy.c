@@ -467,12 +467,15 @@ static int collect_vars(struct dtf_strategy *s)
 	int n = 0;
 	for (int i = 0; i < g->nforward; i++)
 		n += g->nodes[i].op == DTF_OP_VARIABLE;
+	/* non-trainable variables (batch_norm moving statistics) have no
+	 * gradient and stay on the replica that updates them; the trainer
+	 * averages them over the replicas before they are read */
 	s->vars = dtf_calloc((size_t)n + 1, sizeof(*s->vars));
 	if (!s->vars)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	for (int i = 0; i < g->nforward; i++) {
 		const struct dtf_node *nd = &g->nodes[i];
-		if (nd->op != DTF_OP_VARIABLE)
+		if (nd->op != DTF_OP_VARIABLE || !nd->a.var.trainable)
 			continue;
 		struct var *v = &s->vars[s->nvars++];
 		v->off = nd->a.var.offset;
