@@ -1339,3 +1339,62 @@ out:
 	dtf_free(sv.steps);
 	return rc;
 }
+
+/* ---- a whole buffer through the strategy's collectives (benchmarks) ---------- */
+
+int dtf_strategy_reduce_buffer(struct dtf_strategy *s, float *buf,
+			       uint16_t *scratch, size_t n)
+{
+	if (s->kind == DTF_STRATEGY_PARAMETER_SERVER) {
+		/* one push and one pull through ps 0 (the others idle) */
+		int ps = s->first_ps;
+		if (s->role == DTF_TASK_PS) {
+			if (s->rank != ps)
+				return 0;
+			for (int w = 0; w < s->nreplicas; w++) {
+				MPI_TRY(MPI_Recv(buf, (int)n, MPI_FLOAT, w, TAG_MSG,
+						 s->pscomm, MPI_STATUS_IGNORE));
+				MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, w,
+						 TAG_REPLY, s->pscomm));
+			}
+			return 0;
+		}
+		MPI_TRY(MPI_Send(buf, (int)n, MPI_FLOAT, ps, TAG_MSG, s->pscomm));
+		MPI_TRY(MPI_Recv(buf, (int)n, MPI_FLOAT, ps, TAG_REPLY, s->pscomm,
+				 MPI_STATUS_IGNORE));
+		return 0;
+	}
+	if (!s->replicas || s->nreplicas == 1)
+		return 0;
+	int half = s->compression != DTF_COMPRESSION_NONE;
+	if (half)
+		compress(s->compression, buf, scratch, n,
+			 1.0f / (float)s->nreplicas);
+	MPI_Datatype t = half ? MPI_UINT16_T : MPI_FLOAT;
+	MPI_Op op = half ? s->op16 : MPI_SUM;
+	size_t esize = half ? 2 : 4;
+	char *base = half ? (char *)scratch : (char *)buf;
+	for (size_t off = 0; off < n; off += CHUNK) {
+		int len = (int)(n - off < CHUNK ? n - off : CHUNK);
+		void *p = base + off * esize;
+		if (s->hierarchical) {
+			MPI_TRY(MPI_Reduce(s->is_leader ? MPI_IN_PLACE : p, p, len,
+					   t, op, 0, s->node_red));
+			if (s->is_leader)
+				MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, p, len, t, op,
+						      s->leaders));
+			MPI_TRY(MPI_Bcast(p, len, t, 0, s->node_bc));
+		} else if (s->kind == DTF_STRATEGY_CENTRAL_STORAGE) {
+			MPI_TRY(MPI_Reduce(s->rank == 0 ? MPI_IN_PLACE : p, p, len,
+					   t, op, 0, s->bcomm));
+			MPI_TRY(MPI_Bcast(p, len, t, 0, s->bcomm));
+		} else {
+			MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, p, len, t, op,
+					      s->bcomm));
+		}
+	}
+	if (half)
+		decompress(s->compression, scratch, buf, n,
+			   (float)s->nreplicas);
+	return 0;
+}

@@ -163,6 +163,18 @@ int dtf_strategy_allreduce_compressed(struct dtf_comm *c, float *buf,
 				      uint16_t *scratch, size_t n,
 				      enum dtf_compression compression);
 
+/*
+ * Sum n floats of buf over the replicas through this strategy's collective
+ * path, blocking, in the chunks training uses: flat allreduce,
+ * hierarchical reduce/allreduce/broadcast, central_storage reduce to
+ * replica 0 then broadcast (what the update costs there), compression as
+ * configured; parameter_server: one push and one pull through ps 0 (every
+ * rank calls it; the ps answers each worker in turn).  scratch: n 16-bit
+ * values for compression.  For benchmarks.  Errors: DTF_ERR_MPI.
+ */
+int dtf_strategy_reduce_buffer(struct dtf_strategy *s, float *buf,
+			       uint16_t *scratch, size_t n);
+
 /* Round to nearest even: float32 <-> IEEE binary16 and bfloat16. */
 uint16_t dtf_f32_to_f16(float f);
 float dtf_f16_to_f32(uint16_t h);
