@@ -109,6 +109,7 @@ struct dtf_strategy {
 	int next_bucket, cur_lead, cur_bcast;
 	int in_step;
 	double lr;                  /* of the step in progress */
+	int err;                    /* first error met inside backward */
 	int64_t skipped;
 
 	struct psbuf *ps;           /* worker: [nps] */
@@ -840,18 +841,23 @@ static void after_node(void *arg, int node)
 	struct dtf_strategy *s = arg;
 	if (s->kind == DTF_STRATEGY_PARAMETER_SERVER) {
 		for (int p = 0; p < s->nps; p++)
-			if (!s->ps[p].sent && s->ps[p].trigger <= node)
-				ps_send(s, p);
+			if (!s->ps[p].sent && s->ps[p].trigger <= node) {
+				int rc = ps_send(s, p);
+				if (rc < 0 && !s->err)
+					s->err = rc;
+			}
 		return;
 	}
-	int launched = 0;
-	while (s->next_bucket < s->nbuckets &&
+	int launched = 0, rc = 0;
+	while (rc == 0 && s->next_bucket < s->nbuckets &&
 	       s->buckets[s->next_bucket].trigger <= node) {
-		launch(s, s->next_bucket++);
+		rc = launch(s, s->next_bucket++);
 		launched = 1;
 	}
-	if (!launched && s->in_step)
-		progress(s);
+	if (rc == 0 && !launched && s->in_step)
+		rc = progress(s);
+	if (rc < 0 && !s->err)
+		s->err = rc; /* reported by dtf_strategy_finish_step */
 }
 
 void dtf_strategy_backward(struct dtf_strategy *s, struct dtf_exec_ctx *ctx,
@@ -962,6 +968,11 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	int rc = 0;
 	double t0 = now();
 	*applied = 1;
+	if (s->err) {
+		rc = s->err;
+		s->err = 0;
+		return rc;
+	}
 	if (s->kind == DTF_STRATEGY_PARAMETER_SERVER) {
 		rc = finish_ps(s, stats, lr, step, applied, comm_s);
 		s->in_step = 0;
