@@ -1229,8 +1229,18 @@ static int serve_loop(struct dtf_strategy *s, struct serve *sv)
 		if ((rc = repost(s, sv, w)) < 0)
 			return rc;
 	while (sv->active > 0) {
-		int w;
-		MPI_TRY(MPI_Waitany(sv->nw, sv->req, &w, MPI_STATUS_IGNORE));
+		/* poll with short sleeps rather than MPI_Waitany, whose busy
+		 * wait would take a core from the workers when ranks share
+		 * cores */
+		int w, flag = 0;
+		for (;;) {
+			MPI_TRY(MPI_Testany(sv->nw, sv->req, &w, &flag,
+					    MPI_STATUS_IGNORE));
+			if (flag)
+				break;
+			struct timespec nap = {0, 50000}; /* 50 us */
+			nanosleep(&nap, NULL);
+		}
 		if (w == MPI_UNDEFINED)
 			break;
 		float *msg = s->wbuf + row * (size_t)w;
