@@ -16,11 +16,13 @@
 #include "core/log.h"
 #include "dist/comm.h"
 #include "dtf_config.h"
+#include "obs/obs.h"
 #include "train/train.h"
 
 static const char usage[] =
 	"Usage: dtf-train [OPTION]... JOB.yaml\n"
 	"       mpirun -np N dtf-train [OPTION]... JOB.yaml\n"
+	"       dtf-train --merge-trace TRACE.json\n"
 	"Train the model described by the job file, data parallel over MPI ranks.\n"
 	"\n"
 	"Options:\n"
@@ -28,8 +30,10 @@ static const char usage[] =
 	"  -s, --set KEY=VALUE      override a job key (e.g. train.epochs=1); repeatable\n"
 	"  -t, --threads N          BLAS threads per rank (default: cores / ranks per node)\n"
 	"      --export-variables FILE  write the final parameter vector (float32) to FILE\n"
-	"  -q, --quiet              no per-step progress lines\n"
-	"  -v, --verbose            more messages\n"
+	"  -q, --quiet              only warnings and errors on the console\n"
+	"  -v, --verbose            also debug messages (files opened, per-rank details)\n"
+	"      --merge-trace TRACE  merge the per-rank trace files of TRACE (left by a\n"
+	"                           stopped run) into TRACE, then exit\n"
 	"  -h, --help               show this help and exit\n"
 	"  -V, --version            show the version and exit\n"
 	"\n"
@@ -37,7 +41,7 @@ static const char usage[] =
 	"3 input data error, 4 checkpoint error, 75 stopped by a signal.\n"
 	"See dtf-train(1) and dtf-train-job(5).\n";
 
-enum { OPT_EXPORT = 256 };
+enum { OPT_EXPORT = 256, OPT_MERGE_TRACE };
 
 int main(int argc, char **argv)
 {
@@ -46,6 +50,7 @@ int main(int argc, char **argv)
 		{"set", required_argument, NULL, 's'},
 		{"threads", required_argument, NULL, 't'},
 		{"export-variables", required_argument, NULL, OPT_EXPORT},
+		{"merge-trace", required_argument, NULL, OPT_MERGE_TRACE},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -79,8 +84,20 @@ int main(int argc, char **argv)
 		case OPT_EXPORT:
 			opts.export_variables = optarg;
 			break;
+		case OPT_MERGE_TRACE: {
+			int n = 0, mrc = dtf_obs_merge_trace(optarg, &n);
+			if (mrc < 0) {
+				fprintf(stderr, "dtf-train: %s\n", dtf_error_msg());
+				status = dtf_error_exit_status(mrc);
+			} else if (dtf_log_get_level() >= DTF_LOG_INFO) {
+				fprintf(stderr, "dtf-train: merged %d rank file(s) into %s\n",
+					n, optarg);
+			}
+			goto out;
+		}
 		case 'q':
 			opts.quiet = 1;
+			dtf_log_set_level(DTF_LOG_WARN);
 			break;
 		case 'v':
 			dtf_log_set_level(DTF_LOG_DEBUG);

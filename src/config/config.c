@@ -1188,10 +1188,43 @@ static const struct field strategy_fields[] = {
 	 .def = DTF_STRATEGY_MULTI_WORKER_MIRRORED, .names = strategies},
 };
 
+/* logging.trace_steps: [from, to], 1-based steps, from <= to. */
+static int read_trace_steps(struct ctx *c, void *base, const yaml_node_t *key,
+			    const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	char buf[80], ipath[PATH_MAX_];
+	int64_t v[2];
+	if (val->type != YAML_SEQUENCE_NODE ||
+	    val->data.sequence.items.top - val->data.sequence.items.start != 2)
+		return fail(c, val, path,
+			    "expected a list [from, to] of two step numbers, got %s",
+			    describe(val, buf, sizeof(buf)));
+	for (int i = 0; i < 2; i++) {
+		path_fmt(ipath, "%s[%d]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_int(c, it, ipath, F_POS, 1, INT64_MAX, &v[i]);
+		if (rc)
+			return rc;
+	}
+	if (v[1] < v[0])
+		return fail(c, val, path,
+			    "the last step %lld comes before the first %lld",
+			    (long long)v[1], (long long)v[0]);
+	job->logging.trace_steps[0] = v[0];
+	job->logging.trace_steps[1] = v[1];
+	return 0;
+}
+
 static const struct field logging_fields[] = {
 	{.key = "every_steps", .type = T_I64, .flags = F_POS,
 	 .off = JOB(logging.every_steps), .def = 100},
 	{.key = "dir", .type = T_STRDUP, .off = JOB(logging.dir)},
+	{.key = "tensorboard", .type = T_BOOL, .off = JOB(logging.tensorboard),
+	 .def = 1},
+	{.key = "trace", .type = T_STRDUP, .off = JOB(logging.trace)},
+	{.key = "trace_steps", .type = T_CUSTOM, .read = read_trace_steps},
 };
 
 static const struct section data_section = {
@@ -1416,6 +1449,7 @@ void dtf_job_free(struct dtf_job *job)
 	dtf_free(job->data.features);
 	dtf_free(job->model.layers);
 	dtf_free(job->logging.dir);
+	dtf_free(job->logging.trace);
 	dtf_free(job);
 }
 

@@ -111,6 +111,10 @@ struct dtf_job {
 	struct {
 		int64_t every_steps; /* default 100 */
 		char *dir;           /* default NULL: no files */
+		int tensorboard;     /* event files in dir; default 1 */
+		char *trace;         /* Chrome trace file; default NULL: none */
+		int64_t trace_steps[2]; /* [from, to], 1-based inclusive;
+					   default {0, 0}: every step */
 	} logging;
 };
 

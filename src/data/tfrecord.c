@@ -443,6 +443,16 @@ int dtf_tfrecord_writer_write(struct dtf_tfrecord_writer *w, const void *data,
 	return 0;
 }
 
+int dtf_tfrecord_writer_flush(struct dtf_tfrecord_writer *w)
+{
+	if (!w->failed && fflush(w->f) != 0)
+		w->failed = errno ? errno : EIO;
+	if (w->failed)
+		return dtf_error(DTF_ERR_IO, "%s: write error: %s", w->path,
+				 strerror(w->failed));
+	return 0;
+}
+
 int dtf_tfrecord_writer_close(struct dtf_tfrecord_writer *w)
 {
 	if (!w)

@@ -115,6 +115,12 @@ int dtf_tfrecord_writer_write(struct dtf_tfrecord_writer *w, const void *data,
 			      size_t len);
 
 /*
+ * Push buffered records to the file (fflush), so a reader that follows the
+ * file (TensorBoard) sees them.  Errors: DTF_ERR_IO.
+ */
+int dtf_tfrecord_writer_flush(struct dtf_tfrecord_writer *w);
+
+/*
  * Flush, close and free the writer (NULL is a no-op returning 0).  Returns
  * DTF_ERR_IO if any write, the flush or the close failed, so a caller that
  * checks only this call still learns of a full disk.

@@ -29,6 +29,7 @@
 #include "graph/exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
+#include "obs/obs.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
 #include "train/optimizer.h"
@@ -336,7 +337,8 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct replica *r, struct dtf_pipeline *train,
 		      struct dtf_exec_ctx *ctx, int rc, int64_t step,
-		      struct dtf_step_times *t, struct dtf_train_result *result)
+		      struct dtf_step_times *t, struct dtf_obs *obs,
+		      struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
 	int batch = g->batch, count = 0;
@@ -372,6 +374,13 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	t->backward += t4 - t3;
 	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
 	t->mark = t5;
+	if (dtf_obs_tracing(obs, step + 1)) {
+		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
+		dtf_obs_span(obs, DTF_OBS_AGREE, step + 1, -1, t1, t2);
+		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
+		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
+		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+	}
 	return rc;
 }
 
@@ -384,6 +393,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int batch = 0, rc;
 	struct replica r;
 	struct dtf_pipeline *train = NULL, *eval = NULL;
+	struct dtf_obs *obs = NULL;
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
 
@@ -450,70 +460,60 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
 		.workspace = r.plan.workspace};
 	size_t np = r.g.nparams;
-	double t_start = now_seconds(), t_log = t_start, t_epoch = t_start;
-	struct {
-		int64_t steps;
-		double loss, correct, count;
-		struct dtf_step_times t;
-	} win = {0};
 	int64_t step = 0;
 	double lr = job->train.learning_rate;
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 
+	/* console, metrics, events, trace (obs/obs.h); a collective */
+	struct dtf_obs_config oc = {
+		.job = job, .quiet = opts->quiet, .start_step = step,
+		.total_steps = total_steps, .steps_per_epoch = steps_per_epoch[0],
+		.global_batch = global_batch};
+	rc = dtf_obs_open(comm, &oc, &obs);
+	if ((rc = agree(comm, rc, "opening logging files before", step,
+			result)) < 0)
+		goto out;
+	double t_start = now_seconds();
+
 	for (int epoch = 0; step < total_steps; epoch++) {
-		t_epoch = now_seconds();
 		rc = dtf_pipeline_begin_epoch(train, epoch);
 		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
+			struct dtf_step_times st = {0};
+			double t_begin = now_seconds();
 			ctx.step = (uint64_t)step;
-			rc = train_step(job, comm, &r, train, &ctx, rc, step, &win.t,
-					result);
+			rc = train_step(job, comm, &r, train, &ctx, rc, step, &st,
+					obs, result);
 			if (rc < 0)
 				goto out;
 			dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
 			double t_end = now_seconds();
-			win.t.optimizer += t_end - win.t.mark;
+			st.optimizer += t_end - st.mark;
 			step++;
-			win.steps++;
-			win.loss += r.grads[np];
-			win.correct += r.grads[np + 1];
-			win.count += r.grads[np + 2];
+			add_times(&result->times, &st);
+			dtf_obs_span(obs, DTF_OBS_OPTIMIZER, step, -1, st.mark, t_end);
+			dtf_obs_step(obs, &(struct dtf_obs_step){
+				.step = step, .epoch = epoch,
+				.loss_sum = r.grads[np], .correct = r.grads[np + 1],
+				.count = r.grads[np + 2], .learning_rate = lr,
+				.times = st, .t_begin = t_begin, .t_end = t_end});
 			if (step > 1)
 				step_allocs += dtf_alloc_count() - allocs_before;
-			if (!opts->quiet && job->logging.every_steps > 0 &&
-			    (step % job->logging.every_steps == 0 ||
-			     step == total_steps)) {
-				double per = 1e3 / (double)win.steps;
-				dtf_info("step %lld/%lld  epoch %d  loss %.4f  accuracy %.4f  lr %.3g  %.0f samples/s  "
-					 "(ms/step: data %.1f fwd %.1f bwd %.1f comm %.1f opt %.1f)",
-					 (long long)step, (long long)total_steps,
-					 epoch + 1, win.loss / win.count,
-					 win.correct / win.count, lr,
-					 (double)win.steps * (double)global_batch /
-						 (t_end - t_log),
-					 win.t.data_wait * per, win.t.forward * per,
-					 win.t.backward * per, win.t.comm * per,
-					 win.t.optimizer * per);
-				t_log = t_end;
-				add_times(&result->times, &win.t);
-				memset(&win, 0, sizeof(win));
-			}
 		}
 		if (rc < 0)
 			goto out;
 		if (eval) {
 			struct eval_totals tot;
+			double te = now_seconds();
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
 			result->eval_accuracy = tot.correct / tot.count;
-			dtf_info("epoch %d: %.1f s; test loss %.4f  accuracy %.4f  (%.0f examples)",
-				 epoch + 1, now_seconds() - t_epoch,
-				 result->eval_loss, result->eval_accuracy,
-				 tot.count);
+			dtf_obs_eval(obs, step, epoch, result->eval_loss,
+				     result->eval_accuracy, tot.count, te,
+				     now_seconds());
 		}
 	}
-	add_times(&result->times, &win.t);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;
 	result->samples_per_second =
@@ -522,15 +522,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if (step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
 			 (unsigned long long)step_allocs);
-	dtf_info("done: %lld steps in %.1f s, %.0f samples/s (global batch %lld, %d replica(s))",
-		 (long long)step, result->wall_seconds,
-		 result->samples_per_second, (long long)global_batch, world);
-	if (result->eval_accuracy >= 0)
-		dtf_info("final test loss %.4f, test accuracy %.4f",
-			 result->eval_loss, result->eval_accuracy);
+	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
+		goto out;
 	if (opts->export_variables && rank == 0)
 		rc = write_variables(opts->export_variables, r.params, np);
 out:
+	dtf_obs_free(obs);
 	dtf_pipeline_free(eval);
 	dtf_pipeline_free(train);
 	replica_deinit(&r);
