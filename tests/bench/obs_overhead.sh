@@ -50,10 +50,11 @@ one() { # $1 = on|off, $2 = run index; prints samples/s
 }
 
 echo "obs overhead: fashion_mnist_cnn, $steps steps, $ranks ranks, global batch 64"
-sum_on=0 sum_off=0 i=0
+sum_on=0 sum_off=0 i=0 n=0
 while [ $i -lt "$pairs" ]; do
 	for mode in off on on off; do
-		r=$(one $mode "$i$mode$RANDOM")
+		n=$((n + 1))
+		r=$(one $mode "$n")
 		echo "  $mode: $r samples/s"
 		# summed seconds per sample, so the ratio is of total times
 		if [ $mode = on ]; then
