@@ -793,6 +793,10 @@ int dtf_obs_finish(struct dtf_obs *o, struct dtf_comm *comm,
 			snprintf(trace_where, sizeof(trace_where),
 				 "%s (%d rank(s))", o->job->logging.trace,
 				 merged);
+		if (merged >= 0 && merged < o->world)
+			dtf_warn("%s: %d of %d ranks' trace files were not found here (not on a shared file system?); they stay where their rank wrote them",
+				 o->job->logging.trace, o->world - merged,
+				 o->world);
 	}
 	if (o->tty)
 		dtf_log_progress_end();
