@@ -555,7 +555,7 @@ void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s)
 		dtf_obs_span(o, DTF_OBS_STEP, s->step, -1, s->t_begin, s->t_end);
 		trace_flush(o);
 	}
-	int every = (int)o->job->logging.every_steps;
+	int64_t every = o->job->logging.every_steps;
 	int logged = s->step == o->total_steps ||
 		     (every > 0 && s->step % every == 0);
 	if (o->rank != 0)
