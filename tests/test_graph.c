@@ -193,6 +193,43 @@ START_TEST(shape_error_names_layer_and_position)
 }
 END_TEST
 
+static void expect_lower_error(const char *text, const char *want)
+{
+	struct dtf_job *job;
+	ck_assert_int_eq(dtf_job_load_string("bad.yaml", text, NULL, 0, &job), 0);
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_lower_model(job, 4, &g, NULL), -DTF_ERR_CONFIG);
+	ck_assert_msg(strstr(dtf_error_msg(), want) != NULL, "%s", dtf_error_msg());
+	dtf_job_free(job);
+}
+
+START_TEST(input_must_be_float_and_logits_last)
+{
+	static const char head[] =
+		"data:\n"
+		"  train: {files: unused}\n"
+		"  features:\n"
+		"    image: {type: bytes, decode: uint8, shape: [4]}\n"
+		"    label: {type: int64, shape: []}\n"
+		"model:\n";
+	char text[1024];
+	snprintf(text, sizeof(text), "%s%s", head,
+		 "  input: label\n"
+		 "  layers: [{dense: {units: 3, name: logits}}]\n"
+		 "  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+		 "train: {batch_size: 4}\n");
+	expect_lower_error(text, "feature 'label' is int64");
+	snprintf(text, sizeof(text), "%s%s", head,
+		 "  input: image\n"
+		 "  layers:\n"
+		 "    - {dense: {units: 3, name: logits}}\n"
+		 "    - relu\n"
+		 "  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+		 "train: {batch_size: 4}\n");
+	expect_lower_error(text, "bad.yaml:10:7: layer 'relu_1' comes after the logits layer");
+}
+END_TEST
+
 /* Nodes declared out of order are sorted; a cycle is reported as a path. */
 START_TEST(toposort_orders_and_finds_cycles)
 {
@@ -277,6 +314,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(tc, fashion_mnist_parameter_count);
 	tcase_add_test(tc, shape_error_names_layer_and_position);
 	tcase_add_test(tc, init_is_glorot_and_deterministic);
+	tcase_add_test(tc, input_must_be_float_and_logits_last);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("autodiff");
 	tcase_add_test(tc, model_gradient_matches_finite_differences);
