@@ -33,7 +33,17 @@ int dtf_cuda_device_count(char *why, size_t why_size)
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {
-		if (why && why_size)
+		int rt = 0;
+		cudaRuntimeGetVersion(&rt);
+		if (why && why_size && e == cudaErrorInsufficientDriver)
+			snprintf(why, why_size,
+				 "no NVIDIA driver was found, or it is older than CUDA %d.%d needs (%s)",
+				 rt / 1000, rt % 1000 / 10, cudaGetErrorName(e));
+		else if (why && why_size && e == cudaErrorNoDevice)
+			snprintf(why, why_size,
+				 "no CUDA device is visible (check CUDA_VISIBLE_DEVICES) (%s)",
+				 cudaGetErrorName(e));
+		else if (why && why_size)
 			snprintf(why, why_size, "%s (%s)",
 				 cudaGetErrorString(e), cudaGetErrorName(e));
 		cudaGetLastError(); /* not sticky: clear it */
