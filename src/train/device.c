@@ -89,7 +89,7 @@ int dtf_gpu_open(const struct dtf_gpu_opts *o, struct dtf_gpu **out)
 	}
 	int local_rank = o->comm ? dtf_comm_local_rank(o->comm) : 0;
 	int local_size = o->comm ? dtf_comm_local_size(o->comm) : 1;
-	int device;
+	int device = 0;
 	if ((rc = dtf_device_place(local_rank, local_size, ngpus,
 				   job->device.allow_gpu_sharing, &device)) < 0)
 		return rc;
