@@ -116,6 +116,9 @@ int dtf_cuda_sync(struct dtf_cuda_ctx *c) { (void)c; return 0; }
 int dtf_cuda_conv2d_plan(struct dtf_cuda_ctx *ctx, const struct dtf_window_geom *g,
 			 const struct dtf_cuda_conv **out)
 {
+	/* the test's stand-in for a geometry cuDNN cannot do */
+	if (getenv("DTF_MOCK_REFUSE_CONV"))
+		return dtf_error(DTF_ERR_CONFIG, "mock: conv2d refused");
 	for (struct dtf_cuda_conv *p = ctx->convs; p; p = p->next)
 		if (memcmp(&p->g, g, sizeof(*g)) == 0) {
 			*out = p;

@@ -163,6 +163,35 @@ START_TEST(gpu_path_equals_cpu_sgd_momentum)
 }
 END_TEST
 
+/* An op or geometry the backend lacks: auto trains on the CPU (the same
+ * parameters, no device kernel), cuda is a job error naming the node. */
+START_TEST(unsupported_falls_back_or_fails)
+{
+	setenv("DTF_MOCK_REFUSE_CONV", "1", 1);
+	struct dtf_train_result r1, r2;
+	size_t n1, n2;
+	unsigned long k0 = dtf_mock_cuda_kernels();
+	float *c = train("cpu", NULL, &r1, &n1);
+	float *a = train("auto", NULL, &r2, &n2);
+	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0);
+	ck_assert_uint_eq(n1, n2);
+	ck_assert(memcmp(a, c, n1 * sizeof(float)) == 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	const char *sets[] = {"device=cuda"};
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load(path, sets, 1, &job), 0);
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1};
+	ck_assert_int_eq(dtf_train_run(job, comm, &opts, &r1), -DTF_ERR_CONFIG);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "node 'conv2d_1/conv2d': mock: conv2d refused");
+	dtf_job_free(job);
+	unsetenv("DTF_MOCK_REFUSE_CONV");
+	free(c);
+	free(a);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cuda_mock");
@@ -171,6 +200,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, gpu_path_equals_cpu_adam);
 	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
+	tcase_add_test(tc, unsupported_falls_back_or_fails);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_set_fork_status(sr, CK_NOFORK); /* MPI starts once */
