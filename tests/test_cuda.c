@@ -206,7 +206,7 @@ START_TEST(conv2d_asymmetric_padding_refused)
 	struct dtf_window_geom g = geom(1, 6, 6, 1, 4, 4, 1, 1, 1, DTF_PAD_SAME);
 	ck_assert_int_eq(dtf_cuda_conv2d_plan(ctx, &g, &p), -DTF_ERR_CONFIG);
 	ck_assert_str_eq(dtf_error_msg(),
-			 "conv2d of a (1, 6, 6, 1) input with a 4x4 kernel and stride 1x1: its 'same' padding is asymmetric (top 1, bottom 2, left 1, right 2), which cuDNN cannot express");
+			 "conv2d of a (1, 6, 6, 1) input with a 4x4 kernel and stride 1x1: its padding is asymmetric (top 1, bottom 2, left 1, right 2), which cuDNN cannot express");
 	g = geom(1, 28, 28, 1, 3, 3, 1, 2, 1, DTF_PAD_SAME);
 	ck_assert_int_eq(dtf_cuda_conv2d_plan(ctx, &g, &p), -DTF_ERR_CONFIG);
 }

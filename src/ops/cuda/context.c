@@ -200,11 +200,12 @@ static void free_plans(struct dtf_cuda_ctx *ctx)
 	}
 	for (struct dtf_cuda_pool *p = ctx->pools, *next; p; p = next) {
 		next = p->next;
-		if (p->use_cudnn) {
+		if (p->x)
 			cudnnDestroyTensorDescriptor(p->x);
+		if (p->y)
 			cudnnDestroyTensorDescriptor(p->y);
+		if (p->pool)
 			cudnnDestroyPoolingDescriptor(p->pool);
-		}
 		dtf_free(p);
 	}
 	ctx->convs = NULL;

@@ -140,10 +140,10 @@ int dtf_cuda_sync(struct dtf_cuda_ctx *ctx);
  * geometry: descriptors, each direction's algorithm (cuDNN heuristics,
  * deterministic preferred, FMA-only under DTF_CUDA_FP32) and its workspace.
  * Cached: the same geometry returns the same plan, owned by the context.
- * Errors: DTF_ERR_CONFIG when cuDNN cannot express the geometry (TF "same"
- * padding that is larger at the bottom/right than at the top/left, which
- * happens with even kernels or strides > 1: cuDNN pads symmetrically),
- * DTF_ERR_RUNTIME when cuDNN offers no algorithm.
+ * Errors: DTF_ERR_CONFIG when cuDNN cannot do the geometry: padding larger
+ * at the bottom/right than at the top/left (TF "same" padding with even
+ * kernels or strides > 1, or explicit asymmetric padding: cuDNN pads
+ * symmetrically), or no algorithm; DTF_ERR_RUNTIME for cuDNN failures.
  */
 int dtf_cuda_conv2d_plan(struct dtf_cuda_ctx *ctx,
 			 const struct dtf_window_geom *g,

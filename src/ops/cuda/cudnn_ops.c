@@ -64,8 +64,7 @@ static int symmetric(const struct dtf_window_geom *g)
 			    (perf)[i_].memory > WS_LIMIT)                    \
 				continue;                                    \
 			if ((math) == DTF_CUDA_FP32 &&                       \
-			    (perf)[i_].mathType != CUDNN_FMA_MATH &&         \
-			    (perf)[i_].mathType != CUDNN_DEFAULT_MATH)       \
+			    (perf)[i_].mathType == CUDNN_TENSOR_OP_MATH)     \
 				continue;                                    \
 			if (best < 0)                                        \
 				best = i_;                                   \
@@ -94,9 +93,27 @@ fail:
 	return rc;
 }
 
+static void destroy_conv(struct dtf_cuda_conv *p)
+{
+	if (p->x)
+		cudnnDestroyTensorDescriptor(p->x);
+	if (p->y)
+		cudnnDestroyTensorDescriptor(p->y);
+	if (p->w)
+		cudnnDestroyFilterDescriptor(p->w);
+	if (p->conv_fwd)
+		cudnnDestroyConvolutionDescriptor(p->conv_fwd);
+	if (p->conv_bwd_data)
+		cudnnDestroyConvolutionDescriptor(p->conv_bwd_data);
+	if (p->conv_bwd_filter)
+		cudnnDestroyConvolutionDescriptor(p->conv_bwd_filter);
+	dtf_free(p);
+}
+
 static int no_algorithm(const struct dtf_window_geom *g, const char *dir)
 {
-	return dtf_error(DTF_ERR_RUNTIME,
+	/* CONFIG: the backend lacks this shape; device: auto falls back */
+	return dtf_error(DTF_ERR_CONFIG,
 			 "cuDNN offers no %s algorithm for conv2d of a (%d, %d, %d, %d) input with a %dx%dx%d filter, stride %dx%d",
 			 dir, g->n, g->h, g->w, g->c, g->kh, g->kw, g->o,
 			 g->stride_h, g->stride_w);
@@ -117,7 +134,7 @@ int dtf_cuda_conv2d_plan(struct dtf_cuda_ctx *ctx,
 		int pr = (g->ow - 1) * g->stride_w +
 			 (g->kw - 1) * g->dilation_w + 1 - g->w - g->pad_left;
 		return dtf_error(DTF_ERR_CONFIG,
-				 "conv2d of a (%d, %d, %d, %d) input with a %dx%d kernel and stride %dx%d: its 'same' padding is asymmetric (top %d, bottom %d, left %d, right %d), which cuDNN cannot express",
+				 "conv2d of a (%d, %d, %d, %d) input with a %dx%d kernel and stride %dx%d: its padding is asymmetric (top %d, bottom %d, left %d, right %d), which cuDNN cannot express",
 				 g->n, g->h, g->w, g->c, g->kh, g->kw,
 				 g->stride_h, g->stride_w, g->pad_top, pb,
 				 g->pad_left, pr);
@@ -168,7 +185,9 @@ int dtf_cuda_conv2d_plan(struct dtf_cuda_ctx *ctx,
 		goto fail;
 	}
 	p->fwd = fperf[best].algo;
-	DNN_TRY(cudnnSetConvolutionMathType(p->conv_fwd, fperf[best].mathType));
+	if (ctx->math == DTF_CUDA_TF32)
+		DNN_TRY(cudnnSetConvolutionMathType(p->conv_fwd,
+						    fperf[best].mathType));
 	ws = fperf[best].memory;
 
 	cudnnConvolutionBwdDataAlgoPerf_t dperf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -181,8 +200,9 @@ int dtf_cuda_conv2d_plan(struct dtf_cuda_ctx *ctx,
 		goto fail;
 	}
 	p->bwd_data = dperf[best].algo;
-	DNN_TRY(cudnnSetConvolutionMathType(p->conv_bwd_data,
-					    dperf[best].mathType));
+	if (ctx->math == DTF_CUDA_TF32)
+		DNN_TRY(cudnnSetConvolutionMathType(p->conv_bwd_data,
+						    dperf[best].mathType));
 	ws = dperf[best].memory > ws ? dperf[best].memory : ws;
 
 	cudnnConvolutionBwdFilterAlgoPerf_t wperf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -195,8 +215,9 @@ int dtf_cuda_conv2d_plan(struct dtf_cuda_ctx *ctx,
 		goto fail;
 	}
 	p->bwd_filter = wperf[best].algo;
-	DNN_TRY(cudnnSetConvolutionMathType(p->conv_bwd_filter,
-					    wperf[best].mathType));
+	if (ctx->math == DTF_CUDA_TF32)
+		DNN_TRY(cudnnSetConvolutionMathType(p->conv_bwd_filter,
+						    wperf[best].mathType));
 	ws = wperf[best].memory > ws ? wperf[best].memory : ws;
 
 	p->ws_bytes = ws;
@@ -204,7 +225,10 @@ int dtf_cuda_conv2d_plan(struct dtf_cuda_ctx *ctx,
 	*out = p;
 	return 0;
 fail:
-	return rc; /* p stays in the cache list; freed with the context */
+	/* not cached: a later call must not find a half-made plan */
+	ctx->convs = p->next;
+	destroy_conv(p);
+	return rc;
 }
 
 /* HWIO (kh*kw*c, o) <-> KRSC (o, kh*kw*c) */
@@ -301,8 +325,11 @@ int dtf_cuda_pool_plan(struct dtf_cuda_ctx *ctx,
 	*out = p;
 	return 0;
 fail:
+	/* cuDNN refused the descriptors: the own kernel does it */
+	(void)rc;
 	p->use_cudnn = 0;
-	return rc;
+	*out = p;
+	return 0;
 }
 
 void dtf_cuda_max_pool2d(struct dtf_cuda_ctx *ctx,

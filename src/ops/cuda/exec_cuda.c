@@ -452,7 +452,6 @@ void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 	if (backward)
 		for (int i = g->nforward; i < g->nnodes; i++)
 			exec_node(ex, i, c, set, stats);
-	dtf_cuda_event_record(ctx, DTF_CUDA_COMPUTE, E_USED(set));
 	if (g->logits >= 0 && g->labels >= 0) {
 		const struct dtf_shape *s = &g->nodes[g->logits].shape;
 		int step = stats == DTF_CUDA_STATS_STEP;
@@ -468,6 +467,8 @@ void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 	if (stats == DTF_CUDA_STATS_STEP && ex->nstats >= 3)
 		dtf_cuda_fill(ctx, ex->d_grads + ex->nparams + 2, 1,
 			      (float)c->valid);
+	/* after the last reader of the set (count_correct reads labels) */
+	dtf_cuda_event_record(ctx, DTF_CUDA_COMPUTE, E_USED(set));
 }
 
 void dtf_cuda_exec_download_grads(struct dtf_cuda_exec *ex)

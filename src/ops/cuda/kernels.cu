@@ -406,6 +406,9 @@ __global__ void k_adam(size_t n, float *p, const float *g, float *m, float *v,
 
 /* ---- launchers ------------------------------------------------------------- */
 
+/* tests/test_cuda_emu.cpp compiles the kernels above as host C++ (one
+ * thread, one block) and leaves the launchers out. */
+#ifndef DTF_CUDA_EMULATE
 extern "C" {
 
 void dtf_cu_transpose(cudaStream_t s, int rows, int cols, const float *in,
@@ -517,3 +520,4 @@ void dtf_cu_adam(cudaStream_t s, size_t n, float *p, const float *g, float *m,
 }
 
 } /* extern "C" */
+#endif /* DTF_CUDA_EMULATE */
