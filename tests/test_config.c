@@ -366,7 +366,7 @@ START_TEST(test_unknown_key_suggests)
 			  NULL, 0, DTF_ERR_CONFIG),
 		"graphs/x.yaml:26:1: checkpoint: unknown key 'checkpoint' "
 		"(known keys: name, seed, data, model, train, strategy, "
-		"logging)");
+		"logging, device, precision, allow_gpu_sharing)");
 	ck_assert_msg_is(load_fail(edit("size: 2}", "sise: 2}"), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:13:21: model.layers[1].max_pool2d.sise: "

@@ -40,6 +40,8 @@
 _Static_assert(sizeof(enum dtf_layer_kind) == sizeof(int) &&
 		       sizeof(enum dtf_activation) == sizeof(int) &&
 		       sizeof(enum dtf_strategy_kind) == sizeof(int) &&
+		       sizeof(enum dtf_device_kind) == sizeof(int) &&
+		       sizeof(enum dtf_precision) == sizeof(int) &&
 		       sizeof(enum dtf_feature_type) == sizeof(int) &&
 		       sizeof(enum dtf_decode) == sizeof(int),
 	       "enum fields are written through int *");
@@ -1217,6 +1219,19 @@ static int read_trace_steps(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+static const struct enum_name devices[] = {
+	{"auto", DTF_DEVICE_AUTO},
+	{"cpu", DTF_DEVICE_CPU},
+	{"cuda", DTF_DEVICE_CUDA},
+	{NULL, 0},
+};
+
+static const struct enum_name precisions[] = {
+	{"fp32", DTF_PRECISION_FP32},
+	{"tf32", DTF_PRECISION_TF32},
+	{NULL, 0},
+};
+
 static const struct field logging_fields[] = {
 	{.key = "every_steps", .type = T_I64, .flags = F_POS,
 	 .off = JOB(logging.every_steps), .def = 100},
@@ -1251,6 +1266,12 @@ static const struct field job_fields[] = {
 	 .sub = &train_section},
 	{.key = "strategy", .type = T_SECTION, .sub = &strategy_section},
 	{.key = "logging", .type = T_SECTION, .sub = &logging_section},
+	{.key = "device", .type = T_ENUM, .off = JOB(device.kind),
+	 .def = DTF_DEVICE_AUTO, .names = devices},
+	{.key = "precision", .type = T_ENUM, .off = JOB(device.precision),
+	 .def = DTF_PRECISION_FP32, .names = precisions},
+	{.key = "allow_gpu_sharing", .type = T_BOOL,
+	 .off = JOB(device.allow_gpu_sharing), .def = 0},
 };
 
 static const struct section job_section = {

@@ -54,6 +54,11 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who);
 
 int dtf_comm_barrier(struct dtf_comm *c);
 
+/* 1 when this MPI accepts CUDA device pointers in collectives (Open MPI's
+ * MPIX_Query_cuda_support()); 0 otherwise, or when the environment sets
+ * DTF_CUDA_AWARE_MPI=0.  Call after dtf_comm_init. */
+int dtf_comm_cuda_aware(void);
+
 /* End every rank now with `status` (MPI_Abort).  For failures that cannot
  * be agreed on (a broken invariant under MPI). */
 _Noreturn void dtf_comm_abort(struct dtf_comm *c, int status);

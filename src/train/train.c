@@ -32,6 +32,7 @@
 #include "obs/obs.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
+#include "train/device.h"
 #include "train/optimizer.h"
 #include "train/threads.h"
 
@@ -55,10 +56,12 @@ struct replica {
 	void *scratch;   /* for features the graph does not use */
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
+	struct dtf_gpu *gpu; /* NULL: this replica runs on the CPU */
 };
 
 static void replica_deinit(struct replica *r)
 {
+	dtf_gpu_free(r->gpu);
 	dtf_optimizer_deinit(&r->opt);
 	dtf_plan_deinit(&r->plan);
 	dtf_graph_deinit(&r->g);
@@ -231,8 +234,9 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 				   .workspace = r->plan.workspace,
 				   .loss_scale = 1.0f};
 	double local[3] = {0, 0, 0};
-	int rc = dtf_pipeline_begin_epoch(eval, 0);
-	while (rc == 0) {
+	int rc = r->gpu ? dtf_gpu_evaluate(r->gpu, eval, local)
+			: dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0 && !r->gpu) {
 		int count = 0;
 		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
 		if (rc < 0 || count == 0)
@@ -359,7 +363,8 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct replica *r, struct dtf_pipeline *train,
 		      struct dtf_exec_ctx *ctx, int rc, int64_t step,
-		      struct dtf_step_times *t, struct dtf_obs *obs,
+		      int read_ahead, struct dtf_step_times *t,
+		      struct dtf_obs *obs,
 		      struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
@@ -367,7 +372,8 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	size_t np = g->nparams;
 	double t0 = now_seconds();
 	if (rc == 0)
-		rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
+		rc = r->gpu ? dtf_gpu_next_batch(r->gpu, train, r->ids, &count)
+			    : dtf_pipeline_next(train, r->feed, r->ids, &count);
 	if (rc == 0 && count < batch)
 		rc = dtf_error(DTF_ERR_DATA,
 			       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
@@ -380,14 +386,26 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
 		return rc;
 	double t2 = now_seconds();
-	dtf_exec_forward(g, ctx);
+	if (r->gpu) {
+		/* forward and backward in one (timed as forward); the
+		 * statistics come from the GPU; agree again, as a CUDA
+		 * failure must stop every rank before the allreduce */
+		rc = dtf_gpu_step(r->gpu, ctx, train, read_ahead);
+		if ((rc = agree(comm, rc, "computing", step, result)) < 0)
+			return rc;
+	} else {
+		dtf_exec_forward(g, ctx);
+	}
 	double t3 = now_seconds();
-	dtf_exec_backward(g, ctx);
-	r->grads[np] = (float)ctx->loss_sum;
-	r->grads[np + 1] = (float)dtf_graph_count_correct(g, batch, 1);
-	r->grads[np + 2] = (float)batch;
+	if (!r->gpu) {
+		dtf_exec_backward(g, ctx);
+		r->grads[np] = (float)ctx->loss_sum;
+		r->grads[np + 1] = (float)dtf_graph_count_correct(g, batch, 1);
+		r->grads[np + 2] = (float)batch;
+	}
 	double t4 = now_seconds();
-	rc = dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
+	rc = r->gpu ? dtf_gpu_allreduce(r->gpu, comm)
+		    : dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
 	double t5 = now_seconds();
 	t->forward += t3 - t2;
 	t->backward += t4 - t3;
@@ -441,9 +459,17 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		 (long long)global_batch, batch, result->num_params,
 		 job->train.learning_rate);
 
-	/* data: open on every rank, then agree before any other collective */
-	rc = open_pipeline(job, job->data.train_files, rank, world, batch,
-			   (size_t)job->data.shuffle_buffer, &train);
+	/* device and data: open on every rank, then agree before any other
+	 * collective */
+	struct dtf_gpu_opts go = {.job = job, .comm = comm, .g = &r.g,
+				  .plan = &r.plan, .params = r.params,
+				  .grads = r.grads, .nstats = NSTATS,
+				  .opt = &r.opt};
+	rc = dtf_gpu_open(&go, &r.gpu);
+	if (rc == 0)
+		rc = open_pipeline(job, job->data.train_files, rank, world,
+				   batch, (size_t)job->data.shuffle_buffer,
+				   &train);
 	if (rc == 0 && job->data.eval_files)
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
@@ -468,6 +494,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	/* identical start: deterministic init, then rank 0's values win */
 	dtf_graph_init_params(&r.g, job->seed, r.params);
 	if ((rc = dtf_comm_bcast_f32(comm, r.params, r.g.nparams, 0)) < 0)
+		goto out;
+	if (r.gpu && (rc = dtf_gpu_upload_params(r.gpu)) < 0)
 		goto out;
 
 	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
@@ -501,11 +529,16 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			struct dtf_step_times st = {0};
 			double t_begin = now_seconds();
 			ctx.step = (uint64_t)step;
-			rc = train_step(job, comm, &r, train, &ctx, rc, step, &st,
-					obs, result);
+			int read_ahead = s + 1 < steps_per_epoch[0] &&
+					 step + 1 < total_steps;
+			rc = train_step(job, comm, &r, train, &ctx, rc, step,
+					read_ahead, &st, obs, result);
 			if (rc < 0)
 				goto out;
-			dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
+			if (r.gpu)
+				dtf_gpu_apply(r.gpu, &r.opt, lr);
+			else
+				dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
 			double t_end = now_seconds();
 			st.optimizer += t_end - st.mark;
 			step++;
@@ -543,6 +576,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if (step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
 			 (unsigned long long)step_allocs);
+	if (r.gpu && (rc = dtf_gpu_download_params(r.gpu)) < 0)
+		goto out;
 	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
 		goto out;
 	if (opts->export_variables && rank == 0)
