@@ -31,6 +31,8 @@
 #include "mem/plan.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
+#include "train/checkpoint.h"
+#include "train/fault.h"
 #include "train/optimizer.h"
 #include "train/threads.h"
 
@@ -195,6 +197,9 @@ struct eval_totals {
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
 		 int64_t step, struct dtf_train_result *result);
+static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
+		      const char *when, int64_t step,
+		      struct dtf_train_result *result);
 
 static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
@@ -270,9 +275,16 @@ static int write_variables(const char *path, const float *p, size_t n)
 	return 0;
 }
 
-/* Agree on the step's status; on a failure, return the right error. */
-static int agree(struct dtf_comm *comm, int rc, const char *when,
-		 int64_t step, struct dtf_train_result *result)
+/*
+ * Agree on the step's status; on a failure, return the right error.  Beside
+ * errors the status carries a vote (fault.h): bits 8-15 a pending signal,
+ * bit 0 "a time-based checkpoint is due" (set by rank 0 only, so ranks
+ * follow rank 0's clock).  Errors outrank signals, which outrank the
+ * clock; *agreed receives the winning vote when nobody failed.
+ */
+static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
+		      const char *when, int64_t step,
+		      struct dtf_train_result *result)
 {
 	int status = 0;
 	if (rc < 0) {
@@ -281,9 +293,11 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 			status = 1;
 	}
 	int worst, who;
-	int crc = dtf_comm_agree(comm, status, &worst, &who);
+	int crc = dtf_comm_agree(comm, status << 16 | vote, &worst, &who);
 	if (crc < 0)
 		return crc;
+	*agreed = (worst & 0xffff) | (who << 16);
+	worst >>= 16;
 	if (!worst)
 		return 0;
 	if (status)
@@ -297,6 +311,51 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 					 : DTF_ERR_REMOTE;
 	return dtf_error(code, "stopping: rank %d failed %s step %lld", who,
 			 when, (long long)step);
+}
+
+static int agree(struct dtf_comm *comm, int rc, const char *when,
+		 int64_t step, struct dtf_train_result *result)
+{
+	int agreed;
+	return agree_vote(comm, rc, 0, &agreed, when, step, result);
+}
+
+/*
+ * After a step: save a checkpoint when one is due (every_steps, the last
+ * step, or agreed in the step's status: rank 0's clock or a signal), agree
+ * on the save, and after a signal stop with DTF_ERR_SIGNAL.  The vote
+ * `agreed` is agree_vote's: every rank takes the same branch.
+ */
+static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
+		      struct dtf_checkpointer *ck, struct dtf_fault *fault,
+		      const struct dtf_ckpt_position *pos, int agreed,
+		      int last, struct dtf_train_result *result)
+{
+	int sig = (agreed >> 8) & 0xff, who = agreed >> 16;
+	int64_t every = job->checkpoint.every_steps;
+	int due = last || sig || (agreed & 1) ||
+		  (every > 0 && pos->step % every == 0);
+	if (!due || (!ck && !sig))
+		return 0;
+	char path[512] = "no checkpoint.dir: nothing saved";
+	if (ck) {
+		dtf_fault_progress(fault, "checkpoint", pos->step);
+		int rc = dtf_checkpointer_save(ck, pos);
+		if (rc == 0 && (sig || last))
+			rc = dtf_checkpointer_wait(ck);
+		if ((rc = agree(comm, rc, "saving the checkpoint after", pos->step,
+				result)) < 0)
+			return rc;
+		snprintf(path, sizeof(path), "saved %s/ckpt-%lld.dtf",
+			 job->checkpoint.dir, (long long)pos->step);
+	}
+	if (!sig || last)
+		return 0;
+	return dtf_error(DTF_ERR_SIGNAL,
+			 "stopped by %s (received by rank %d) at step %lld: %s; "
+			 "exit status 75: run again with --resume to continue",
+			 dtf_fault_signal_name(sig), who, (long long)pos->step,
+			 path);
 }
 
 static void add_times(struct dtf_step_times *sum,
@@ -335,8 +394,9 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
  */
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct replica *r, struct dtf_pipeline *train,
-		      struct dtf_exec_ctx *ctx, int rc, int64_t step,
-		      struct dtf_step_times *t, struct dtf_train_result *result)
+		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
+		      int64_t step, struct dtf_step_times *t,
+		      struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
 	int batch = g->batch, count = 0;
@@ -353,7 +413,8 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = check_labels(r, train, count);
 	double t1 = now_seconds();
 	t->data_wait += t1 - t0;
-	if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
+	if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for", step,
+			     result)) < 0)
 		return rc;
 	double t2 = now_seconds();
 	dtf_exec_forward(g, ctx);
@@ -384,9 +445,16 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int batch = 0, rc;
 	struct replica r;
 	struct dtf_pipeline *train = NULL, *eval = NULL;
+	struct dtf_fault *fault = NULL;
+	struct dtf_checkpointer *ck = NULL;
+	int resume = opts->resume || job->checkpoint.resume;
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
 
+	if (resume && !opts->dry_run && !job->checkpoint.dir)
+		return dtf_error(DTF_ERR_USAGE,
+				 "%s: resuming needs checkpoint.dir in the job file",
+				 job->path);
 	if ((rc = per_replica_batch(job, world, &batch)) < 0)
 		return rc;
 	if ((rc = build(job, batch, 1, &r)) < 0)
@@ -412,9 +480,16 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		 (long long)global_batch, batch, result->num_params,
 		 job->train.learning_rate);
 
-	/* data: open on every rank, then agree before any other collective */
-	rc = open_pipeline(job, job->data.train_files, rank, world, batch,
-			   (size_t)job->data.shuffle_buffer, &train);
+	/* signals, watchdog, checkpoints and data: set up on every rank,
+	 * then agree before any other collective */
+	rc = dtf_fault_new(comm, rank, job->fault.timeout_seconds, &fault);
+	if (rc == 0 && job->checkpoint.dir)
+		rc = dtf_checkpointer_new(job, &r.g, r.params, &r.opt,
+					  rank == 0, fault, &ck);
+	if (rc == 0)
+		rc = open_pipeline(job, job->data.train_files, rank, world,
+				   batch, (size_t)job->data.shuffle_buffer,
+				   &train);
 	if (rc == 0 && job->data.eval_files)
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
@@ -436,8 +511,21 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			 (long long)steps_per_epoch[0], (long long)most,
 			 (long long)steps_per_epoch[0]);
 
-	/* identical start: deterministic init, then rank 0's values win */
+	/* identical start: deterministic init or rank 0's checkpoint, then
+	 * rank 0's values win */
 	dtf_graph_init_params(&r.g, job->seed, r.params);
+	struct dtf_ckpt_position pos = {0};
+	int found = 0;
+	if (ck && resume) {
+		if (rank == 0)
+			rc = dtf_checkpointer_restore(ck, opts->allow_fresh_start,
+						      &pos, &found);
+		if ((rc = agree(comm, rc, "restoring a checkpoint before", 0,
+				result)) < 0)
+			goto out;
+		if ((rc = dtf_checkpointer_share(ck, comm, &pos, &found)) < 0)
+			goto out;
+	}
 	if ((rc = dtf_comm_bcast_f32(comm, r.params, r.g.nparams, 0)) < 0)
 		goto out;
 
@@ -456,24 +544,55 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		double loss, correct, count;
 		struct dtf_step_times t;
 	} win = {0};
-	int64_t step = 0;
+	int64_t step = 0, start_in_epoch = 0;
+	int start_epoch = 0;
+	if (found) {
+		step = pos.step;
+		start_epoch = (int)pos.epoch;
+		start_in_epoch = pos.step_in_epoch;
+		dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
+			 dtf_checkpointer_path(ck), (long long)step,
+			 start_epoch + 1, (long long)start_in_epoch,
+			 (long long)steps_per_epoch[0]);
+	}
+	int64_t first_step = step;
+	pos = (struct dtf_ckpt_position){
+		.global_batch = global_batch, .world = world,
+		.per_replica_batch = batch, .seed = job->seed};
 	double lr = job->train.learning_rate;
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 
-	for (int epoch = 0; step < total_steps; epoch++) {
+	for (int epoch = start_epoch; step < total_steps; epoch++) {
 		t_epoch = now_seconds();
 		rc = dtf_pipeline_begin_epoch(train, epoch);
-		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
+		int64_t s = 0;
+		if (epoch == start_epoch) /* consume what the checkpoint had */
+			for (int n = batch; rc == 0 && s < start_in_epoch &&
+					    n == batch; s++)
+				rc = dtf_pipeline_next(train, r.feed, r.ids, &n);
+		for (; s < steps_per_epoch[0] && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
 			ctx.step = (uint64_t)step;
-			rc = train_step(job, comm, &r, train, &ctx, rc, step, &win.t,
-					result);
+			dtf_fault_at_step(fault, step);
+			dtf_fault_progress(fault, "step", step);
+			if (rc == 0)
+				rc = dtf_checkpointer_poll(ck);
+			int vote = dtf_fault_pending_signal() << 8 |
+				   dtf_checkpointer_time_due(ck), agreed = 0;
+			rc = train_step(job, comm, &r, train, &ctx, rc, vote,
+					&agreed, step, &win.t, result);
 			if (rc < 0)
 				goto out;
 			dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
 			double t_end = now_seconds();
 			win.t.optimizer += t_end - win.t.mark;
 			step++;
+			pos.step = step;
+			pos.epoch = epoch;
+			pos.step_in_epoch = s + 1;
+			if ((rc = after_step(job, comm, ck, fault, &pos, agreed,
+					     step == total_steps, result)) < 0)
+				goto out;
 			win.steps++;
 			win.loss += r.grads[np];
 			win.correct += r.grads[np + 1];
@@ -503,6 +622,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			goto out;
 		if (eval) {
 			struct eval_totals tot;
+			dtf_fault_progress(fault, "evaluation", step);
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
@@ -513,11 +633,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				 tot.count);
 		}
 	}
+	dtf_fault_idle(fault);
 	add_times(&result->times, &win.t);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;
-	result->samples_per_second =
-		(double)step * (double)global_batch / result->wall_seconds;
+	result->samples_per_second = (double)(step - first_step) *
+				     (double)global_batch / result->wall_seconds;
 	result->step_allocations = step_allocs;
 	if (step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
@@ -531,6 +652,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if (opts->export_variables && rank == 0)
 		rc = write_variables(opts->export_variables, r.params, np);
 out:
+	dtf_checkpointer_free(ck);
+	dtf_fault_free(fault);
 	dtf_pipeline_free(eval);
 	dtf_pipeline_free(train);
 	replica_deinit(&r);
