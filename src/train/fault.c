@@ -215,11 +215,12 @@ static void *watchdog(void *arg)
 		long long idle = now_ns() - atomic_load(&f->mark_ns);
 		if (idle < limit)
 			continue;
-		dtf_errlog("no progress for %.0f s in the %s of step %lld "
-			   "(fault.timeout_seconds %g): a rank is dead or stuck "
-			   "in a collective; ending the job",
-			   (double)idle / 1e9, atomic_load(&f->phase),
-			   (long long)atomic_load(&f->step), f->timeout);
+		dtf_errlog("no progress for %.0f s (fault.timeout_seconds %g) "
+			   "in the %s at step %lld: this rank or one it waits "
+			   "for in a collective is dead or stuck; ending the job",
+			   (double)idle / 1e9, f->timeout,
+			   atomic_load(&f->phase),
+			   (long long)atomic_load(&f->step));
 		fflush(stderr);
 		dtf_comm_abort(f->comm, 1);
 	}

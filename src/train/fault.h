@@ -61,7 +61,8 @@ int dtf_fault_pending_signal(void);
 const char *dtf_fault_signal_name(int sig);
 
 /* Mark progress: restart the watchdog's clock for `phase` (a static
- * string: "step", "evaluation", "checkpoint") of global step `step`. */
+ * string: "training step", "evaluation", "checkpoint") at global step
+ * `step`. */
 void dtf_fault_progress(struct dtf_fault *f, const char *phase, int64_t step);
 
 /* Disarm the watchdog (until the next dtf_fault_progress). */

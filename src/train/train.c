@@ -573,8 +573,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		for (; s < steps_per_epoch[0] && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
 			ctx.step = (uint64_t)step;
+			dtf_fault_progress(fault, "training step", step);
 			dtf_fault_at_step(fault, step);
-			dtf_fault_progress(fault, "step", step);
 			if (rc == 0)
 				rc = dtf_checkpointer_poll(ck);
 			int vote = dtf_fault_pending_signal() << 8 |
