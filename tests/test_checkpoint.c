@@ -18,9 +18,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config/config.h"
+#include "core/alloc.h"
 #include "core/error.h"
 #include "data/crc32c.h"
+#include "data/pipeline.h"
 #include "train/checkpoint.h"
+#include "train/elastic.h"
 
 static char tmp[256];
 static const char *build_root;
@@ -51,7 +55,7 @@ static const char job_text[] =
 	"checkpoint: {every_steps: 10, keep: 3}\n"
 	"logging: {every_steps: 10}\n";
 
-#define CKPT_BYTES 15872 /* one checkpoint of this model */
+#define CKPT_BYTES 16128 /* one checkpoint of this model */
 
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...)
@@ -214,8 +218,8 @@ START_TEST(format_header_tensors_and_crc)
 	ck_assert_int_eq(f.pos.per_replica_batch, 16);
 	ck_assert_int_eq(f.pos.global_batch, 16);
 	ck_assert_uint_eq(f.pos.seed, 7);
-	/* 3 variables pairs x (value, m, v) + 4 counters */
-	ck_assert_int_eq(f.ntensors, 6 * 3 + 4);
+	/* 6 variables x (value, m, v) + 5 counter tensors */
+	ck_assert_int_eq(f.ntensors, 6 * 3 + 5);
 	const struct dtf_ckpt_tensor *k = dtf_ckpt_file_find(&f, "dense_1/kernel");
 	ck_assert_ptr_nonnull(k);
 	ck_assert_int_eq(k->rank, 2);
@@ -270,7 +274,7 @@ START_TEST(format_header_tensors_and_crc)
 	fp = fopen(bad, "wb");
 	fwrite(raw, 1, 1000, fp);
 	fclose(fp);
-	verify("bad.dtf", "bad.dtf: truncated: 1000 of 15872 bytes");
+	verify("bad.dtf", "bad.dtf: truncated: 1000 of 16128 bytes");
 	fp = fopen(bad, "wb");
 	fwrite("hello", 1, 5, fp);
 	fclose(fp);
@@ -379,7 +383,7 @@ START_TEST(truncated_newest_falls_back_to_previous)
 	ck_assert_int_eq(truncate(path, CKPT_BYTES / 2), 0);
 	ck_assert_int_eq(train(1, "", "trunc", "--resume --export-variables @/TRUNC",
 			       "trunc.log"), 0);
-	ck_assert_log("trunc.log", "/trunc/ckpt-60.dtf: truncated: 7936 of 15872 bytes; trying the previous checkpoint");
+	ck_assert_log("trunc.log", "/trunc/ckpt-60.dtf: truncated: 8064 of 16128 bytes; trying the previous checkpoint");
 	ck_assert_log("trunc.log", "/trunc/ckpt-50.dtf: step 50");
 	ck_assert(exists("trunc/ckpt-60.dtf.corrupt"));
 	assert_same_vars("TRUNC", "REF1");
@@ -393,7 +397,7 @@ START_TEST(no_verifying_checkpoint_exits_4_unless_fresh_start_allowed)
 	    "head -c 100 %s/ref1/ckpt-60.dtf > %s/none/ckpt-60.dtf",
 	    tmp, tmp, tmp, tmp);
 	ck_assert_int_eq(train(2, "", "none", "--resume", "none.log"), 4);
-	ck_assert_log("none.log", "/none/ckpt-60.dtf: truncated: 100 of 15872 bytes; trying the previous checkpoint");
+	ck_assert_log("none.log", "/none/ckpt-60.dtf: truncated: 100 of 16128 bytes; trying the previous checkpoint");
 	ck_assert_log("none.log", "/none/ckpt-10.dtf: not a checkpoint (too short); no older checkpoint");
 	ck_assert_log("none.log", "no checkpoint in ");
 	ck_assert_log("none.log", "/none verifies (2 tried)");
@@ -499,6 +503,165 @@ START_TEST(usage_errors)
 }
 END_TEST
 
+/* ---- elastic resume ------------------------------------------------------ */
+
+struct idset {
+	uint64_t v[1024];
+	int n;
+};
+
+static int in_set(void *ctx, uint64_t id)
+{
+	const struct idset *s = ctx;
+	for (int i = 0; i < s->n; i++)
+		if (s->v[i] == id)
+			return 1;
+	return 0;
+}
+
+/* Read `steps` batches (all when < 0) of rank `rank` of `world` in epoch 1
+ * with `skip` left out; add the ids to `into`. */
+static void read_ids(const struct dtf_job *job, int rank, int world,
+		     int batch, int steps, struct idset *skip,
+		     struct dtf_elastic *el, struct idset *into)
+{
+	char **files;
+	int nfiles;
+	ck_assert_int_eq(dtf_glob_files(job->data.train_files, &files, &nfiles), 0);
+	struct dtf_pipeline_opts po = {
+		.files = (const char *const *)files, .nfiles = nfiles,
+		.rank = rank, .world = world, .features = job->data.features,
+		.nfeatures = job->data.nfeatures, .batch = batch,
+		.shuffle_buffer = 64, .seed = job->seed};
+	struct dtf_pipeline *p;
+	ck_assert_int_eq(dtf_pipeline_open(&po, &p), 0);
+	static float img[64 * 64];
+	static int32_t lab[64];
+	void *dst[2] = {img, lab};
+	uint64_t ids[64];
+	int64_t remaining = -1;
+	if (el)
+		ck_assert_int_eq(dtf_elastic_start_epoch(el, p, 1, dst, ids, &remaining), 0);
+	else {
+		dtf_pipeline_set_exclude(p, in_set, skip);
+		ck_assert_int_eq(dtf_pipeline_begin_epoch(p, 1), 0);
+	}
+	int got = 0, count;
+	for (int s = 0; steps < 0 || s < steps; s++) {
+		ck_assert_int_eq(dtf_pipeline_next(p, dst, ids, &count), 0);
+		if (count == 0)
+			break;
+		for (int i = 0; i < count; i++)
+			into->v[into->n++] = ids[i];
+		got += count;
+	}
+	if (el)
+		ck_assert_int_eq(remaining, got);
+	dtf_pipeline_free(p);
+	dtf_free(files);
+}
+
+START_TEST(elastic_resume_reads_every_record_once)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmp);
+	struct dtf_job *job;
+	ck_assert_int_eq(dtf_job_load(path, NULL, 0, &job), 0);
+	/* epoch 2 ran 3 steps on 1 rank at batch 16, then 4 on 2 ranks at 8,
+	 * and now goes on with 3 ranks at batch 5 */
+	struct dtf_ckpt_position pos = {
+		.step = 37, .epoch = 1, .step_in_epoch = 7, .world = 2,
+		.per_replica_batch = 8, .global_batch = 16, .nprev = 1,
+		.prev = {{1, 16, 3}}};
+	ck_assert(dtf_elastic_needed(&pos, 2, 8)); /* earlier segment */
+	pos.nprev = 0;
+	ck_assert(!dtf_elastic_needed(&pos, 2, 8));
+	ck_assert(dtf_elastic_needed(&pos, 1, 16));
+	pos.nprev = 1;
+	struct dtf_elastic *el;
+	ck_assert_msg(dtf_elastic_new(job, &pos, &el) == 0, "%s", dtf_error_msg());
+	ck_assert_int_eq(dtf_elastic_consumed(el), 3 * 16 + 4 * 16);
+	/* the consumed records, replayed here segment by segment */
+	static struct idset seen, none, after;
+	seen.n = none.n = after.n = 0;
+	read_ids(job, 0, 1, 16, 3, &none, NULL, &seen);
+	struct idset first = seen;
+	read_ids(job, 0, 2, 8, 4, &first, NULL, &seen);
+	read_ids(job, 1, 2, 8, 4, &first, NULL, &seen);
+	ck_assert_int_eq(seen.n, 112);
+	for (int r = 0; r < 3; r++)
+		read_ids(job, r, 3, 5, -1, NULL, el, &after);
+	ck_assert_int_eq(after.n, 480 - 112);
+	/* nothing read twice, nothing consumed read again, all 480 seen */
+	for (int i = 0; i < after.n; i++) {
+		ck_assert(!in_set(&seen, after.v[i]));
+		for (int k = i + 1; k < after.n; k++)
+			ck_assert(after.v[i] != after.v[k]);
+	}
+	dtf_elastic_free(el);
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(elastic_resume_two_ranks_to_one)
+{
+	ck_assert_int_eq(train(2, "DTF_FAULT=term:rank=1:step=33", "el", "",
+			       "ela.log"), 75);
+	ck_assert_int_eq(train(1, "", "el", "--resume", "elb.log"), 0);
+	ck_assert_log("elb.log", "notice: elastic resume at step 34: the checkpoint was written by 2 rank(s) at per-replica batch 8 (global 16), "
+		      "this run has 1 at 16 (global 16); the 64 records of epoch 2 read before are left out, 26 steps remain in it");
+	ck_assert_log("elb.log", "step 40/60  epoch 2");
+	ck_assert_log("elb.log", "step 60/60  epoch 2");
+	struct dtf_ckpt_file f;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/el/ckpt-40.dtf", tmp);
+	ck_assert_int_eq(dtf_ckpt_file_read(path, &f), 0);
+	/* the first 4 steps of epoch 2 ran on 2 ranks: one earlier segment */
+	ck_assert_int_eq(f.pos.nprev, 1);
+	ck_assert_int_eq(f.pos.step_in_epoch, 10);
+	ck_assert_int_eq(f.pos.world, 1);
+	const struct dtf_ckpt_tensor *t = dtf_ckpt_file_find(&f, "pipeline/segments");
+	int64_t seg[3];
+	memcpy(seg, f.data + t->offset, sizeof(seg));
+	ck_assert_int_eq(seg[0], 2);
+	ck_assert_int_eq(seg[1], 8);
+	ck_assert_int_eq(seg[2], 4);
+	dtf_ckpt_file_deinit(&f);
+}
+END_TEST
+
+START_TEST(dtf_launch_min_np_restarts_with_fewer_ranks)
+{
+	int st = run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
+		     "--np 2 --min-np 1 --max-restarts 1 --delay 0 -- -t 1 "
+		     "--set checkpoint.dir=%s/minnp %s/job.yaml >/dev/null "
+		     "2>%s/minnp.log", build_root, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, slurp("minnp.log"));
+	ck_assert_log("minnp.log", "restarting from the newest checkpoint with 1 rank(s) in 0 s");
+	ck_assert_log("minnp.log", "dtf-launch: attempt 2 of 2: mpirun -n 1 ");
+	ck_assert_log("minnp.log", "notice: elastic resume at step 30");
+	ck_assert_log("minnp.log", "step 60/60");
+}
+END_TEST
+
+START_TEST(dtf_launch_gives_up_and_says_why)
+{
+	int st = run("DTF_FAULT=exit:rank=0:step=3,exit:rank=0:step=3:attempt=2 "
+		     "timeout 120 %s/dtf-launch --np 1 --max-restarts 1 --delay 0 "
+		     "-- -t 1 --set checkpoint.dir=%s/giveup %s/job.yaml >/dev/null "
+		     "2>%s/giveup.log", build_root, tmp, tmp, tmp);
+	ck_assert_int_ne(st, 0);
+	ck_assert_log("giveup.log", "dtf-launch: attempt 2 of 2: ");
+	ck_assert_log("giveup.log", "dtf-launch: giving up after 2 attempt(s): the last ended with status ");
+	/* a job-file error is not retried */
+	st = run("timeout 60 %s/dtf-launch --np 1 --max-restarts 3 -- "
+		 "--set train.epochs=0 %s/job.yaml >/dev/null 2>%s/nore.log",
+		 build_root, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	ck_assert_log("nore.log", "attempt 1 ended with status 2 (a usage or job-file error); a restart would fail the same way");
+}
+END_TEST
+
 static Suite *checkpoint_suite(void)
 {
 	Suite *s = suite_create("checkpoint");
@@ -519,6 +682,10 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, dead_rank_ends_job_naming_it);
 	tcase_add_test(tc, every_seconds_follows_rank_0_clock);
 	tcase_add_test(tc, usage_errors);
+	tcase_add_test(tc, elastic_resume_reads_every_record_once);
+	tcase_add_test(tc, elastic_resume_two_ranks_to_one);
+	tcase_add_test(tc, dtf_launch_min_np_restarts_with_fewer_ranks);
+	tcase_add_test(tc, dtf_launch_gives_up_and_says_why);
 	suite_add_tcase(s, tc);
 	return s;
 }

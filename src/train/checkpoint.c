@@ -53,7 +53,8 @@ enum {
 	SC_GLOBAL_STEP,  /* global_step */
 	SC_RNG = 2,      /* rng/state [3] */
 	SC_POSITION = 5, /* pipeline/position [5] */
-	SC_COUNT_ = 10
+	SC_SEGMENTS = 10, /* pipeline/segments [8, 3] */
+	SC_COUNT_ = SC_SEGMENTS + 3 * DTF_CKPT_MAX_SEGMENTS
 };
 
 /* One tensor of the checkpoint: where it lives in memory and in the file. */
@@ -232,6 +233,9 @@ static int parse(const char *path, struct dtf_ckpt_file *f)
 	p->per_replica_batch = (int32_t)get_u32(d + 60);
 	p->global_batch = (int64_t)get_u64(d + 64);
 	p->seed = get_u64(d + 72);
+	p->nprev = (int32_t)get_u32(d + 84);
+	if (p->nprev < 0 || p->nprev > DTF_CKPT_MAX_SEGMENTS)
+		return bad(path, "segment count out of range");
 	uint32_t nt = get_u32(d + 80);
 	if (nt > (hbytes - FIXED_HEADER) / 24)
 		return bad(path, "tensor count out of range");
@@ -380,7 +384,7 @@ static int build_table(struct dtf_checkpointer *ck, const struct dtf_graph *g,
 	int nvars = 0;
 	for (int i = 0; i < g->nnodes; i++)
 		nvars += g->nodes[i].op == DTF_OP_VARIABLE;
-	int cap = nvars * 3 + 4;
+	int cap = nvars * 3 + 5;
 	ck->e = dtf_calloc((size_t)cap, sizeof(*ck->e));
 	if (!ck->e)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
@@ -409,7 +413,8 @@ static int build_table(struct dtf_checkpointer *ck, const struct dtf_graph *g,
 				       base + n->a.var.offset);
 		}
 	}
-	static const int64_t three = 3, five = 5;
+	static const int64_t three = 3, five = 5,
+			     segs[2] = {DTF_CKPT_MAX_SEGMENTS, 3};
 	if (rc == 0)
 		rc = add_entry(ck, cap, "", "optimizer/iterations",
 			       DTF_CKPT_I64, 0, NULL,
@@ -423,6 +428,9 @@ static int build_table(struct dtf_checkpointer *ck, const struct dtf_graph *g,
 	if (rc == 0)
 		rc = add_entry(ck, cap, "", "pipeline/position", DTF_CKPT_I64,
 			       1, &five, &ck->scalars[SC_POSITION]);
+	if (rc == 0)
+		rc = add_entry(ck, cap, "", "pipeline/segments", DTF_CKPT_I64,
+			       2, segs, &ck->scalars[SC_SEGMENTS]);
 	if (rc < 0)
 		return rc;
 	/* header size, then data offsets */
@@ -773,7 +781,14 @@ int dtf_checkpointer_save(struct dtf_checkpointer *ck,
 	put_u32(d + 60, (uint32_t)pos->per_replica_batch);
 	put_u64(d + 64, (uint64_t)pos->global_batch);
 	put_u64(d + 72, pos->seed);
+	put_u32(d + 84, (uint32_t)pos->nprev);
 	int64_t *s = ck->scalars;
+	memset(s + SC_SEGMENTS, 0, 3 * DTF_CKPT_MAX_SEGMENTS * sizeof(int64_t));
+	for (int i = 0; i < pos->nprev; i++) {
+		s[SC_SEGMENTS + 3 * i] = pos->prev[i].world;
+		s[SC_SEGMENTS + 3 * i + 1] = pos->prev[i].per_replica_batch;
+		s[SC_SEGMENTS + 3 * i + 2] = pos->prev[i].steps;
+	}
 	s[SC_ITERATIONS] = ck->opt->iterations;
 	s[SC_GLOBAL_STEP] = pos->step;
 	s[SC_RNG] = (int64_t)pos->seed;
@@ -909,6 +924,11 @@ int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
 			}
 			ck->opt->iterations = ck->scalars[SC_ITERATIONS];
 			*pos = f.pos;
+			for (int k = 0; k < pos->nprev; k++) {
+				const int64_t *sg = ck->scalars + SC_SEGMENTS + 3 * k;
+				pos->prev[k] = (struct dtf_ckpt_segment){
+					sg[0], sg[1], sg[2]};
+			}
 			*found = 1;
 			snprintf(ck->path, sizeof(ck->path), "%s", path);
 			if (f.pos.job_hash != ck->job_hash)

@@ -22,7 +22,7 @@
  *   64     8     global batch
  *   72     8     seed
  *   80     4     tensor count T
- *   84     4     reserved (0)
+ *   84     4     earlier segments of the epoch (elastic resume, below)
  *   88     ...   T table entries: u16 name length L, L bytes of name (no
  *                NUL), u8 dtype (1 float32, 2 int64, 3 uint8), u8 rank R,
  *                u16 reserved, R x u64 dimensions, u64 data offset,
@@ -35,10 +35,13 @@
  * "optimizer/v/<var>" (Adam) or "optimizer/momentum/<var>" (SGD),
  * "optimizer/iterations" (int64 scalar), "global_step" (int64 scalar),
  * "rng/state" (int64 [3]: seed, step, epoch: the generator is counter-based,
- * so these counters are its whole state) and "pipeline/position" (int64
+ * so these counters are its whole state), "pipeline/position" (int64
  * [5]: epoch, step in epoch, examples of the epoch consumed over all ranks,
- * world size, per-replica batch).  Nothing depends on the world size
- * except the recorded position, which resume re-shards.
+ * world size, per-replica batch) and "pipeline/segments" (int64 [8, 3]:
+ * world size, per-replica batch and steps of each earlier part of the
+ * epoch run on another world size; the header says how many rows count).
+ * Nothing depends on the world size except the recorded position, which
+ * resume re-shards (elastic.h).
  *
  * Files in checkpoint.dir: "ckpt-<step>.dtf", written as
  * "ckpt-<step>.dtf.tmp", fsync'd, renamed, and the directory fsync'd; then
@@ -66,6 +69,13 @@ struct dtf_optimizer;
 
 enum dtf_ckpt_dtype { DTF_CKPT_F32 = 1, DTF_CKPT_I64 = 2, DTF_CKPT_U8 = 3 };
 
+#define DTF_CKPT_MAX_SEGMENTS 8
+
+/* Part of an epoch run on one world size. */
+struct dtf_ckpt_segment {
+	int64_t world, per_replica_batch, steps;
+};
+
 /* Where training stands; saved in the header, restored on resume. */
 struct dtf_ckpt_position {
 	int64_t step;          /* global steps completed */
@@ -76,6 +86,11 @@ struct dtf_ckpt_position {
 	int32_t per_replica_batch; /* at save time */
 	uint64_t seed;
 	uint64_t job_hash;
+	/* Earlier parts of this epoch that ran on other world sizes or
+	 * batches (elastic resume), oldest first; their steps are included
+	 * in step_in_epoch, the rest ran with (world, per_replica_batch). */
+	int32_t nprev;
+	struct dtf_ckpt_segment prev[DTF_CKPT_MAX_SEGMENTS];
 };
 
 struct dtf_ckpt_tensor {

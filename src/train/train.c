@@ -32,6 +32,7 @@
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
+#include "train/elastic.h"
 #include "train/fault.h"
 #include "train/optimizer.h"
 #include "train/threads.h"
@@ -436,6 +437,78 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	return rc;
 }
 
+/* Where a resumed run starts (struct start) and how its first epoch ends. */
+struct start {
+	int64_t step;      /* global step */
+	int epoch;         /* 0-based */
+	int64_t in_epoch;  /* batches of the epoch already consumed */
+	int64_t epoch_end; /* the step in epoch where the first epoch ends */
+	int elastic;       /* re-sharded: records consumed are left out */
+	int32_t nprev;     /* segments of the epoch before this run */
+	struct dtf_ckpt_segment prev[DTF_CKPT_MAX_SEGMENTS];
+	struct dtf_elastic *el;
+};
+
+/*
+ * From the checkpoint's position `pos`: with the same world size and
+ * per-replica batch, skip the batches consumed (exact resume); otherwise
+ * leave out the records the epoch consumed (elastic.h) and agree on the
+ * steps left in it.  Collective.
+ */
+static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
+			  const struct dtf_checkpointer *ck,
+			  struct dtf_pipeline *train, struct replica *r,
+			  const struct dtf_ckpt_position *pos, int world,
+			  int batch, int64_t steps_per_epoch, struct start *st,
+			  struct dtf_train_result *result)
+{
+	st->step = pos->step;
+	st->epoch = (int)pos->epoch;
+	st->in_epoch = pos->step_in_epoch;
+	dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
+		 dtf_checkpointer_path(ck), (long long)st->step, st->epoch + 1,
+		 (long long)st->in_epoch, (long long)steps_per_epoch);
+	if (!dtf_elastic_needed(pos, world, batch))
+		return 0;
+	int64_t left = 0;
+	int rc = 0;
+	if (pos->nprev >= DTF_CKPT_MAX_SEGMENTS)
+		rc = dtf_error(DTF_ERR_CHECKPOINT,
+			       "epoch %d was resumed on other world sizes %d times; at most %d are recorded",
+			       st->epoch + 1, pos->nprev + 1,
+			       DTF_CKPT_MAX_SEGMENTS);
+	if (rc == 0)
+		rc = dtf_elastic_new(job, pos, &st->el);
+	if (rc == 0)
+		rc = dtf_elastic_start_epoch(st->el, train, st->epoch, r->feed,
+					     r->ids, &left);
+	if ((rc = agree(comm, rc, "re-sharding the data position before",
+			st->step, result)) < 0)
+		return rc;
+	int64_t rest = left / batch;
+	if ((rc = dtf_comm_allreduce_min_i64(comm, &rest, 1)) < 0)
+		return rc;
+	st->elastic = 1;
+	st->epoch_end = st->in_epoch + rest;
+	int64_t before = 0;
+	st->nprev = pos->nprev + 1;
+	for (int i = 0; i < pos->nprev; i++) {
+		st->prev[i] = pos->prev[i];
+		before += pos->prev[i].steps;
+	}
+	st->prev[pos->nprev] = (struct dtf_ckpt_segment){
+		pos->world, pos->per_replica_batch, pos->step_in_epoch - before};
+	dtf_info("notice: elastic resume at step %lld: the checkpoint was written by %d rank(s) at per-replica batch %d "
+		 "(global %lld), this run has %d at %d (global %lld); the %lld records of epoch %d read before are left out, "
+		 "%lld steps remain in it, and later epochs are sharded over %d rank(s)",
+		 (long long)st->step, pos->world, pos->per_replica_batch,
+		 (long long)pos->global_batch, world, batch,
+		 (long long)batch * world,
+		 (long long)dtf_elastic_consumed(st->el), st->epoch + 1,
+		 (long long)rest, world);
+	return 0;
+}
+
 int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		  const struct dtf_train_opts *opts,
 		  struct dtf_train_result *result)
@@ -447,6 +520,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_pipeline *train = NULL, *eval = NULL;
 	struct dtf_fault *fault = NULL;
 	struct dtf_checkpointer *ck = NULL;
+	struct start st = {0};
 	int resume = opts->resume || job->checkpoint.resume;
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
@@ -544,33 +618,50 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		double loss, correct, count;
 		struct dtf_step_times t;
 	} win = {0};
-	int64_t step = 0, start_in_epoch = 0;
-	int start_epoch = 0;
-	if (found) {
-		step = pos.step;
-		start_epoch = (int)pos.epoch;
-		start_in_epoch = pos.step_in_epoch;
-		dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
-			 dtf_checkpointer_path(ck), (long long)step,
-			 start_epoch + 1, (long long)start_in_epoch,
-			 (long long)steps_per_epoch[0]);
+	/* where to start: step 0, or the checkpoint's position, re-sharded
+	 * when the world size or per-replica batch changed */
+	st.epoch_end = steps_per_epoch[0];
+	if (found && (rc = start_position(job, comm, ck, train, &r, &pos, world,
+					  batch, steps_per_epoch[0], &st,
+					  result)) < 0)
+		goto out;
+	int64_t step = st.step, first_step = st.step;
+	if (st.elastic) {
+		total_steps = st.epoch_end - pos.step_in_epoch + step +
+			      steps_per_epoch[0] *
+				      (job->train.epochs - st.epoch - 1);
+		if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
+			total_steps = job->train.max_steps;
 	}
-	int64_t first_step = step;
 	pos = (struct dtf_ckpt_position){
 		.global_batch = global_batch, .world = world,
 		.per_replica_batch = batch, .seed = job->seed};
+	if (st.elastic) { /* the parts of this epoch run before */
+		pos.nprev = st.nprev;
+		memcpy(pos.prev, st.prev, sizeof(st.prev));
+	}
 	double lr = job->train.learning_rate;
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 
-	for (int epoch = start_epoch; step < total_steps; epoch++) {
+	for (int epoch = st.epoch; step < total_steps; epoch++) {
 		t_epoch = now_seconds();
 		rc = dtf_pipeline_begin_epoch(train, epoch);
-		int64_t s = 0;
-		if (epoch == start_epoch) /* consume what the checkpoint had */
-			for (int n = batch; rc == 0 && s < start_in_epoch &&
-					    n == batch; s++)
-				rc = dtf_pipeline_next(train, r.feed, r.ids, &n);
-		for (; s < steps_per_epoch[0] && step < total_steps; s++) {
+		int64_t s = 0, end = steps_per_epoch[0];
+		if (epoch == st.epoch) {
+			s = st.in_epoch;
+			end = st.epoch_end;
+			/* same sharding: consume what the checkpoint had */
+			for (int64_t k = 0, n = batch; !st.elastic && rc == 0 &&
+						       k < s && n == batch; k++) {
+				int got = 0;
+				rc = dtf_pipeline_next(train, r.feed, r.ids, &got);
+				n = got;
+			}
+		} else if (st.elastic) { /* the re-sharded epoch is over */
+			dtf_pipeline_set_exclude(train, NULL, NULL);
+			pos.nprev = 0;
+		}
+		for (; s < end && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
 			ctx.step = (uint64_t)step;
 			dtf_fault_progress(fault, "training step", step);
@@ -652,6 +743,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if (opts->export_variables && rank == 0)
 		rc = write_variables(opts->export_variables, r.params, np);
 out:
+	dtf_elastic_free(st.el);
 	dtf_checkpointer_free(ck);
 	dtf_fault_free(fault);
 	dtf_pipeline_free(eval);
