@@ -10,6 +10,7 @@
  * their final variables bit for bit.  Every mpirun is bounded by timeout(1).
  */
 #include <check.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -662,6 +663,39 @@ START_TEST(dtf_launch_gives_up_and_says_why)
 }
 END_TEST
 
+START_TEST(dtf_launch_forwards_sigterm_as_usr1_and_exits_75)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "exec %s/dtf-launch --np 2 -- -t 1 --set "
+		 "checkpoint.dir=%s/fwd --set train.max_steps=0 --set "
+		 "train.epochs=100000 %s/job.yaml >/dev/null 2>%s/fwd.log",
+		 build_root, tmp, tmp, tmp);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	/* once training runs, signal dtf-launch; give it 60 s to end */
+	for (int i = 0; i < 100 && !exists("fwd/ckpt-10.dtf"); i++)
+		usleep(100000);
+	kill(pid, SIGTERM);
+	int st = 0, i;
+	for (i = 0; i < 600 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(100000);
+	if (i == 600) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		ck_abort_msg("dtf-launch did not end within 60 s");
+	}
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status 0x%x:\n%s",
+		      st, slurp("fwd.log"));
+	ck_assert_log("fwd.log", "error: stopped by SIGUSR1 (received by rank 0)");
+	ck_assert_log("fwd.log", "attempt 1 ended with status 75 (stopped by a signal after writing a checkpoint) after dtf-launch was signalled; not restarting");
+}
+END_TEST
+
 static Suite *checkpoint_suite(void)
 {
 	Suite *s = suite_create("checkpoint");
@@ -686,6 +720,7 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, elastic_resume_two_ranks_to_one);
 	tcase_add_test(tc, dtf_launch_min_np_restarts_with_fewer_ranks);
 	tcase_add_test(tc, dtf_launch_gives_up_and_says_why);
+	tcase_add_test(tc, dtf_launch_forwards_sigterm_as_usr1_and_exits_75);
 	suite_add_tcase(s, tc);
 	return s;
 }
