@@ -504,6 +504,38 @@ START_TEST(usage_errors)
 }
 END_TEST
 
+START_TEST(config_keys_and_defaults)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmp);
+	struct dtf_job *job;
+	const char *none[] = {"checkpoint={}"};
+	ck_assert_int_eq(dtf_job_load(path, none, 1, &job), 0);
+	ck_assert_ptr_null(job->checkpoint.dir);
+	ck_assert_int_eq(job->checkpoint.every_steps, 0);
+	ck_assert(job->checkpoint.every_seconds == 0.0);
+	ck_assert_int_eq(job->checkpoint.keep, 5);
+	ck_assert_int_eq(job->checkpoint.resume, 0);
+	ck_assert(job->fault.timeout_seconds == 300.0);
+	dtf_job_free(job);
+	const char *set[] = {"checkpoint.dir=d", "checkpoint.resume=auto",
+			     "checkpoint.every_seconds=1.5",
+			     "fault.timeout_seconds=20"};
+	ck_assert_int_eq(dtf_job_load(path, set, 4, &job), 0);
+	ck_assert_str_eq(job->checkpoint.dir, "d");
+	ck_assert_int_eq(job->checkpoint.resume, 1);
+	ck_assert(job->checkpoint.every_seconds == 1.5);
+	ck_assert(job->fault.timeout_seconds == 20.0);
+	dtf_job_free(job);
+	const char *bad[] = {"checkpoint.keep=0"};
+	ck_assert_int_eq(dtf_job_load(path, bad, 1, &job), -DTF_ERR_CONFIG);
+	const char *bad2[] = {"checkpoint.resume=always"};
+	ck_assert_int_eq(dtf_job_load(path, bad2, 1, &job), -DTF_ERR_CONFIG);
+	ck_assert_msg(strstr(dtf_error_msg(), "checkpoint.resume") != NULL,
+		      "%s", dtf_error_msg());
+}
+END_TEST
+
 /* ---- elastic resume ------------------------------------------------------ */
 
 struct idset {
@@ -716,6 +748,7 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, dead_rank_ends_job_naming_it);
 	tcase_add_test(tc, every_seconds_follows_rank_0_clock);
 	tcase_add_test(tc, usage_errors);
+	tcase_add_test(tc, config_keys_and_defaults);
 	tcase_add_test(tc, elastic_resume_reads_every_record_once);
 	tcase_add_test(tc, elastic_resume_two_ranks_to_one);
 	tcase_add_test(tc, dtf_launch_min_np_restarts_with_fewer_ranks);
