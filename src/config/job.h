@@ -129,6 +129,18 @@ struct dtf_job {
 		int64_t every_steps; /* default 100 */
 		char *dir;           /* default NULL: no files */
 	} logging;
+
+	struct {
+		char *dir;            /* default NULL: no checkpoints */
+		int64_t every_steps;  /* default 0: only at the end, on signals */
+		double every_seconds; /* default 0: off */
+		int keep;             /* default 5 */
+		int resume;           /* 0 never (default), 1 auto */
+	} checkpoint;
+
+	struct {
+		double timeout_seconds; /* default 300; 0 = no watchdog */
+	} fault;
 };
 
 #endif
