@@ -1242,6 +1242,32 @@ static const struct field logging_fields[] = {
 	{.key = "trace_steps", .type = T_CUSTOM, .read = read_trace_steps},
 };
 
+static const struct enum_name resume_modes[] = {
+	{"never", 0}, {"auto", 1}, {NULL, 0},
+};
+
+static const struct field checkpoint_fields[] = {
+	{.key = "dir", .type = T_STRDUP, .off = JOB(checkpoint.dir)},
+	{.key = "every_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(checkpoint.every_steps), .def = 0},
+	{.key = "every_seconds", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(checkpoint.every_seconds), .def = 0},
+	{.key = "keep", .type = T_INT, .flags = F_POS,
+	 .off = JOB(checkpoint.keep), .def = 5},
+	{.key = "resume", .type = T_ENUM, .off = JOB(checkpoint.resume),
+	 .def = 0, .names = resume_modes},
+};
+
+static const struct field fault_fields[] = {
+	{.key = "timeout_seconds", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(fault.timeout_seconds), .def = 300},
+};
+
+static const struct section checkpoint_section = {
+	checkpoint_fields, NFIELDS(checkpoint_fields), -1, NULL};
+static const struct section fault_section = {
+	fault_fields, NFIELDS(fault_fields), -1, NULL};
+
 static const struct section data_section = {
 	data_fields, NFIELDS(data_fields), -1, NULL};
 static const struct section model_section = {
@@ -1272,6 +1298,8 @@ static const struct field job_fields[] = {
 	 .def = DTF_PRECISION_FP32, .names = precisions},
 	{.key = "allow_gpu_sharing", .type = T_BOOL,
 	 .off = JOB(device.allow_gpu_sharing), .def = 0},
+	{.key = "checkpoint", .type = T_SECTION, .sub = &checkpoint_section},
+	{.key = "fault", .type = T_SECTION, .sub = &fault_section},
 };
 
 static const struct section job_section = {
@@ -1471,6 +1499,7 @@ void dtf_job_free(struct dtf_job *job)
 	dtf_free(job->model.layers);
 	dtf_free(job->logging.dir);
 	dtf_free(job->logging.trace);
+	dtf_free(job->checkpoint.dir);
 	dtf_free(job);
 }
 

@@ -133,6 +133,18 @@ struct dtf_job {
 		int64_t trace_steps[2]; /* [from, to], 1-based inclusive;
 					   default {0, 0}: every step */
 	} logging;
+
+	struct {
+		char *dir;            /* default NULL: no checkpoints */
+		int64_t every_steps;  /* default 0: only at the end, on signals */
+		double every_seconds; /* default 0: off */
+		int keep;             /* default 5 */
+		int resume;           /* 0 never (default), 1 auto */
+	} checkpoint;
+
+	struct {
+		double timeout_seconds; /* default 300; 0 = no watchdog */
+	} fault;
 };
 
 #endif
