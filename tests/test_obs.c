@@ -592,6 +592,54 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 }
 END_TEST
 
+/* A resumed run continues the step numbers in metrics.jsonl and starts a
+ * new event file whose SessionLog START tells TensorBoard where. */
+START_TEST(resume_continues_metrics_and_events)
+{
+	char path[512];
+	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 "
+			     "--set checkpoint.dir=%s/ckpt --set train.max_steps=20 "
+			     "%s/job.yaml >/dev/null 2>&1",
+			     build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 --resume "
+			     "--set checkpoint.dir=%s/ckpt --set train.max_steps=40 "
+			     "%s/job.yaml >/dev/null 2>%s/resume.txt",
+			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
+	char *m = slurp(path, NULL);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":0,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":20,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":10,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":20,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":30,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":40,"), 1);
+	/* 20 steps this run: the summary counts the run's own steps */
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\",\"step\":40,"), 1);
+	ck_assert_ptr_nonnull(strstr(strstr(m, "{\"kind\":\"summary\",\"step\":40,"),
+				     "\"steps\":20,"));
+	free(m);
+	snprintf(path, sizeof(path), "%s/run/train/events.out.tfevents.*", tmpdir);
+	glob_t g;
+	ck_assert_int_eq(glob(path, 0, NULL, &g), 0);
+	ck_assert_uint_eq(g.gl_pathc, 2);
+	struct event_file *ef = malloc(sizeof(*ef));
+	int starts = 0;
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		read_events(g.gl_pathv[i], ef);
+		if (ef->session_starts) {
+			starts++;
+			ck_assert_int_eq(ef->start_step, 20);
+			ck_assert_ptr_nonnull(find_scalar(ef, 30, "loss"));
+			ck_assert_ptr_nonnull(find_scalar(ef, 40, "loss"));
+			ck_assert_ptr_null(find_scalar(ef, 20, "loss"));
+		}
+	}
+	ck_assert_int_eq(starts, 1);
+	globfree(&g);
+	free(ef);
+}
+END_TEST
+
 START_TEST(locked_logging_dir_fails_the_run)
 {
 	char path[512];
@@ -682,6 +730,7 @@ static Suite *obs_suite(void)
 	tcase_add_checked_fixture(tc, setup_job, teardown_tmp);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, fashion_style_run_writes_metrics_events_trace);
+	tcase_add_test(tc, resume_continues_metrics_and_events);
 	tcase_add_test(tc, locked_logging_dir_fails_the_run);
 	tcase_add_test(tc, progress_line_redraws_on_a_terminal);
 	suite_add_tcase(s, tc);
