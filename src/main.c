@@ -152,6 +152,11 @@ int main(int argc, char **argv)
 	struct dtf_train_result result;
 	memset(&result, 0, sizeof(result));
 	rc = dtf_job_load(path, sets, nsets, &job);
+	if (rc == -DTF_ERR_IO) { /* the job file itself: a usage error */
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+		rc = dtf_error(DTF_ERR_USAGE, "%s", msg);
+	}
 	if (rc == 0)
 		rc = dtf_train_run(job, comm, &opts, &result);
 	if (rc < 0) {

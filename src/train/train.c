@@ -179,11 +179,20 @@ int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 
 static int per_replica_batch(const struct dtf_job *job, int world, int *out)
 {
+	if (job->train.per_replica_batch_size > (1 << 24))
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s: train.per_replica_batch_size: %lld is more than %d",
+				 job->train.where,
+				 (long long)job->train.per_replica_batch_size, 1 << 24);
 	if (job->train.per_replica_batch_size > 0) {
 		*out = (int)job->train.per_replica_batch_size;
 		return 0;
 	}
 	int64_t global = job->train.batch_size;
+	if (global > (1 << 24) * (int64_t)world)
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s: train.batch_size: %lld is more than %d examples per replica",
+				 job->train.where, (long long)global, 1 << 24);
 	if (global % world != 0)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s: train.batch_size: the global batch %lld is not divisible by the %d replicas\n"
@@ -274,8 +283,14 @@ static int open_pipeline(const struct dtf_job *job, const char *pattern,
 	char **files = NULL;
 	int nfiles = 0;
 	int rc = dtf_glob_files(pattern, &files, &nfiles);
-	if (rc < 0)
-		return rc;
+	if (rc < 0) {
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+		return dtf_error(DTF_ERR_DATA,
+				 "data.%s.files: %s (relative patterns are read from the current directory)",
+				 pattern == job->data.train_files ? "train" : "eval",
+				 msg);
+	}
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = world,
@@ -401,7 +416,7 @@ static void add_times(struct dtf_step_times *sum,
 /* Labels outside [0, classes) would make the loss NaN: a data error naming
  * the file and record of the example. */
 static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
-			int count)
+			int count, const char *logits_layer)
 {
 	const struct dtf_graph *g = &r->g;
 	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
@@ -411,10 +426,10 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 	for (int i = 0; i < count; i++)
 		if (labels[i] < 0 || labels[i] >= classes)
 			return dtf_error(DTF_ERR_DATA,
-					 "%s: record %llu: label %d is outside [0, %d), the classes of '%s'",
+					 "%s: record %llu: label %d is outside [0, %d), the classes of layer '%s'",
 					 dtf_pipeline_file(p, (int)(r->ids[i] >> 40)),
 					 (unsigned long long)(r->ids[i] & ((1ull << 40) - 1)),
-					 labels[i], classes, g->nodes[g->logits].name);
+					 labels[i], classes, logits_layer);
 	return 0;
 }
 
@@ -444,7 +459,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 			       job->data.train_files, count, batch,
 			       (long long)step);
 	if (rc == 0)
-		rc = check_labels(r, train, count);
+		rc = check_labels(r, train, count, job->model.loss_logits);
 	double t1 = now_seconds();
 	t->data_wait += t1 - t0;
 	if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for", step,
@@ -581,6 +596,16 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				 job->path);
 	if ((rc = per_replica_batch(job, world, &batch)) < 0)
 		return rc;
+	if (!opts->dry_run && opts->export_variables && rank == 0) {
+		/* find out now, not after the training, that it cannot be
+		 * written */
+		FILE *f = fopen(opts->export_variables, "ab");
+		if (!f)
+			return dtf_error(DTF_ERR_USAGE,
+					 "--export-variables %s: cannot write: %m",
+					 opts->export_variables);
+		fclose(f);
+	}
 	if ((rc = build(job, batch, 1, &r)) < 0)
 		goto out;
 	result->num_params = dtf_graph_num_params(&r.g);
@@ -631,15 +656,17 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				   batch, 0, &eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
-	int64_t steps_per_epoch[2] = {dtf_pipeline_num_records(train) / batch,
-				      -dtf_pipeline_num_records(train) / batch};
-	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 2)) < 0)
+	int64_t steps_per_epoch[3] = {dtf_pipeline_num_records(train) / batch,
+				      -dtf_pipeline_num_records(train) / batch,
+				      dtf_pipeline_num_records(train)};
+	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 3)) < 0)
 		goto out;
 	int64_t most = -steps_per_epoch[1];
 	if (steps_per_epoch[0] == 0) {
 		rc = dtf_error(DTF_ERR_DATA,
-			       "%s: a replica has fewer than %d records (one per-replica batch)",
-			       job->data.train_files, batch);
+			       "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
+			       "HINT: use fewer ranks, a smaller batch, or more data",
+			       world, (long long)steps_per_epoch[2], batch);
 		goto out;
 	}
 	if (most > steps_per_epoch[0])
