@@ -207,6 +207,8 @@ struct dtf_tfrecord_reader {
 	long long size;     /* file size in bytes, -1 if unknown */
 	enum dtf_compression compression;
 	struct zin z;       /* compressed sources */
+	int resumable;      /* the last error left the reader at the next
+			       record (a data CRC mismatch) */
 };
 
 static uint64_t load_le64(const uint8_t *p)
@@ -331,19 +333,20 @@ int dtf_tfrecord_reader_open_c(const char *path,
 {
 	int rc;
 	*out = NULL;
+	const char *name = path ? path : "(reader)";
 	if ((unsigned)compression > DTF_COMPRESSION_ZLIB)
 		return dtf_error(DTF_ERR_USAGE, "%s: unknown compression %d",
-				 path, (int)compression);
+				 name, (int)compression);
 	struct dtf_tfrecord_reader *r = dtf_calloc(1, sizeof(*r));
 	if (!r)
-		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", name);
 	r->compression = compression;
 	r->iobuf = dtf_malloc(IO_BUFFER);
 	if (!r->iobuf) {
-		rc = dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+		rc = dtf_error(DTF_ERR_NOMEM, "%s: out of memory", name);
 		goto out_free;
 	}
-	rc = dtf_tfrecord_reader_reopen(r, path);
+	rc = path ? dtf_tfrecord_reader_reopen(r, path) : 0;
 	if (rc)
 		goto out_free;
 	*out = r;
@@ -442,6 +445,7 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 			     const uint8_t **data, size_t *len)
 {
 	uint64_t n;
+	r->resumable = 0;
 	int rc = read_header(r, &n);
 	if (rc <= 0)
 		return rc;
@@ -491,10 +495,16 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 				 REC_FMT "truncated record data (%lld of %" PRIu64
 					 " bytes)",
 				 REC_ARGS(r), got, n + 4);
-	if (dtf_crc32c_mask(dtf_crc32c(0, r->buf, (size_t)n)) != load_le32(c))
-		return dtf_error(DTF_ERR_DATA,
-				 REC_FMT "data CRC mismatch (corrupt record)",
-				 REC_ARGS(r));
+	if (dtf_crc32c_mask(dtf_crc32c(0, r->buf, (size_t)n)) != load_le32(c)) {
+		rc = dtf_error(DTF_ERR_DATA,
+			       REC_FMT "data CRC mismatch (corrupt record)",
+			       REC_ARGS(r));
+		/* The framing held: the next record can still be read. */
+		r->index++;
+		r->offset += n + DTF_TFRECORD_OVERHEAD;
+		r->resumable = 1;
+		return rc;
+	}
 	*data = r->buf;
 	*len = (size_t)n;
 	r->index++;
@@ -502,9 +512,20 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 	return 1;
 }
 
+int dtf_tfrecord_reader_resumable(const struct dtf_tfrecord_reader *r)
+{
+	return r->resumable;
+}
+
+long long dtf_tfrecord_reader_size(const struct dtf_tfrecord_reader *r)
+{
+	return r->size;
+}
+
 int dtf_tfrecord_reader_skip(struct dtf_tfrecord_reader *r, uint64_t *len)
 {
 	uint64_t n;
+	r->resumable = 0;
 	int rc = read_header(r, &n);
 	if (rc <= 0)
 		return rc;

@@ -54,7 +54,8 @@ int dtf_tfrecord_reader_open(const char *path,
 			     struct dtf_tfrecord_reader **out);
 
 /* As dtf_tfrecord_reader_open() for a file compressed as `compression`
- * (every file the reader is reopened on is read the same way).  The
+ * (every file the reader is reopened on is read the same way); a NULL path
+ * makes a reader with no file yet (for dtf_tfrecord_reader_reopen()).  The
  * inflate state is allocated by zlib at the first open and reset, not
  * reallocated, by reopen.  Errors as open, DTF_ERR_USAGE for an unknown
  * compression. */
@@ -81,6 +82,18 @@ int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes);
  */
 int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 			     const uint8_t **data, size_t *len);
+
+/*
+ * 1 if the last failed dtf_tfrecord_reader_next() was a data CRC mismatch:
+ * the framing held and the reader stands at the next record (its index and
+ * offset were advanced past the bad one), so a caller that skips bad records
+ * may go on reading.  0 after any other error: the framing cannot be
+ * trusted from there on.
+ */
+int dtf_tfrecord_reader_resumable(const struct dtf_tfrecord_reader *r);
+
+/* Size of the open file in bytes, or -1 when unknown (compressed). */
+long long dtf_tfrecord_reader_size(const struct dtf_tfrecord_reader *r);
 
 /*
  * Step over the next record checking only its length CRC (the data is
