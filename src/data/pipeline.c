@@ -123,6 +123,7 @@ struct dtf_pipeline {
 	int aug_feature; /* -1 = none */
 	struct dtf_augment_spec aug;
 	uint64_t fingerprint;
+	const char *label;
 
 	struct dtf_pipeline_stats stats;
 	struct stream s;
@@ -776,6 +777,20 @@ void dtf_pipeline_get_stats(const struct dtf_pipeline *p,
 	*st = p->stats;
 }
 
+void dtf_pipeline_log_skipped(const struct dtf_pipeline *p, int epoch)
+{
+	const struct dtf_pipeline_stats *st = &p->stats;
+	if (!st->skipped_records && !st->cut_files)
+		return;
+	dtf_log(DTF_LOG_INFO, 1,
+		"epoch %d: %s: %" PRId64 " bad record%s skipped, the rest of "
+		"%" PRId64 " file%s (%" PRIu64 " bytes) skipped (data.on_error: "
+		"skip)",
+		epoch + 1, p->label, st->skipped_records,
+		st->skipped_records == 1 ? "" : "s", st->cut_files,
+		st->cut_files == 1 ? "" : "s", st->skipped_bytes);
+}
+
 /* ---- open ------------------------------------------------------------------------ */
 
 /* Copy the path list into one block: pointers, then the strings. */
@@ -969,6 +984,7 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 	p->batch = o->batch;
 	p->seed = o->seed;
 	p->drop_remainder = o->drop_remainder;
+	p->label = o->label ? o->label : "data";
 	p->shuffle_requested = o->shuffle_buffer;
 	p->key = dtf_philox_make_key(o->seed, DTF_RNG_SHUFFLE);
 	p->aug_key = dtf_philox_make_key(o->seed, DTF_RNG_AUGMENT);
@@ -1005,6 +1021,15 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 		goto out_free;
 	if ((rc = resolve_policy(p, rd.shard_policy)) < 0)
 		goto out_free;
+	if (rd.shard_policy == DTF_SHARD_AUTO)
+		dtf_info("%s: %d file%s for %d rank%s: shard_policy auto "
+			 "shards by %s",
+			 p->label, p->nfiles, p->nfiles == 1 ? "" : "s",
+			 p->world, p->world == 1 ? "" : "s",
+			 p->policy == DTF_SHARD_FILE
+				 ? "file (each rank reads its own files)"
+				 : "record (every rank reads every file and "
+				   "keeps its share of records)");
 	p->stats.policy = p->policy;
 	for (int i = 0; i < p->nfiles; i++)
 		if (is_mine_file(p, i))

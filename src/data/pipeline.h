@@ -80,13 +80,17 @@ struct dtf_pipeline_opts {
 	int drop_remainder;
 	/* NULL, or augmentation of one [H, W, C] float feature.  Copied. */
 	const struct dtf_augment_spec *augment;
+	/* For messages ("data.train"); NULL = "data".  Not copied: a string
+	 * that outlives the pipeline (a literal). */
+	const char *label;
 };
 
 /*
  * Open the pipeline: expand nothing (files are given), resolve the shard
  * policy, scan this rank's files (framing: lengths and length CRCs; with
  * on_error SKIP, every record read and decoded) and count its records.
- * A file of 0 bytes is noted (logged) and read as empty.
+ * A file of 0 bytes is noted (logged) and read as empty.  With shard
+ * policy AUTO, rank 0 logs one line saying which policy it chose.
  * Errors: DTF_ERR_CONFIG (FILE sharding with fewer files than ranks, with a
  * HINT line; an augment feature that is not [H, W, C] float), DTF_ERR_DATA
  * (unreadable file, corrupt framing with on_error FAIL: message names file,
@@ -112,6 +116,11 @@ struct dtf_pipeline_stats {
 };
 void dtf_pipeline_get_stats(const struct dtf_pipeline *p,
 			    struct dtf_pipeline_stats *st);
+
+/* On every rank that left records out (on_error SKIP), one INFO line:
+ * "epoch E: data.train: N bad records skipped, the rest of M files (B bytes)
+ * skipped (data.on_error: skip)".  Nothing when nothing was skipped. */
+void dtf_pipeline_log_skipped(const struct dtf_pipeline *p, int epoch);
 
 /* Rewind to the start of `epoch` (0-based) and reseed the shuffle.
  * Errors: only those of dtf_pipeline_next() on the caller's thread when
