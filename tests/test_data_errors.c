@@ -416,6 +416,52 @@ START_TEST(gzip_read_as_none)
 }
 END_TEST
 
+/* dtf-records: synth gzip, merge 3 shards into 2 (zlib), verify, inspect
+ * with the inferred schema. */
+START_TEST(records_tool_shard_and_inspect)
+{
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s/tool", tmpdir);
+	ck_assert_int_eq(run("mkdir -p %s && cd %s && %s/dtf-records synth "
+			     "--out s --count 50 --shards 3 --shape 4,4,2 "
+			     "--compression gzip >/dev/null && %s/dtf-records "
+			     "shard --compression gzip --out-compression zlib "
+			     "--out m --shards 2 s-*.tfrecord >/dev/null && "
+			     "%s/dtf-records verify --compression zlib "
+			     "m-*.tfrecord >verify.txt && %s/dtf-records "
+			     "inspect --compression zlib --records 10 "
+			     "m-00001-of-00002.tfrecord >inspect.txt",
+			     dir, dir, build_root, build_root, build_root,
+			     build_root),
+			 0);
+	char path[1100], buf[4096];
+	snprintf(path, sizeof(path), "%s/verify.txt", dir);
+	FILE *f = fopen(path, "r");
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	ck_assert_str_eq(buf, "m-00000-of-00002.tfrecord: 25 records, all CRCs "
+			      "OK\nm-00001-of-00002.tfrecord: 25 records, all "
+			      "CRCs OK\ntotal: 50 records in 2 files\n");
+	snprintf(path, sizeof(path), "%s/inspect.txt", dir);
+	f = fopen(path, "r");
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	ck_assert_msg(strstr(buf, "  schema (first 10 records):\n"
+				  "    image: {type: bytes, decode: uint8, "
+				  "shape: [32]}  # 32 bytes; or float16 [16]; "
+				  "or float32 [8]\n"
+				  "    label: {type: int64, shape: []}\n"),
+		      "%s", buf);
+	/* reading the zlib shards as gzip fails with a data error */
+	ck_assert_int_eq(run("%s/dtf-records verify --compression gzip "
+			     "%s/m-00000-of-00002.tfrecord 2>/dev/null",
+			     build_root, dir),
+			 3);
+}
+END_TEST
+
 static Suite *errors_suite(void)
 {
 	Suite *s = suite_create("data_errors");
@@ -444,6 +490,7 @@ static Suite *errors_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, skip_bad_records);
 	tcase_add_test(tc, uneven_shards_3_and_10);
+	tcase_add_test(tc, records_tool_shard_and_inspect);
 	suite_add_tcase(s, tc);
 	return s;
 }
