@@ -203,6 +203,50 @@ static int count_error(const struct dtf_feature_spec *s, int64_t got,
 			 numel == 1 ? "" : "s");
 }
 
+/* The hot loops of image decoding, written so the compiler vectorizes
+ * them (restrict: the output never overlaps the record).  On x86-64 the
+ * uint8 loop also has an AVX2 build chosen at run time: the output is
+ * four times the input, so wide stores matter. */
+#define U8_TO_F32_BODY                                                   \
+	for (size_t i = 0; i < n; i++)                                   \
+		out[i] = (float)in[i] * sc + off;
+
+__attribute__((noinline)) static void
+u8_to_f32_base(float *restrict out, const uint8_t *restrict in, size_t n,
+	       float sc, float off)
+{
+	U8_TO_F32_BODY
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((noinline, target("avx2"))) static void
+u8_to_f32_avx2(float *restrict out, const uint8_t *restrict in, size_t n,
+	       float sc, float off)
+{
+	U8_TO_F32_BODY
+}
+#endif
+
+static void u8_to_f32(float *restrict out, const uint8_t *restrict in,
+		      size_t n, float sc, float off)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (__builtin_cpu_supports("avx2")) { /* a load of libgcc's flags */
+		u8_to_f32_avx2(out, in, n, sc, off);
+		return;
+	}
+#endif
+	u8_to_f32_base(out, in, n, sc, off);
+}
+
+__attribute__((noinline)) static void
+i8_to_f32(float *restrict out, const int8_t *restrict in, size_t n,
+	  float sc, float off)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = (float)in[i] * sc + off;
+}
+
 static int decode_bytes(const struct dtf_feature_spec *s, struct rd list,
 			int64_t numel, void *dst)
 {
@@ -242,12 +286,10 @@ static int decode_bytes(const struct dtf_feature_spec *s, struct rd list,
 	float sc = s->scale, off = s->offset;
 	switch (s->decode) {
 	case DTF_DECODE_UINT8:
-		for (int64_t i = 0; i < numel; i++)
-			out[i] = (float)p[i] * sc + off;
+		u8_to_f32(out, p, (size_t)numel, sc, off);
 		break;
 	case DTF_DECODE_INT8:
-		for (int64_t i = 0; i < numel; i++)
-			out[i] = (float)(int8_t)p[i] * sc + off;
+		i8_to_f32(out, (const int8_t *)p, (size_t)numel, sc, off);
 		break;
 	case DTF_DECODE_FLOAT32:
 		for (int64_t i = 0; i < numel; i++)

@@ -433,7 +433,29 @@ static int stream_next_batch(struct stream *s, void *const *dst,
 	if (s->err)
 		return dtf_error((enum dtf_err) - s->err, "%s", s->msg);
 	int n = 0, rc = 0;
-	for (; n < p->batch; n++) {
+	void *ptrs[DTF_EXAMPLE_MAX_FEATURES];
+	for (; n < p->batch && !p->shuf_cap; n++) {
+		/* No shuffle buffer: decode straight into the batch. */
+		if (s->done) {
+			rc = 0;
+			break;
+		}
+		for (int f = 0; f < p->nfeatures; f++)
+			ptrs[f] = (uint8_t *)dst[f] + (size_t)n * p->feat_bytes[f];
+		rc = next_input(s, ptrs, &ids[n]);
+		if (rc <= 0) {
+			if (rc == 0)
+				s->done = 1;
+			break;
+		}
+		if (p->aug_feature >= 0) {
+			int f = p->aug_feature;
+			memcpy(s->scratch, ptrs[f], p->feat_bytes[f]);
+			augment_copy(p, s->epoch, ids[n],
+				     (const float *)s->scratch, ptrs[f]);
+		}
+	}
+	for (; n < p->batch && p->shuf_cap; n++) {
 		const uint8_t *src;
 		rc = next_example(s, &src, &ids[n]);
 		if (rc <= 0)
@@ -1021,7 +1043,7 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 		goto out_free;
 	if ((rc = resolve_policy(p, rd.shard_policy)) < 0)
 		goto out_free;
-	if (rd.shard_policy == DTF_SHARD_AUTO)
+	if (rd.shard_policy == DTF_SHARD_AUTO && p->world > 1)
 		dtf_info("%s: %d file%s for %d rank%s: shard_policy auto "
 			 "shards by %s",
 			 p->label, p->nfiles, p->nfiles == 1 ? "" : "s",
