@@ -666,8 +666,8 @@ static int read_choice(struct ctx *c, const yaml_node_t *node,
 		*attrs = yaml_document_get_node(&c->t->doc, pr->value);
 	} else {
 		return fail(c, node, path,
-			    "expected a %s name or a one-key mapping {%s: "
-			    "{...}}, got %s",
+			    "expected the %s as a name or a one-key mapping "
+			    "{%s: {...}}, got %s",
 			    what, what, describe(node, buf, sizeof(buf)));
 	}
 	const char *name = dtf_ytree_text(*kind);

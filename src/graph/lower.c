@@ -127,6 +127,12 @@ int dtf_graph_lower_model(const struct dtf_job *job, int batch,
 			       job->model.input);
 		goto out_fail;
 	}
+	if (job->data.features[fi].dtype != DTF_FLOAT32) {
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "model.input: feature '%s' is int64; the model input must be a float or bytes feature",
+			       job->model.input);
+		goto out_fail;
+	}
 	int x = dtf_graph_input(g, job->data.features[fi].name, fi,
 				&job->data.features[fi]);
 	if (x < 0) {
@@ -146,6 +152,12 @@ int dtf_graph_lower_model(const struct dtf_job *job, int batch,
 			g->nodes[i].layer = li;
 		if (layer_out)
 			layer_out[li] = x;
+		if (logits >= 0) {
+			rc = dtf_error(DTF_ERR_CONFIG,
+				       "%s: layer '%s' comes after the logits layer '%s' and could never be trained",
+				       l->where, l->name, job->model.loss_logits);
+			goto out_fail;
+		}
 		if (strcmp(l->name, job->model.loss_logits) == 0)
 			logits = x;
 	}
