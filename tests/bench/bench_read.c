@@ -10,7 +10,7 @@
  * each, alternating:
  *   raw:    read(2) of every file into a 1 MiB buffer;
  *   decode: one epoch of the pipeline on this thread (prefetch 0, no
- *           shuffle, batch 256): framing, both CRC-32Cs, Example parsing,
+ *           shuffle, batch 32): framing, both CRC-32Cs, Example parsing,
  *           uint8 -> float32 with scale 1/255, batching.
  * The best of the three of each is reported, in MB/s of file bytes (1 MB =
  * 1e6 bytes) and records/s, with the ratio decode / raw.
@@ -84,7 +84,7 @@ int main(int argc, char **argv)
 	sp[1].type = DTF_FEATURE_INT64;
 	sp[1].dtype = DTF_INT32;
 	sp[1].scale = 1.0f;
-	enum { BATCH = 256 };
+	enum { BATCH = 32 };
 	struct dtf_read_spec rd = {DTF_SHARD_AUTO, 1, 1, DTF_COMPRESSION_NONE,
 				   DTF_ON_ERROR_FAIL, 0};
 	struct dtf_pipeline_opts o = {
