@@ -26,9 +26,11 @@
 #include <glob.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -523,6 +525,15 @@ static void *producer(void *arg)
 	struct ring *r = &p->ring;
 	struct stream *s = &p->s;
 	void *ptrs[DTF_EXAMPLE_MAX_FEATURES];
+#ifdef SCHED_BATCH
+	/* No wakeup preemption: when the training thread hands back a slot,
+	 * this thread must not push it off its core in the middle of the
+	 * step (it is mostly idle; a batch costs it well under a
+	 * millisecond).  Best effort: a failure changes nothing else. */
+	struct sched_param sp = {0};
+	pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+#endif
+
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
 		while (!r->quit && r->done_gen == r->gen)
@@ -539,8 +550,26 @@ static void *producer(void *arg)
 		int finished = 0;
 		while (!finished) {
 			pthread_mutex_lock(&r->mu);
-			while (!r->quit && r->gen == gen && r->used == r->n)
-				pthread_cond_wait(&r->cv_prod, &r->mu);
+			/* The training thread does not wake us when it
+			 * frees a slot (a futex wake in the middle of its
+			 * step cost it a reschedule: ~5 ms per step on a busy
+			 * machine): look again after 0.25 ms, doubling up to
+			 * 16 ms while the ring stays full.  Commands and an
+			 * empty ring still signal. */
+			long nap = 250000;
+			while (!r->quit && r->gen == gen && r->used == r->n) {
+				struct timespec until;
+				clock_gettime(CLOCK_REALTIME, &until);
+				until.tv_nsec += nap;
+				if (until.tv_nsec >= 1000000000) {
+					until.tv_sec++;
+					until.tv_nsec -= 1000000000;
+				}
+				pthread_cond_timedwait(&r->cv_prod, &r->mu,
+						       &until);
+				if (nap < 16000000)
+					nap *= 2;
+			}
 			if (r->quit || r->gen != gen)
 				break; /* holding the lock */
 			struct rslot *sl = &r->slots[(r->head + r->used) % r->n];
@@ -602,6 +631,8 @@ static int ring_next(struct dtf_pipeline *p, void *const *dst, uint64_t *ids,
 {
 	struct ring *r = &p->ring;
 	pthread_mutex_lock(&r->mu);
+	if (r->used == 0) /* waiting anyway: wake the producer now */
+		pthread_cond_signal(&r->cv_prod);
 	while (r->used == 0)
 		pthread_cond_wait(&r->cv_cons, &r->mu);
 	struct rslot *sl = &r->slots[r->head];
@@ -617,8 +648,7 @@ static int ring_next(struct dtf_pipeline *p, void *const *dst, uint64_t *ids,
 	memcpy(ids, sl->ids, (size_t)sl->count * sizeof(uint64_t));
 	pthread_mutex_lock(&r->mu);
 	r->head = (r->head + 1) % r->n;
-	r->used--;
-	pthread_cond_signal(&r->cv_prod);
+	r->used--; /* the producer looks within a millisecond */
 	pthread_mutex_unlock(&r->mu);
 	return 0;
 }
