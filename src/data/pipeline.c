@@ -99,6 +99,7 @@ struct ring {
 	int cmd_epoch;
 	int64_t cmd_skip;
 	int quit;
+	int busy; /* the producer is away from its idle wait */
 };
 
 struct dtf_pipeline {
@@ -126,6 +127,13 @@ struct dtf_pipeline {
 	struct dtf_augment_spec aug;
 	uint64_t fingerprint;
 	const char *label;
+	/* record filter (elastic resume); the active one is read by the
+	 * stream, so it changes only while the producer is idle */
+	int (*exclude)(void *ctx, uint64_t id);
+	void *exclude_ctx;
+	int (*exclude_next)(void *ctx, uint64_t id); /* set_exclude's */
+	void *exclude_next_ctx;
+	int exclude_pending;
 
 	struct dtf_pipeline_stats stats;
 	struct stream s;
@@ -282,6 +290,9 @@ static int next_input(struct stream *s, void *const *out, uint64_t *id)
 		int rc = next_record(s, &data, &len, &file, &idx, &off);
 		if (rc <= 0)
 			return rc;
+		if (p->exclude &&
+		    p->exclude(p->exclude_ctx, (uint64_t)file << 40 | (uint64_t)idx))
+			continue;
 		rc = dtf_example_decode(data, len, p->features, p->nfeatures,
 					out);
 		if (rc) {
@@ -536,10 +547,13 @@ static void *producer(void *arg)
 
 	pthread_mutex_lock(&r->mu);
 	for (;;) {
+		r->busy = 0;
+		pthread_cond_broadcast(&r->cv_cons); /* ring_pause waits */
 		while (!r->quit && r->done_gen == r->gen)
 			pthread_cond_wait(&r->cv_prod, &r->mu);
 		if (r->quit)
 			break;
+		r->busy = 1;
 		uint64_t gen = r->gen;
 		int epoch = r->cmd_epoch;
 		int64_t skip = r->cmd_skip;
@@ -607,6 +621,22 @@ static void *producer(void *arg)
 	}
 	pthread_mutex_unlock(&r->mu);
 	return NULL;
+}
+
+/* Stop the producer and wait until it is idle: the stream and the
+ * pipeline's settings are then the caller's until the next command. */
+static void ring_pause(struct dtf_pipeline *p)
+{
+	struct ring *r = &p->ring;
+	pthread_mutex_lock(&r->mu);
+	__atomic_store_n(&r->gen, r->gen + 1, __ATOMIC_RELAXED);
+	r->done_gen = r->gen; /* no command: stay idle */
+	r->head = 0;
+	r->used = 0;
+	pthread_cond_signal(&r->cv_prod);
+	while (r->busy)
+		pthread_cond_wait(&r->cv_cons, &r->mu);
+	pthread_mutex_unlock(&r->mu);
 }
 
 /* Post a command: (re)start at `epoch` after `skip` examples. */
@@ -722,20 +752,47 @@ int dtf_pipeline_next(struct dtf_pipeline *p, void *const *dst,
 	return rc;
 }
 
+/* With the producer idle: a filter given by set_exclude takes over. */
+static void install_exclude(struct dtf_pipeline *p)
+{
+	if (!p->exclude_pending)
+		return;
+	p->exclude = p->exclude_next;
+	p->exclude_ctx = p->exclude_next_ctx;
+	p->exclude_pending = 0;
+}
+
 int dtf_pipeline_begin_epoch(struct dtf_pipeline *p, int epoch)
 {
 	/* Already there (e.g. the first epoch, started at open so the
 	 * prefetch thread gets going early): nothing to redo. */
-	if (p->fresh && p->epoch == epoch && p->consumed == 0)
+	if (p->fresh && p->epoch == epoch && p->consumed == 0 &&
+	    !p->exclude_pending)
 		return 0;
 	p->fresh = 1;
 	p->epoch = epoch;
 	p->consumed = 0;
-	if (p->ring.n)
+	if (p->ring.n) {
+		ring_pause(p);
+		install_exclude(p);
 		ring_command(p, epoch, 0);
-	else
+	} else {
+		install_exclude(p);
 		stream_begin(&p->s, epoch);
+	}
 	return 0;
+}
+
+void dtf_pipeline_set_exclude(struct dtf_pipeline *p,
+			      int (*exclude)(void *ctx, uint64_t id),
+			      void *ctx)
+{
+	p->exclude_next = exclude;
+	p->exclude_next_ctx = ctx;
+	p->exclude_pending = 1;
+	/* nothing taken from this epoch yet: it starts over with the filter */
+	if (p->fresh && p->consumed == 0)
+		dtf_pipeline_begin_epoch(p, p->epoch);
 }
 
 void dtf_pipeline_save(const struct dtf_pipeline *p,
@@ -769,9 +826,12 @@ int dtf_pipeline_restore(struct dtf_pipeline *p,
 	p->consumed = st->consumed;
 	p->fresh = 0;
 	if (p->ring.n) {
+		ring_pause(p);
+		install_exclude(p);
 		ring_command(p, p->epoch, st->consumed);
 		return 0;
 	}
+	install_exclude(p);
 	stream_begin(&p->s, p->epoch);
 	return stream_discard(&p->s, st->consumed, NULL, NULL);
 }

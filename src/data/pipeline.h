@@ -187,6 +187,20 @@ void dtf_pipeline_state_encode(const struct dtf_pipeline_state *st,
 int dtf_pipeline_state_decode(const uint8_t *in, size_t n,
 			      struct dtf_pipeline_state *st);
 
+/*
+ * Leave out of this rank's stream every record whose example id `exclude`
+ * says 1 for (before decoding; DATA sharding still counts it), until the
+ * filter is replaced; NULL removes it.  For an elastic resume: the records
+ * of the epoch that other ranks consumed before a checkpoint.  The filter
+ * takes effect at the next begin_epoch or restore; called when nothing has
+ * been taken since begin_epoch, the epoch starts over with it at once.
+ * With prefetch the filter runs on the prefetch thread (it must be
+ * thread-safe against the caller, e.g. read-only data).
+ */
+void dtf_pipeline_set_exclude(struct dtf_pipeline *p,
+			      int (*exclude)(void *ctx, uint64_t id),
+			      void *ctx);
+
 /* Path of file `index` of the sorted list (the file part of an example id,
  * id >> 40), or "?" when out of range.  Owned by the pipeline. */
 const char *dtf_pipeline_file(const struct dtf_pipeline *p, int index);
