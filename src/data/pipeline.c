@@ -1161,6 +1161,10 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 		rc = dtf_error(DTF_ERR_DATA, "record too large");
 		goto out_free;
 	}
+	size_t longest = 0; /* so no reopen allocates, on any thread */
+	for (int i = 0; i < p->nfiles; i++)
+		if (strlen(p->paths[i]) > longest)
+			longest = strlen(p->paths[i]);
 	for (int i = 0; i < rd.cycle_length; i++) {
 		rc = dtf_tfrecord_reader_open_c(NULL, rd.compression,
 						&p->s.cycle[i].rd);
@@ -1168,6 +1172,9 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 			goto out_free;
 		rc = dtf_tfrecord_reader_reserve(p->s.cycle[i].rd,
 						 max_record ? max_record : 1);
+		if (rc == 0)
+			rc = dtf_tfrecord_reader_reserve_path(p->s.cycle[i].rd,
+							      longest);
 		if (rc)
 			goto out_free;
 		p->s.cycle[i].file = -1;

@@ -362,6 +362,24 @@ int dtf_tfrecord_reader_open(const char *path,
 	return dtf_tfrecord_reader_open_c(path, DTF_COMPRESSION_NONE, out);
 }
 
+int dtf_tfrecord_reader_reserve_path(struct dtf_tfrecord_reader *r,
+				     size_t len)
+{
+	if (len + 1 <= r->path_cap)
+		return 0;
+	char *p = dtf_malloc(len + 1);
+	if (!p)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if (r->path)
+		memcpy(p, r->path, strlen(r->path) + 1);
+	else
+		p[0] = 0;
+	dtf_free(r->path);
+	r->path = p;
+	r->path_cap = len + 1;
+	return 0;
+}
+
 int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes)
 {
 	if (bytes <= r->cap)

@@ -71,6 +71,11 @@ int dtf_tfrecord_reader_open_c(const char *path,
 int dtf_tfrecord_reader_reopen(struct dtf_tfrecord_reader *r,
 			       const char *path);
 
+/* Make room for paths of up to `len` bytes, so reopen allocates nothing
+ * (e.g. on another thread, later).  Errors: DTF_ERR_NOMEM. */
+int dtf_tfrecord_reader_reserve_path(struct dtf_tfrecord_reader *r,
+				     size_t len);
+
 /* Grow the record buffer to at least `bytes`.  Errors: DTF_ERR_NOMEM. */
 int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes);
 
