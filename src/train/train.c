@@ -277,7 +277,7 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 /* ---- the loop ---------------------------------------------------------- */
 
 static int open_pipeline(const struct dtf_job *job, const char *pattern,
-			 int rank, int world, int batch, size_t shuffle,
+			 int rank, int world, int batch, int training,
 			 struct dtf_pipeline **out)
 {
 	char **files = NULL;
@@ -296,7 +296,11 @@ static int open_pipeline(const struct dtf_job *job, const char *pattern,
 		.rank = rank, .world = world,
 		.features = job->data.features,
 		.nfeatures = job->data.nfeatures, .batch = batch,
-		.shuffle_buffer = shuffle, .seed = job->seed};
+		.shuffle_buffer = training ? (size_t)job->data.shuffle_buffer : 0,
+		.seed = job->seed, .read = &job->data.read,
+		.drop_remainder = training ? job->data.drop_remainder : 0,
+		.augment = training ? &job->data.augment : NULL,
+		.label = training ? "data.train" : "data.eval"};
 	rc = dtf_pipeline_open(&po, out);
 	dtf_free(files);
 	return rc;
@@ -649,8 +653,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 					  rank == 0, fault, &ck);
 	if (rc == 0)
 		rc = open_pipeline(job, job->data.train_files, rank, world,
-				   batch, (size_t)job->data.shuffle_buffer,
-				   &train);
+				   batch, 1, &train);
 	if (rc == 0 && job->data.eval_files)
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
@@ -802,6 +805,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		}
 		if (rc < 0)
 			goto out;
+		dtf_pipeline_log_skipped(train, epoch);
 		if ((rc = average_nontrainable(comm, &r)) < 0)
 			goto out;
 		if (eval) {
