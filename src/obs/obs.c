@@ -668,11 +668,10 @@ static void print_summary(struct dtf_obs *o, const struct dtf_train_result *r,
 	double last = o->ep.steps ? rate(o, &o->ep) : o->last_epoch_sps;
 	char line[1024];
 	int n;
-	dtf_info("summary:");
-	dtf_info("  wall time     %.1f s for %lld step(s)%s, global batch %lld, %d replica(s)",
-		 r->wall_seconds, (long long)run,
-		 o->start_step ? " (resumed)" : "", (long long)o->global_batch,
-		 o->world);
+	dtf_info("done: %lld steps in %.1f s, %.0f samples/s (global batch %lld, %d replica(s))%s",
+		 (long long)run, r->wall_seconds, r->samples_per_second,
+		 (long long)o->global_batch, o->world,
+		 o->start_step ? ", resumed" : "");
 	dtf_info("  samples/s     mean %.0f (whole run), last epoch %.0f (steps only)",
 		 r->samples_per_second, last);
 	dtf_info("  step time     data_wait %.1f%%  forward %.1f%%  backward %.1f%%  comm %.1f%%  optimizer %.1f%%  (%.1f ms/step, rank 0)",
