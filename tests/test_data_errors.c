@@ -273,7 +273,9 @@ START_TEST(glob_matches_nothing)
 	int st = train2(dir, "", log, sizeof(log));
 	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
 	char want[2048];
-	snprintf(want, sizeof(want), "error: no files match '%s/train-*.tfrecord'\n",
+	snprintf(want, sizeof(want),
+		 "error: data.train.files: no files match '%s/train-*.tfrecord' "
+		 "(relative patterns are read from the current directory)\n",
 		 dir);
 	/* every rank finds it by itself, before any collective */
 	ck_assert_msg(count_of(log, want) == 2, "not twice '%s' in:\n%s",
