@@ -19,9 +19,9 @@ int main(int argc, char **argv)
 	struct dtf_comm *c;
 	if (argc != 3 || dtf_comm_init(&argc, &argv, &c) < 0)
 		return 2;
-	enum dtf_compression k = !strcmp(argv[1], "fp16")   ? DTF_COMPRESSION_FP16
-				 : !strcmp(argv[1], "bf16") ? DTF_COMPRESSION_BF16
-							    : DTF_COMPRESSION_NONE;
+	enum dtf_grad_compression k = !strcmp(argv[1], "fp16")   ? DTF_GRAD_COMPRESSION_FP16
+				 : !strcmp(argv[1], "bf16") ? DTF_GRAD_COMPRESSION_BF16
+							    : DTF_GRAD_COMPRESSION_NONE;
 	float value = strtof(argv[2], NULL);
 	enum { N = 10000 };
 	static float buf[N];

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "data/feature.h"
+#include "data/input.h"
 
 #define DTF_WHERE_MAX 320
 
@@ -68,10 +69,21 @@ enum dtf_lr_scaling { DTF_LR_SCALING_NONE = 0, DTF_LR_SCALING_LINEAR };
 
 enum dtf_on_nonfinite { DTF_NONFINITE_FAIL = 0, DTF_NONFINITE_SKIP };
 
-enum dtf_compression {
-	DTF_COMPRESSION_NONE = 0,
-	DTF_COMPRESSION_FP16,
-	DTF_COMPRESSION_BF16,
+enum dtf_grad_compression {
+	DTF_GRAD_COMPRESSION_NONE = 0,
+	DTF_GRAD_COMPRESSION_FP16,
+	DTF_GRAD_COMPRESSION_BF16,
+};
+
+enum dtf_device_kind {
+	DTF_DEVICE_AUTO = 0, /* CUDA when this rank sees a GPU, else CPU */
+	DTF_DEVICE_CPU,
+	DTF_DEVICE_CUDA,
+};
+
+enum dtf_precision {
+	DTF_PRECISION_FP32 = 0, /* IEEE float32 everywhere */
+	DTF_PRECISION_TF32,     /* CUDA: TF32 tensor cores for conv/matmul */
 };
 
 struct dtf_job {
@@ -85,6 +97,11 @@ struct dtf_job {
 		int64_t shuffle_buffer; /* default 0 = no shuffle */
 		struct dtf_feature_spec *features;
 		int nfeatures;
+		/* shard_policy, cycle_length, block_length, compression,
+		 * on_error, prefetch: defaults in data/input.h */
+		struct dtf_read_spec read;
+		int drop_remainder; /* data.train.drop_remainder, default 1 */
+		struct dtf_augment_spec augment; /* data.train.augment, off */
 	} data;
 
 	struct {
@@ -125,15 +142,37 @@ struct dtf_job {
 		int sync;            /* parameter_server, default 1 */
 		int max_staleness;   /* parameter_server async, default 4 */
 		double bucket_mb;    /* fusion bucket cap, MB (1e6 B), 25 */
-		int compression;     /* enum dtf_compression, default none */
+		int compression;     /* enum dtf_grad_compression, default none */
 		int overlap;         /* default 1 */
 		int hierarchical;    /* default 0 */
 	} strategy;
 
 	struct {
+		enum dtf_device_kind kind;   /* "device:", default auto */
+		enum dtf_precision precision; /* "precision:", default fp32 */
+		int allow_gpu_sharing;       /* default 0 (false) */
+	} device;
+
+	struct {
 		int64_t every_steps; /* default 100 */
 		char *dir;           /* default NULL: no files */
+		int tensorboard;     /* event files in dir; default 1 */
+		char *trace;         /* Chrome trace file; default NULL: none */
+		int64_t trace_steps[2]; /* [from, to], 1-based inclusive;
+					   default {0, 0}: every step */
 	} logging;
+
+	struct {
+		char *dir;            /* default NULL: no checkpoints */
+		int64_t every_steps;  /* default 0: only at the end, on signals */
+		double every_seconds; /* default 0: off */
+		int keep;             /* default 5 */
+		int resume;           /* 0 never (default), 1 auto */
+	} checkpoint;
+
+	struct {
+		double timeout_seconds; /* default 300; 0 = no watchdog */
+	} fault;
 };
 
 #endif

@@ -89,7 +89,7 @@ struct dtf_strategy {
 	enum dtf_task_type role;
 	int rank, nreplicas, nps, first_ps, ps_index;
 	int hierarchical, overlap, is_leader;
-	enum dtf_compression compression;
+	enum dtf_grad_compression compression;
 	MPI_Op op16;
 
 	const struct dtf_graph *g;
@@ -219,10 +219,10 @@ static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
 				       dtf_bf16_to_f32(b[i]));
 }
 
-static void compress(enum dtf_compression c, const float *x, uint16_t *h,
+static void compress(enum dtf_grad_compression c, const float *x, uint16_t *h,
 		     size_t n, float scale)
 {
-	if (c == DTF_COMPRESSION_FP16)
+	if (c == DTF_GRAD_COMPRESSION_FP16)
 		for (size_t i = 0; i < n; i++)
 			h[i] = dtf_f32_to_f16(x[i] * scale);
 	else
@@ -230,10 +230,10 @@ static void compress(enum dtf_compression c, const float *x, uint16_t *h,
 			h[i] = dtf_f32_to_bf16(x[i] * scale);
 }
 
-static void decompress(enum dtf_compression c, const uint16_t *h, float *x,
+static void decompress(enum dtf_grad_compression c, const uint16_t *h, float *x,
 		       size_t n, float scale)
 {
-	if (c == DTF_COMPRESSION_FP16)
+	if (c == DTF_GRAD_COMPRESSION_FP16)
 		for (size_t i = 0; i < n; i++)
 			x[i] = dtf_f16_to_f32(h[i]) * scale;
 	else
@@ -243,12 +243,12 @@ static void decompress(enum dtf_compression c, const uint16_t *h, float *x,
 
 int dtf_strategy_allreduce_compressed(struct dtf_comm *c, float *buf,
 				      uint16_t *scratch, size_t n,
-				      enum dtf_compression compression)
+				      enum dtf_grad_compression compression)
 {
-	if (compression == DTF_COMPRESSION_NONE)
+	if (compression == DTF_GRAD_COMPRESSION_NONE)
 		return dtf_comm_allreduce_sum_f32(c, buf, n);
 	MPI_Op op;
-	MPI_TRY(MPI_Op_create(compression == DTF_COMPRESSION_FP16 ? sum_f16
+	MPI_TRY(MPI_Op_create(compression == DTF_GRAD_COMPRESSION_FP16 ? sum_f16
 								  : sum_bf16,
 			      1, &op));
 	compress(compression, buf, scratch, n, 1.0f / (float)c->size);
@@ -377,7 +377,7 @@ int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 	s->first_ps = s->nreplicas;
 	s->ps_index = s->role == DTF_TASK_PS ? s->rank - s->first_ps : -1;
 	s->overlap = job->strategy.overlap;
-	s->compression = (enum dtf_compression)job->strategy.compression;
+	s->compression = (enum dtf_grad_compression)job->strategy.compression;
 	s->hierarchical = job->strategy.hierarchical;
 	s->bcomm = s->node_red = s->node_bc = s->leaders = MPI_COMM_NULL;
 	s->pscomm = s->ps_only = MPI_COMM_NULL;
@@ -408,8 +408,8 @@ int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 		MPI_Comm_split(s->replicas->comm, s->is_leader ? 0 : MPI_UNDEFINED,
 			       s->rank, &s->leaders);
 	}
-	if (s->compression != DTF_COMPRESSION_NONE)
-		MPI_Op_create(s->compression == DTF_COMPRESSION_FP16 ? sum_f16
+	if (s->compression != DTF_GRAD_COMPRESSION_NONE)
+		MPI_Op_create(s->compression == DTF_GRAD_COMPRESSION_FP16 ? sum_f16
 								     : sum_bf16,
 			      1, &s->op16);
 	*out = s;
@@ -529,7 +529,7 @@ static int make_buckets(struct dtf_strategy *s)
 	if (packed_total &&
 	    !(s->fusion = dtf_alloc_aligned(packed_total * sizeof(float))))
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for fusion buffers");
-	if (s->compression != DTF_COMPRESSION_NONE &&
+	if (s->compression != DTF_GRAD_COMPRESSION_NONE &&
 	    !(s->half = dtf_alloc_aligned(s->np * sizeof(uint16_t) + 64)))
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for compression");
 	s->units = dtf_calloc(nunits + 1, sizeof(*s->units));
@@ -690,8 +690,8 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 		 s->nbuckets, s->nbuckets == 1 ? "" : "s",
 		 s->job->strategy.bucket_mb, s->nunits,
 		 s->nunits == 1 ? "" : "s", s->overlap ? "on" : "off",
-		 s->compression == DTF_COMPRESSION_FP16	  ? "fp16"
-		 : s->compression == DTF_COMPRESSION_BF16 ? "bf16"
+		 s->compression == DTF_GRAD_COMPRESSION_FP16	  ? "fp16"
+		 : s->compression == DTF_GRAD_COMPRESSION_BF16 ? "bf16"
 							  : "none",
 		 s->hierarchical ? ", hierarchical" : "");
 }
@@ -1387,7 +1387,7 @@ int dtf_strategy_reduce_buffer(struct dtf_strategy *s, float *buf,
 	}
 	if (!s->replicas || s->nreplicas == 1)
 		return 0;
-	int half = s->compression != DTF_COMPRESSION_NONE;
+	int half = s->compression != DTF_GRAD_COMPRESSION_NONE;
 	if (half)
 		compress(s->compression, buf, scratch, n,
 			 1.0f / (float)s->nreplicas);

@@ -161,7 +161,7 @@ int64_t dtf_strategy_skipped(const struct dtf_strategy *s);
  */
 int dtf_strategy_allreduce_compressed(struct dtf_comm *c, float *buf,
 				      uint16_t *scratch, size_t n,
-				      enum dtf_compression compression);
+				      enum dtf_grad_compression compression);
 
 /*
  * Sum n floats of buf over the replicas through this strategy's collective

@@ -30,12 +30,17 @@
 #include "graph/exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
+#include "obs/obs.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
+#include "train/checkpoint.h"
+#include "train/device.h"
+#include "train/elastic.h"
+#include "train/fault.h"
 #include "train/optimizer.h"
 #include "train/threads.h"
 
-#define NSTATS DTF_NSTATS /* loss sum, correct, examples */
+#define NSTATS 3 /* loss sum, correct, examples: behind the gradients */
 
 static double now_seconds(void)
 {
@@ -55,10 +60,12 @@ struct replica {
 	void *scratch;   /* for features the graph does not use */
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
+	struct dtf_gpu *gpu; /* NULL: this replica runs on the CPU */
 };
 
 static void replica_deinit(struct replica *r)
 {
+	dtf_gpu_free(r->gpu);
 	dtf_optimizer_deinit(&r->opt);
 	dtf_plan_deinit(&r->plan);
 	dtf_graph_deinit(&r->g);
@@ -173,11 +180,20 @@ int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 
 static int per_replica_batch(const struct dtf_job *job, int world, int *out)
 {
+	if (job->train.per_replica_batch_size > (1 << 24))
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s: train.per_replica_batch_size: %lld is more than %d",
+				 job->train.where,
+				 (long long)job->train.per_replica_batch_size, 1 << 24);
 	if (job->train.per_replica_batch_size > 0) {
 		*out = (int)job->train.per_replica_batch_size;
 		return 0;
 	}
 	int64_t global = job->train.batch_size;
+	if (global > (1 << 24) * (int64_t)world)
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s: train.batch_size: %lld is more than %d examples per replica",
+				 job->train.where, (long long)global, 1 << 24);
 	if (global % world != 0)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s: train.batch_size: the global batch %lld is not divisible by the %d replicas\n"
@@ -220,6 +236,9 @@ struct eval_totals {
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
 		 int64_t step, struct dtf_train_result *result);
+static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
+		      const char *when, int64_t step,
+		      struct dtf_train_result *result);
 
 static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
@@ -231,8 +250,9 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 				   .workspace = r->plan.workspace,
 				   .loss_scale = 1.0f};
 	double local[3] = {0, 0, 0};
-	int rc = dtf_pipeline_begin_epoch(eval, 0);
-	while (rc == 0) {
+	int rc = r->gpu ? dtf_gpu_evaluate(r->gpu, eval, local)
+			: dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0 && !r->gpu) {
 		int count = 0;
 		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
 		if (rc < 0 || count == 0)
@@ -258,20 +278,30 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 /* ---- the loop ---------------------------------------------------------- */
 
 static int open_pipeline(const struct dtf_job *job, const char *pattern,
-			 int rank, int world, int batch, size_t shuffle,
+			 int rank, int world, int batch, int training,
 			 struct dtf_pipeline **out)
 {
 	char **files = NULL;
 	int nfiles = 0;
 	int rc = dtf_glob_files(pattern, &files, &nfiles);
-	if (rc < 0)
-		return rc;
+	if (rc < 0) {
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+		return dtf_error(DTF_ERR_DATA,
+				 "data.%s.files: %s (relative patterns are read from the current directory)",
+				 pattern == job->data.train_files ? "train" : "eval",
+				 msg);
+	}
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = world,
 		.features = job->data.features,
 		.nfeatures = job->data.nfeatures, .batch = batch,
-		.shuffle_buffer = shuffle, .seed = job->seed};
+		.shuffle_buffer = training ? (size_t)job->data.shuffle_buffer : 0,
+		.seed = job->seed, .read = &job->data.read,
+		.drop_remainder = training ? job->data.drop_remainder : 0,
+		.augment = training ? &job->data.augment : NULL,
+		.label = training ? "data.train" : "data.eval"};
 	rc = dtf_pipeline_open(&po, out);
 	dtf_free(files);
 	return rc;
@@ -291,9 +321,16 @@ static int write_variables(const char *path, const float *p, size_t n)
 	return 0;
 }
 
-/* Agree on the step's status; on a failure, return the right error. */
-static int agree(struct dtf_comm *comm, int rc, const char *when,
-		 int64_t step, struct dtf_train_result *result)
+/*
+ * Agree on the step's status; on a failure, return the right error.  Beside
+ * errors the status carries a vote (fault.h): bits 8-15 a pending signal,
+ * bit 0 "a time-based checkpoint is due" (set by rank 0 only, so ranks
+ * follow rank 0's clock).  Errors outrank signals, which outrank the
+ * clock; *agreed receives the winning vote when nobody failed.
+ */
+static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
+		      const char *when, int64_t step,
+		      struct dtf_train_result *result)
 {
 	int status = 0;
 	if (rc < 0) {
@@ -302,9 +339,11 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 			status = 1;
 	}
 	int worst, who;
-	int crc = dtf_comm_agree(comm, status, &worst, &who);
+	int crc = dtf_comm_agree(comm, status << 16 | vote, &worst, &who);
 	if (crc < 0)
 		return crc;
+	*agreed = (worst & 0xffff) | (who << 16);
+	worst >>= 16;
 	if (!worst)
 		return 0;
 	if (status)
@@ -320,6 +359,55 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 			 when, (long long)step);
 }
 
+static int agree(struct dtf_comm *comm, int rc, const char *when,
+		 int64_t step, struct dtf_train_result *result)
+{
+	int agreed;
+	return agree_vote(comm, rc, 0, &agreed, when, step, result);
+}
+
+/*
+ * After a step: save a checkpoint when one is due (every_steps, the last
+ * step, or agreed in the step's status: rank 0's clock or a signal), agree
+ * on the save, and after a signal stop with DTF_ERR_SIGNAL.  The vote
+ * `agreed` is agree_vote's: every rank takes the same branch.
+ */
+static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
+		      struct dtf_checkpointer *ck, struct dtf_fault *fault,
+		      struct dtf_obs *obs,
+		      const struct dtf_ckpt_position *pos, int agreed,
+		      int last, struct dtf_train_result *result)
+{
+	int sig = (agreed >> 8) & 0xff, who = agreed >> 16;
+	int64_t every = job->checkpoint.every_steps;
+	int due = last || sig || (agreed & 1) ||
+		  (every > 0 && pos->step % every == 0);
+	if (!due || (!ck && !sig))
+		return 0;
+	char path[512] = "no checkpoint.dir: nothing saved";
+	if (ck) {
+		dtf_fault_progress(fault, "checkpoint", pos->step);
+		double t0 = now_seconds();
+		int rc = dtf_checkpointer_save(ck, pos);
+		if (rc == 0 && (sig || last))
+			rc = dtf_checkpointer_wait(ck);
+		dtf_obs_span(obs, DTF_OBS_CHECKPOINT, pos->step, -1, t0,
+			     now_seconds());
+		if ((rc = agree(comm, rc, "saving the checkpoint after", pos->step,
+				result)) < 0)
+			return rc;
+		snprintf(path, sizeof(path), "saved %s/ckpt-%lld.dtf",
+			 job->checkpoint.dir, (long long)pos->step);
+	}
+	if (!sig || last)
+		return 0;
+	return dtf_error(DTF_ERR_SIGNAL,
+			 "stopped by %s (received by rank %d) at step %lld: %s; "
+			 "exit status 75: run again with --resume to continue",
+			 dtf_fault_signal_name(sig), who, (long long)pos->step,
+			 path);
+}
+
 static void add_times(struct dtf_step_times *sum,
 		      const struct dtf_step_times *t)
 {
@@ -333,7 +421,7 @@ static void add_times(struct dtf_step_times *sum,
 /* Labels outside [0, classes) would make the loss NaN: a data error naming
  * the file and record of the example. */
 static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
-			int count)
+			int count, const char *logits_layer)
 {
 	const struct dtf_graph *g = &r->g;
 	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
@@ -343,10 +431,10 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 	for (int i = 0; i < count; i++)
 		if (labels[i] < 0 || labels[i] >= classes)
 			return dtf_error(DTF_ERR_DATA,
-					 "%s: record %llu: label %d is outside [0, %d), the classes of '%s'",
+					 "%s: record %llu: label %d is outside [0, %d), the classes of layer '%s'",
 					 dtf_pipeline_file(p, (int)(r->ids[i] >> 40)),
 					 (unsigned long long)(r->ids[i] & ((1ull << 40) - 1)),
-					 labels[i], classes, g->nodes[g->logits].name);
+					 labels[i], classes, logits_layer);
 	return 0;
 }
 
@@ -357,17 +445,34 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
  * are added to *t; t->mark is left at the end of the allreduce.
  */
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct dtf_strategy *strat, struct replica *r,
-		      struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
-		      int rc, int64_t step, double lr,
-		      struct dtf_step_times *t, struct dtf_train_result *result)
+		      struct replica *r, struct dtf_pipeline *train,
+		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
+		      int64_t step, int read_ahead, struct dtf_step_times *t,
+		      struct dtf_obs *obs,
+		      struct dtf_train_result *result);
+
+/*
+ * The CPU step through the distribution strategy (dist/strategy.h):
+ * train.accumulate_steps micro-batches, each read, agreed on, run forward
+ * and backward (the last one starting the gradient buckets from inside
+ * backward), then the strategy reduces, checks and applies the update.
+ * t->mark is left at the end of the step (the strategy adds the optimizer
+ * time itself).
+ */
+static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
+			 struct dtf_strategy *strat, struct replica *r,
+			 struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
+			 int rc, int vote, int *agreed, int64_t step, double lr,
+			 struct dtf_step_times *t, struct dtf_obs *obs,
+			 struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
 	int batch = g->batch, count = 0, k = job->train.accumulate_steps;
 	float *stats = r->grads + g->nparams;
 	memset(stats, 0, NSTATS * sizeof(float));
-	for (int micro = 0; micro < k; micro++) { /* accumulate_steps */
-		double t0 = now_seconds();
+	double t0 = now_seconds(), t1 = t0, t2 = t0, t3 = t0, t4 = t0;
+	for (int micro = 0; micro < k; micro++) {
+		t0 = now_seconds();
 		if (rc == 0)
 			rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
 		if (rc == 0 && count < batch)
@@ -376,28 +481,172 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 				       job->data.train_files, count, batch,
 				       (long long)step);
 		if (rc == 0)
-			rc = check_labels(r, train, count);
-		double t1 = now_seconds();
+			rc = check_labels(r, train, count, job->model.loss_logits);
+		t1 = now_seconds();
 		t->data_wait += t1 - t0;
-		if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
+		if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for",
+				     step, result)) < 0)
 			return rc;
-		double t2 = now_seconds();
+		t2 = now_seconds();
 		dtf_exec_forward(g, ctx);
-		double t3 = now_seconds();
+		t3 = now_seconds();
 		dtf_strategy_backward(strat, ctx, micro, k, lr);
 		stats[DTF_STAT_LOSS] += (float)ctx->loss_sum;
 		stats[DTF_STAT_CORRECT] +=
 			(float)dtf_graph_count_correct(g, batch, 1);
 		stats[DTF_STAT_COUNT] += (float)batch;
-		double t4 = now_seconds();
+		t4 = now_seconds();
 		t->forward += t3 - t2;
 		t->backward += t4 - t3;
 		t->comm += t2 - t1; /* the agreement */
 	}
-	/* reduce (exposed part), check, update: the strategy's */
 	int applied;
-	return dtf_strategy_finish_step(strat, stats, lr, step, &applied,
-					&t->comm, &t->optimizer);
+	rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
+				      &t->comm, &t->optimizer);
+	double t5 = now_seconds();
+	t->mark = t5;
+	if (dtf_obs_tracing(obs, step + 1)) { /* the last micro-batch */
+		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
+		dtf_obs_span(obs, DTF_OBS_AGREE, step + 1, -1, t1, t2);
+		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
+		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
+		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+	}
+	return rc;
+}
+
+static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
+		      struct replica *r, struct dtf_pipeline *train,
+		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
+		      int64_t step, int read_ahead, struct dtf_step_times *t,
+		      struct dtf_obs *obs,
+		      struct dtf_train_result *result)
+{
+	struct dtf_graph *g = &r->g;
+	int batch = g->batch, count = 0;
+	size_t np = g->nparams;
+	double t0 = now_seconds();
+	if (rc == 0)
+		rc = r->gpu ? dtf_gpu_next_batch(r->gpu, train, r->ids, &count)
+			    : dtf_pipeline_next(train, r->feed, r->ids, &count);
+	if (rc == 0 && count < batch)
+		rc = dtf_error(DTF_ERR_DATA,
+			       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
+			       job->data.train_files, count, batch,
+			       (long long)step);
+	if (rc == 0)
+		rc = check_labels(r, train, count, job->model.loss_logits);
+	double t1 = now_seconds();
+	t->data_wait += t1 - t0;
+	if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for", step,
+			     result)) < 0)
+		return rc;
+	double t2 = now_seconds();
+	if (r->gpu) {
+		/* forward and backward in one (timed as forward); the
+		 * statistics come from the GPU; agree again, as a CUDA
+		 * failure must stop every rank before the allreduce */
+		rc = dtf_gpu_step(r->gpu, ctx, train, read_ahead);
+		if ((rc = agree(comm, rc, "computing", step, result)) < 0)
+			return rc;
+	} else {
+		dtf_exec_forward(g, ctx);
+	}
+	double t3 = now_seconds();
+	if (!r->gpu) {
+		dtf_exec_backward(g, ctx);
+		r->grads[np] = (float)ctx->loss_sum;
+		r->grads[np + 1] = (float)dtf_graph_count_correct(g, batch, 1);
+		r->grads[np + 2] = (float)batch;
+	}
+	double t4 = now_seconds();
+	rc = r->gpu ? dtf_gpu_allreduce(r->gpu, comm)
+		    : dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
+	double t5 = now_seconds();
+	t->forward += t3 - t2;
+	t->backward += t4 - t3;
+	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
+	t->mark = t5;
+	if (dtf_obs_tracing(obs, step + 1)) {
+		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
+		dtf_obs_span(obs, DTF_OBS_AGREE, step + 1, -1, t1, t2);
+		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
+		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
+		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+	}
+	return rc;
+}
+
+/* Where a resumed run starts (struct start) and how its first epoch ends. */
+struct start {
+	int64_t step;      /* global step */
+	int epoch;         /* 0-based */
+	int64_t in_epoch;  /* batches of the epoch already consumed */
+	int64_t epoch_end; /* the step in epoch where the first epoch ends */
+	int elastic;       /* re-sharded: records consumed are left out */
+	int32_t nprev;     /* segments of the epoch before this run */
+	struct dtf_ckpt_segment prev[DTF_CKPT_MAX_SEGMENTS];
+	struct dtf_elastic *el;
+};
+
+/*
+ * From the checkpoint's position `pos`: with the same world size and
+ * per-replica batch, skip the batches consumed (exact resume); otherwise
+ * leave out the records the epoch consumed (elastic.h) and agree on the
+ * steps left in it.  Collective.
+ */
+static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
+			  const struct dtf_checkpointer *ck,
+			  struct dtf_pipeline *train, struct replica *r,
+			  const struct dtf_ckpt_position *pos, int world,
+			  int batch, int64_t steps_per_epoch, struct start *st,
+			  struct dtf_train_result *result)
+{
+	st->step = pos->step;
+	st->epoch = (int)pos->epoch;
+	st->in_epoch = pos->step_in_epoch;
+	dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
+		 dtf_checkpointer_path(ck), (long long)st->step, st->epoch + 1,
+		 (long long)st->in_epoch, (long long)steps_per_epoch);
+	if (!dtf_elastic_needed(pos, world, batch))
+		return 0;
+	int64_t left = 0;
+	int rc = 0;
+	if (pos->nprev >= DTF_CKPT_MAX_SEGMENTS)
+		rc = dtf_error(DTF_ERR_CHECKPOINT,
+			       "epoch %d was resumed on other world sizes %d times; at most %d are recorded",
+			       st->epoch + 1, pos->nprev + 1,
+			       DTF_CKPT_MAX_SEGMENTS);
+	if (rc == 0)
+		rc = dtf_elastic_new(job, pos, &st->el);
+	if (rc == 0)
+		rc = dtf_elastic_start_epoch(st->el, train, st->epoch, r->feed,
+					     r->ids, &left);
+	if ((rc = agree(comm, rc, "re-sharding the data position before",
+			st->step, result)) < 0)
+		return rc;
+	int64_t rest = left / batch;
+	if ((rc = dtf_comm_allreduce_min_i64(comm, &rest, 1)) < 0)
+		return rc;
+	st->elastic = 1;
+	st->epoch_end = st->in_epoch + rest;
+	int64_t before = 0;
+	st->nprev = pos->nprev + 1;
+	for (int i = 0; i < pos->nprev; i++) {
+		st->prev[i] = pos->prev[i];
+		before += pos->prev[i].steps;
+	}
+	st->prev[pos->nprev] = (struct dtf_ckpt_segment){
+		pos->world, pos->per_replica_batch, pos->step_in_epoch - before};
+	dtf_info("notice: elastic resume at step %lld: the checkpoint was written by %d rank(s) at per-replica batch %d "
+		 "(global %lld), this run has %d at %d (global %lld); the %lld records of epoch %d read before are left out, "
+		 "%lld steps remain in it, and later epochs are sharded over %d rank(s)",
+		 (long long)st->step, pos->world, pos->per_replica_batch,
+		 (long long)pos->global_batch, world, batch,
+		 (long long)batch * world,
+		 (long long)dtf_elastic_consumed(st->el), st->epoch + 1,
+		 (long long)rest, world);
+	return 0;
 }
 
 int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
@@ -407,13 +656,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_comm *world_comm = comm;
 	struct dtf_strategy *strat = NULL;
 	int batch = 0, rc;
-	struct replica r;
-	struct dtf_pipeline *train = NULL, *eval = NULL;
-	memset(result, 0, sizeof(*result));
-	memset(&r, 0, sizeof(r));
-	result->eval_loss = result->eval_accuracy = -1;
-
-	/* roles and sub-communicators; from here `comm` is the replicas' */
+	/* roles and sub-communicators (dist/strategy.h); from here `comm` is
+	 * the training replicas' (NULL on ps and evaluator ranks) */
 	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster, &strat)) < 0)
 		return rc;
 	enum dtf_task_type role = strat ? dtf_strategy_role(strat)
@@ -421,8 +665,43 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	comm = strat ? dtf_strategy_replica_comm(strat) : NULL;
 	int rank = comm ? dtf_comm_rank(comm) : 0;
 	int world = strat ? dtf_strategy_num_replicas(strat) : 1;
-	if ((rc = per_replica_batch(job, world, &batch)) < 0)
-		goto out;
+	struct replica r;
+	struct dtf_pipeline *train = NULL, *eval = NULL;
+	struct dtf_obs *obs = NULL;
+	struct dtf_fault *fault = NULL;
+	struct dtf_checkpointer *ck = NULL;
+	struct start st = {0};
+	int resume = opts->resume || job->checkpoint.resume;
+	memset(result, 0, sizeof(*result));
+	result->eval_loss = result->eval_accuracy = -1;
+
+	rc = 0;
+	if (resume && !opts->dry_run && !job->checkpoint.dir)
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "%s: resuming needs checkpoint.dir in the job file",
+			       job->path);
+	if (rc == 0 && job->checkpoint.dir &&
+	    job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER)
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "checkpoint.dir: checkpoints are not supported with strategy parameter_server yet (the ps ranks hold the variables and optimizer state)");
+	if (rc == 0)
+		rc = per_replica_batch(job, world, &batch);
+	if (rc == 0 && !opts->dry_run && opts->export_variables && rank == 0 &&
+	    role != DTF_TASK_PS && role != DTF_TASK_EVALUATOR) {
+		/* find out now, not after the training, that it cannot be
+		 * written */
+		FILE *f = fopen(opts->export_variables, "ab");
+		if (!f)
+			rc = dtf_error(DTF_ERR_USAGE,
+				       "--export-variables %s: cannot write: %m",
+				       opts->export_variables);
+		else
+			fclose(f);
+	}
+	if (rc < 0) {
+		dtf_strategy_free(strat);
+		return rc;
+	}
 	if ((rc = build(job, batch, 1, &r)) < 0)
 		goto out;
 	result->num_params = dtf_graph_num_params(&r.g);
@@ -432,7 +711,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		goto out;
 	}
 	if (role == DTF_TASK_EVALUATOR) {
-		/* pending: evaluating each new checkpoint needs checkpoints */
+		/* pending: evaluating each new checkpoint as it appears */
 		dtf_log(DTF_LOG_WARN, 1, "evaluator: checkpoint evaluation is not available yet; this rank exits");
 		rc = agree(world_comm, 0, "setting up before", 0, result);
 		goto out;
@@ -446,12 +725,6 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		dtf_graph_init_params(&r.g, job->seed, r.params);
 		rc = dtf_strategy_serve(strat);
 		goto out;
-	}
-	{
-		char desc[256];
-		dtf_strategy_describe(strat, desc, sizeof(desc));
-		dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type),
-			 desc);
 	}
 
 	int threads = dtf_threads_choose(opts->threads,
@@ -471,25 +744,64 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		 job->train.lr_scaling == DTF_LR_SCALING_LINEAR
 			 ? " (linear scaling by the replicas)"
 			 : "");
+	{
+		char desc[256];
+		dtf_strategy_describe(strat, desc, sizeof(desc));
+		dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type),
+			 desc);
+	}
 
-	/* data: open on every rank, then agree before any other collective */
-	rc = open_pipeline(job, job->data.train_files, rank, world, batch,
-			   (size_t)job->data.shuffle_buffer, &train);
+	/* device, signals, watchdog, checkpoints and data: set up on every
+	 * rank, then agree before any other collective */
+	struct dtf_gpu_opts go = {.job = job, .comm = comm, .g = &r.g,
+				  .plan = &r.plan, .params = r.params,
+				  .grads = r.grads, .nstats = NSTATS,
+				  .opt = &r.opt};
+	rc = dtf_gpu_open(&go, &r.gpu);
+	if (rc == 0 && r.gpu &&
+	    (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE ||
+	     job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER ||
+	     job->train.accumulate_steps > 1 || job->strategy.hierarchical ||
+	     job->strategy.compression != DTF_GRAD_COMPRESSION_NONE))
+		/* the GPU path reduces its device gradients in one allreduce */
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "strategy: %s%s%s%s is not supported on the GPU yet\n"
+			       "HINT: set device: cpu",
+			       dtf_strategy_name(job->strategy.type),
+			       job->train.accumulate_steps > 1 ? ", accumulate_steps" : "",
+			       job->strategy.hierarchical ? ", hierarchical" : "",
+			       job->strategy.compression ? ", compression" : "");
+	if (rc == 0)
+		rc = dtf_fault_new(comm, rank, job->fault.timeout_seconds, &fault);
+	if (rc == 0 && job->checkpoint.dir && r.gpu)
+		/* the GPU keeps parameters and optimizer slots on the device;
+		 * the checkpointer reads the host copies */
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "checkpoint.dir: checkpoints are not supported on the GPU yet\n"
+			       "HINT: set device: cpu, or remove the checkpoint section");
+	if (rc == 0 && job->checkpoint.dir)
+		rc = dtf_checkpointer_new(job, &r.g, r.params, &r.opt,
+					  rank == 0, fault, &ck);
+	if (rc == 0)
+		rc = open_pipeline(job, job->data.train_files, rank, world,
+				   batch, 1, &train);
 	if (rc == 0 && job->data.eval_files)
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
 	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
-	int64_t steps_per_epoch[2] = {dtf_pipeline_num_records(train) / per_update,
-				      -dtf_pipeline_num_records(train) / per_update};
-	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 2)) < 0)
+	int64_t steps_per_epoch[3] = {dtf_pipeline_num_records(train) / per_update,
+				      -dtf_pipeline_num_records(train) / per_update,
+				      dtf_pipeline_num_records(train)};
+	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 3)) < 0)
 		goto out;
 	int64_t most = -steps_per_epoch[1];
 	if (steps_per_epoch[0] == 0) {
 		rc = dtf_error(DTF_ERR_DATA,
-			       "%s: a replica has fewer than %d records (one per-replica batch)",
-			       job->data.train_files, batch);
+			       "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
+			       "HINT: use fewer ranks, a smaller batch, or more data",
+			       world, (long long)steps_per_epoch[2], batch);
 		goto out;
 	}
 	if (most > steps_per_epoch[0])
@@ -497,9 +809,24 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			 (long long)steps_per_epoch[0], (long long)most,
 			 (long long)steps_per_epoch[0]);
 
-	/* identical start: deterministic init, then rank 0's values win */
+	/* identical start: deterministic init or rank 0's checkpoint, then
+	 * rank 0's values win */
 	dtf_graph_init_params(&r.g, job->seed, r.params);
+	struct dtf_ckpt_position pos = {0};
+	int found = 0;
+	if (ck && resume) {
+		if (rank == 0)
+			rc = dtf_checkpointer_restore(ck, opts->allow_fresh_start,
+						      &pos, &found);
+		if ((rc = agree(comm, rc, "restoring a checkpoint before", 0,
+				result)) < 0)
+			goto out;
+		if ((rc = dtf_checkpointer_share(ck, comm, &pos, &found)) < 0)
+			goto out;
+	}
 	if ((rc = dtf_comm_bcast_f32(comm, r.params, r.g.nparams, 0)) < 0)
+		goto out;
+	if (r.gpu && (rc = dtf_gpu_upload_params(r.gpu)) < 0)
 		goto out;
 
 	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
@@ -512,88 +839,141 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
 		.workspace = r.plan.workspace};
 	size_t np = r.g.nparams;
-	double t_start = now_seconds(), t_log = t_start, t_epoch = t_start;
-	struct {
-		int64_t steps;
-		double loss, correct, count;
-		struct dtf_step_times t;
-	} win = {0};
-	int64_t step = 0;
+	/* where to start: step 0, or the checkpoint's position, re-sharded
+	 * when the world size or per-replica batch changed */
+	st.epoch_end = steps_per_epoch[0];
+	if (found && (rc = start_position(job, comm, ck, train, &r, &pos, world,
+					  batch, steps_per_epoch[0], &st,
+					  result)) < 0)
+		goto out;
+	int64_t step = st.step, first_step = st.step;
+	if (st.elastic) {
+		total_steps = st.epoch_end - pos.step_in_epoch + step +
+			      steps_per_epoch[0] *
+				      (job->train.epochs - st.epoch - 1);
+		if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
+			total_steps = job->train.max_steps;
+	}
+	pos = (struct dtf_ckpt_position){
+		.global_batch = global_batch, .world = world,
+		.per_replica_batch = batch, .seed = job->seed};
+	if (st.elastic) { /* the parts of this epoch run before */
+		pos.nprev = st.nprev;
+		memcpy(pos.prev, st.prev, sizeof(st.prev));
+	}
 	double lr = job->train.learning_rate;
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 
-	for (int epoch = 0; step < total_steps; epoch++) {
-		t_epoch = now_seconds();
+	/* console, metrics, events, trace (obs/obs.h); a collective, after
+	 * the restore so steps continue from the checkpoint's */
+	struct dtf_obs_config oc = {
+		.job = job, .quiet = opts->quiet, .start_step = step,
+		.total_steps = total_steps, .steps_per_epoch = steps_per_epoch[0],
+		.global_batch = global_batch};
+	rc = dtf_obs_open(comm, &oc, &obs);
+	if ((rc = agree(comm, rc, "opening logging files before", step,
+			result)) < 0)
+		goto out;
+	if (ck)
+		dtf_obs_set_checkpoint_dir(obs, job->checkpoint.dir);
+	double t_start = now_seconds();
+
+	for (int epoch = st.epoch; step < total_steps; epoch++) {
 		rc = dtf_pipeline_begin_epoch(train, epoch);
-		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
+		int64_t s = 0, end = steps_per_epoch[0];
+		if (epoch == st.epoch) {
+			s = st.in_epoch;
+			end = st.epoch_end;
+			/* same sharding: consume what the checkpoint had */
+			for (int64_t k = 0, n = batch; !st.elastic && rc == 0 &&
+						       k < s && n == batch; k++) {
+				int got = 0;
+				rc = dtf_pipeline_next(train, r.feed, r.ids, &got);
+				n = got;
+			}
+		} else if (st.elastic) { /* the re-sharded epoch is over */
+			dtf_pipeline_set_exclude(train, NULL, NULL);
+			pos.nprev = 0;
+		}
+		for (; s < end && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
+			struct dtf_step_times stt = {0};
+			double t_begin = now_seconds();
 			ctx.step = (uint64_t)step;
+			dtf_fault_progress(fault, "training step", step);
+			dtf_fault_at_step(fault, step);
+			if (rc == 0)
+				rc = dtf_checkpointer_poll(ck);
+			int vote = dtf_fault_pending_signal() << 8 |
+				   dtf_checkpointer_time_due(ck), agreed = 0;
+			int read_ahead = s + 1 < steps_per_epoch[0] &&
+					 step + 1 < total_steps;
 			lr = dtf_strategy_learning_rate(
 				strat, job->train.learning_rate, step);
-			rc = train_step(job, comm, strat, &r, train, &ctx, rc,
-					step, lr, &win.t, result);
+			if (r.gpu)
+				rc = train_step(job, comm, &r, train, &ctx, rc,
+						vote, &agreed, step, read_ahead,
+						&stt, obs, result);
+			else
+				rc = strategy_step(job, comm, strat, &r, train,
+						   &ctx, rc, vote, &agreed, step,
+						   lr, &stt, obs, result);
 			if (rc < 0)
 				goto out;
+			if (r.gpu)
+				dtf_gpu_apply(r.gpu, &r.opt, lr);
 			double t_end = now_seconds();
+			stt.optimizer += t_end - stt.mark;
 			step++;
-			win.steps++;
-			win.loss += r.grads[np];
-			win.correct += r.grads[np + 1];
-			win.count += r.grads[np + 2];
+			add_times(&result->times, &stt);
+			dtf_obs_span(obs, DTF_OBS_OPTIMIZER, step, -1, stt.mark, t_end);
+			dtf_obs_step(obs, &(struct dtf_obs_step){
+				.step = step, .epoch = epoch,
+				.loss_sum = r.grads[np], .correct = r.grads[np + 1],
+				.count = r.grads[np + 2], .learning_rate = lr,
+				.times = stt, .t_begin = t_begin, .t_end = t_end});
+			pos.step = step;
+			pos.epoch = epoch;
+			pos.step_in_epoch = s + 1;
+			if ((rc = after_step(job, comm, ck, fault, obs, &pos, agreed,
+					     step == total_steps, result)) < 0)
+				goto out;
 			if (step > 1)
 				step_allocs += dtf_alloc_count() - allocs_before;
-			if (!opts->quiet && job->logging.every_steps > 0 &&
-			    (step % job->logging.every_steps == 0 ||
-			     step == total_steps)) {
-				double per = 1e3 / (double)win.steps;
-				dtf_info("step %lld/%lld  epoch %d  loss %.4f  accuracy %.4f  lr %.3g  %.0f samples/s  "
-					 "(ms/step: data %.1f fwd %.1f bwd %.1f comm %.1f opt %.1f)",
-					 (long long)step, (long long)total_steps,
-					 epoch + 1, win.loss / win.count,
-					 win.correct / win.count, lr,
-					 (double)win.steps * (double)global_batch /
-						 (t_end - t_log),
-					 win.t.data_wait * per, win.t.forward * per,
-					 win.t.backward * per, win.t.comm * per,
-					 win.t.optimizer * per);
-				t_log = t_end;
-				add_times(&result->times, &win.t);
-				memset(&win, 0, sizeof(win));
-			}
 		}
 		if (rc < 0)
 			goto out;
+		dtf_pipeline_log_skipped(train, epoch);
 		if ((rc = average_nontrainable(comm, &r)) < 0)
 			goto out;
 		if (eval) {
 			struct eval_totals tot;
+			dtf_fault_progress(fault, "evaluation", step);
 			if ((rc = dtf_strategy_sync_params(strat)) < 0)
 				goto out;
+			double te = now_seconds();
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
 			result->eval_accuracy = tot.correct / tot.count;
-			dtf_info("epoch %d: %.1f s; test loss %.4f  accuracy %.4f  (%.0f examples)",
-				 epoch + 1, now_seconds() - t_epoch,
-				 result->eval_loss, result->eval_accuracy,
-				 tot.count);
+			dtf_obs_eval(obs, step, epoch, result->eval_loss,
+				     result->eval_accuracy, tot.count, te,
+				     now_seconds());
 		}
 	}
-	add_times(&result->times, &win.t);
+	dtf_fault_idle(fault);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;
-	result->samples_per_second =
-		(double)step * (double)global_batch / result->wall_seconds;
+	result->samples_per_second = (double)(step - first_step) *
+				     (double)global_batch / result->wall_seconds;
 	result->step_allocations = step_allocs;
 	if (step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
 			 (unsigned long long)step_allocs);
-	dtf_info("done: %lld steps in %.1f s, %.0f samples/s (global batch %lld, %d replica(s))",
-		 (long long)step, result->wall_seconds,
-		 result->samples_per_second, (long long)global_batch, world);
-	if (result->eval_accuracy >= 0)
-		dtf_info("final test loss %.4f, test accuracy %.4f",
-			 result->eval_loss, result->eval_accuracy);
+	if (r.gpu && (rc = dtf_gpu_download_params(r.gpu)) < 0)
+		goto out;
+	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
+		goto out;
 	if ((rc = dtf_strategy_sync_params(strat)) < 0)
 		goto out;
 	if (opts->export_variables && rank == 0)
@@ -601,6 +981,10 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 out:
 	dtf_strategy_end(strat, rc);
 	dtf_strategy_free(strat);
+	dtf_obs_free(obs);
+	dtf_elastic_free(st.el);
+	dtf_checkpointer_free(ck);
+	dtf_fault_free(fault);
 	dtf_pipeline_free(eval);
 	dtf_pipeline_free(train);
 	replica_deinit(&r);

@@ -25,6 +25,9 @@ struct dtf_train_opts {
 	/* roles from TF_CONFIG (checked against the world), or NULL: derived
 	 * from the job (config/tf_config.h) */
 	const struct dtf_cluster *cluster;
+	int resume;         /* --resume: as checkpoint.resume: auto */
+	int allow_fresh_start; /* --allow-fresh-start: no checkpoint verifies
+				  -> train from step 0 instead of failing */
 };
 
 /* Seconds spent per phase of the training step (sums over steps). */
