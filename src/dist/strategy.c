@@ -668,8 +668,12 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for accumulation");
 	if ((rc = make_buckets(s)) < 0)
 		return rc;
-	if (s->kind == DTF_STRATEGY_CENTRAL_STORAGE && s->rank != 0)
-		dtf_optimizer_deinit(s->opt); /* state lives on replica 0 */
+	/* the state lives on replica 0; the others release theirs, except
+	 * with checkpoints, whose restore broadcasts the slots to every
+	 * replica (they then hold a copy that is never updated) */
+	if (s->kind == DTF_STRATEGY_CENTRAL_STORAGE && s->rank != 0 &&
+	    !s->job->checkpoint.dir)
+		dtf_optimizer_deinit(s->opt);
 	return 0;
 }
 
