@@ -112,6 +112,14 @@ static int run(const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(cmd, sizeof(cmd), fmt, ap);
 	va_end(ap);
+	/* This process is an MPI singleton: Open MPI put variables in its
+	 * environment that make a nested mpirun exit 1 without a word. */
+	static const char *const singleton_env[] = {
+		"OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_APP_CTX_NUM_PROCS",
+		"OMPI_MCA_orte_ess_num_procs", "OMPI_MCA_orte_launch",
+		"OMPI_MCA_orte_precondition_transports", "OMPI_COMMAND"};
+	for (size_t i = 0; i < sizeof(singleton_env) / sizeof(*singleton_env); i++)
+		unsetenv(singleton_env[i]);
 	int st = system(cmd);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
