@@ -32,6 +32,8 @@
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
 #include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/summary.h"
 #include "train/threads.h"
 
 #define NSTATS 3 /* loss sum, correct, examples: behind the gradients */
@@ -74,7 +76,9 @@ static int build(const struct dtf_job *job, int batch, int with_backward,
 {
 	memset(r, 0, sizeof(*r));
 	int rc;
-	r->layer_out = dtf_calloc((size_t)job->model.nlayers + 1, sizeof(int));
+	r->layer_out = dtf_calloc((size_t)job->model.nlayers +
+					  (size_t)job->model.nnodes + 1,
+				  sizeof(int));
 	if (!r->layer_out)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	if ((rc = dtf_graph_lower_model(job, batch, &r->g, r->layer_out)) < 0)
@@ -94,7 +98,8 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	r->ids = dtf_calloc((size_t)g->batch, sizeof(uint64_t));
 	if (!r->params || !r->grads || !r->feed || !r->ids)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for parameters");
-	if ((rc = dtf_plan_graph(g, r->params, r->grads, &r->plan)) < 0)
+	if ((rc = dtf_plan_graph_with(g, job->memory.planner, r->params,
+				      r->grads, &r->plan)) < 0)
 		return rc;
 	size_t scratch = 0;
 	for (int f = 0; f < job->data.nfeatures; f++)
@@ -112,58 +117,19 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	for (int i = 0; i < g->nnodes; i++)
 		if (g->nodes[i].op == DTF_OP_INPUT)
 			r->feed[g->nodes[i].a.in.feature] = g->nodes[i].data;
-	return dtf_optimizer_init(&r->opt, job, g->nparams);
+	if ((rc = dtf_optimizer_init(&r->opt, job, g->nparams)) < 0)
+		return rc;
+	return dtf_optimizer_segments_from_graph(&r->opt, job, g);
 }
 
 /* ---- summary ------------------------------------------------------------ */
-
-static size_t layer_params(const struct dtf_graph *g, int layer)
-{
-	size_t n = 0;
-	for (int i = 0; i < g->nforward; i++)
-		if (g->nodes[i].layer == layer &&
-		    g->nodes[i].op == DTF_OP_VARIABLE)
-			n += (size_t)dtf_shape_numel(&g->nodes[i].shape);
-	return n;
-}
-
-static void print_table(const struct dtf_job *job, const struct replica *r,
-			FILE *out)
-{
-	const struct dtf_graph *g = &r->g;
-	char shape[96];
-	fprintf(out, "Model: \"%s\"\n", job->name);
-	fprintf(out, "%-24s %-12s %-22s %12s\n", "Layer", "Type",
-		"Output shape", "Params");
-	fprintf(out, "%.*s\n", 73,
-		"==========================================================================");
-	const struct dtf_node *in = &g->nodes[0];
-	fprintf(out, "%-24s %-12s %-22s %12d\n", in->name, "input",
-		dtf_shape_str(&in->shape, shape, sizeof(shape)), 0);
-	for (int li = 0; li < job->model.nlayers; li++) {
-		const struct dtf_layer *l = &job->model.layers[li];
-		const struct dtf_node *n = &g->nodes[r->layer_out[li]];
-		fprintf(out, "%-24s %-12s %-22s %12zu\n", l->name,
-			dtf_layer_kind_name(l->kind),
-			dtf_shape_str(&n->shape, shape, sizeof(shape)),
-			layer_params(g, li));
-	}
-	fprintf(out, "%.*s\n", 73,
-		"==========================================================================");
-	size_t total = dtf_graph_num_params(g);
-	fprintf(out, "Total params: %zu (%.2f MB)\n", total,
-		(double)total * 4 / 1e6);
-	fprintf(out, "Trainable params: %zu\n", total);
-	fprintf(out, "Graph: %d forward ops, %d backward ops; batch per replica %d\n",
-		g->nforward, g->nnodes - g->nforward, g->batch);
-}
 
 int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 {
 	struct replica r;
 	int rc = build(job, batch, 1, &r);
 	if (rc == 0)
-		print_table(job, &r, out);
+		rc = dtf_summary_print(job, &r.g, r.layer_out, out);
 	replica_deinit(&r);
 	return rc;
 }
@@ -394,7 +360,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	result->num_params = dtf_graph_num_params(&r.g);
 	if (opts->dry_run) {
 		if (rank == 0)
-			print_table(job, &r, stdout);
+			rc = dtf_summary_print(job, &r.g, r.layer_out, stdout);
 		goto out;
 	}
 	if ((rc = setup_buffers(job, &r)) < 0)
@@ -457,7 +423,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		struct dtf_step_times t;
 	} win = {0};
 	int64_t step = 0;
-	double lr = job->train.learning_rate;
+	struct dtf_schedule sched;
+	dtf_schedule_init(&sched, job, total_steps);
+	double lr = dtf_schedule_lr(&sched, 0);
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 
 	for (int epoch = 0; step < total_steps; epoch++) {
@@ -466,6 +434,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
 			ctx.step = (uint64_t)step;
+			lr = dtf_schedule_lr(&sched, step);
 			rc = train_step(job, comm, &r, train, &ctx, rc, step, &win.t,
 					result);
 			if (rc < 0)
