@@ -326,7 +326,12 @@ int dtf_graph_dropout(struct dtf_graph *g, const char *name, int x,
 	if (id < 0)
 		return id;
 	g->nodes[id].a.drop.rate = rate;
-	g->nodes[id].a.drop.salt = 0x9E3779B1u * (uint32_t)(id + 1);
+	/* from the name, so the layers and graph forms of a model (and any
+	 * order of declaration) drop the same units */
+	uint32_t h = 2166136261u;
+	for (const char *c = name; *c; c++)
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	g->nodes[id].a.drop.salt = h;
 	return id;
 }
 

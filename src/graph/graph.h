@@ -90,7 +90,8 @@ struct dtf_node {
 		} mm;
 		struct { /* DROPOUT* */
 			float rate;
-			uint32_t salt; /* per node; mixed with the step */
+			uint32_t salt; /* FNV-1a of the node name; mixed
+					  with the step */
 		} drop;
 		struct { /* VARIABLE */
 			size_t offset; /* floats into the parameter vector */
