@@ -729,6 +729,7 @@ static int read_shape(struct ctx *c, void *base, const yaml_node_t *key,
 	if (n > DTF_MAX_RANK)
 		return fail(c, val, path, "at most %d dimensions, got %ld",
 			    DTF_MAX_RANK, n);
+	int64_t numel = 1;
 	for (long i = 0; i < n; i++) {
 		int64_t d = 0;
 		path_fmt(ipath, "%s[%ld]", path, i);
@@ -737,6 +738,11 @@ static int read_shape(struct ctx *c, void *base, const yaml_node_t *key,
 		int rc = read_int(c, it, ipath, F_POS, 1, INT32_MAX, &d);
 		if (rc)
 			return rc;
+		numel *= d;
+		if (numel > INT32_MAX)
+			return fail(c, it, ipath,
+				    "one example of the feature would have more "
+				    "than 2^31 elements");
 		f->shape[i] = d;
 	}
 	f->rank = (int)n;
@@ -1328,61 +1334,59 @@ _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
 	       "kind_names out of step with enum dtf_layer_kind");
 
-#define K(id) kind_names[DTF_LAYER_##id], DTF_LAYER_##id
-
 /* model.layers items */
 static const struct choice layer_kinds[] = {
-	{K(CONV2D), &conv2d_section},
-	{K(DEPTHWISE_CONV2D), &depthwise_section},
-	{K(MAX_POOL2D), &pool_section},
-	{K(AVG_POOL2D), &pool_section},
-	{K(GLOBAL_AVG_POOL), &plain_section},
-	{K(FLATTEN), &plain_section},
-	{K(RESHAPE), &reshape_section},
-	{K(DENSE), &dense_section},
-	{K(DROPOUT), &dropout_section},
-	{K(BATCH_NORM), &batch_norm_section},
-	{K(LAYER_NORM), &layer_norm_section},
-	{K(ADD), &plain_section},
-	{K(MULTIPLY), &plain_section},
-	{K(CONCAT), &axis_section},
-	{K(RELU), &plain_section},
-	{K(LEAKY_RELU), &leaky_relu_section},
-	{K(ELU), &elu_section},
-	{K(GELU), &gelu_section},
-	{K(TANH), &plain_section},
-	{K(SIGMOID), &plain_section},
-	{K(SOFTMAX), &axis_section},
-	{K(IDENTITY), &plain_section},
+	{"conv2d", DTF_LAYER_CONV2D, &conv2d_section},
+	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &depthwise_section},
+	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &pool_section},
+	{"avg_pool2d", DTF_LAYER_AVG_POOL2D, &pool_section},
+	{"global_avg_pool", DTF_LAYER_GLOBAL_AVG_POOL, &plain_section},
+	{"flatten", DTF_LAYER_FLATTEN, &plain_section},
+	{"reshape", DTF_LAYER_RESHAPE, &reshape_section},
+	{"dense", DTF_LAYER_DENSE, &dense_section},
+	{"dropout", DTF_LAYER_DROPOUT, &dropout_section},
+	{"batch_norm", DTF_LAYER_BATCH_NORM, &batch_norm_section},
+	{"layer_norm", DTF_LAYER_LAYER_NORM, &layer_norm_section},
+	{"add", DTF_LAYER_ADD, &plain_section},
+	{"multiply", DTF_LAYER_MULTIPLY, &plain_section},
+	{"concat", DTF_LAYER_CONCAT, &axis_section},
+	{"relu", DTF_LAYER_RELU, &plain_section},
+	{"leaky_relu", DTF_LAYER_LEAKY_RELU, &leaky_relu_section},
+	{"elu", DTF_LAYER_ELU, &elu_section},
+	{"gelu", DTF_LAYER_GELU, &gelu_section},
+	{"tanh", DTF_LAYER_TANH, &plain_section},
+	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
+	{"identity", DTF_LAYER_IDENTITY, &plain_section},
 };
 
 /* model.graph nodes */
 static const struct choice op_kinds[] = {
-	{K(VARIABLE), &variable_section},
-	{K(CONSTANT), &constant_section},
-	{K(CONV2D), &op_conv_section},
-	{K(DEPTHWISE_CONV2D), &op_conv_section},
-	{K(MATMUL), &op_plain_section},
-	{K(BIAS_ADD), &op_plain_section},
-	{K(MAX_POOL2D), &op_pool_section},
-	{K(AVG_POOL2D), &op_pool_section},
-	{K(GLOBAL_AVG_POOL), &op_plain_section},
-	{K(FLATTEN), &op_plain_section},
-	{K(RESHAPE), &op_reshape_section},
-	{K(DROPOUT), &op_dropout_section},
-	{K(BATCH_NORM), &op_batch_norm_section},
-	{K(LAYER_NORM), &op_layer_norm_section},
-	{K(ADD), &op_plain_section},
-	{K(MULTIPLY), &op_plain_section},
-	{K(CONCAT), &op_axis_section},
-	{K(RELU), &op_plain_section},
-	{K(LEAKY_RELU), &op_leaky_relu_section},
-	{K(ELU), &op_elu_section},
-	{K(GELU), &op_gelu_section},
-	{K(TANH), &op_plain_section},
-	{K(SIGMOID), &op_plain_section},
-	{K(SOFTMAX), &op_axis_section},
-	{K(IDENTITY), &op_plain_section},
+	{"variable", DTF_LAYER_VARIABLE, &variable_section},
+	{"constant", DTF_LAYER_CONSTANT, &constant_section},
+	{"conv2d", DTF_LAYER_CONV2D, &op_conv_section},
+	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &op_conv_section},
+	{"matmul", DTF_LAYER_MATMUL, &op_plain_section},
+	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
+	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &op_pool_section},
+	{"avg_pool2d", DTF_LAYER_AVG_POOL2D, &op_pool_section},
+	{"global_avg_pool", DTF_LAYER_GLOBAL_AVG_POOL, &op_plain_section},
+	{"flatten", DTF_LAYER_FLATTEN, &op_plain_section},
+	{"reshape", DTF_LAYER_RESHAPE, &op_reshape_section},
+	{"dropout", DTF_LAYER_DROPOUT, &op_dropout_section},
+	{"batch_norm", DTF_LAYER_BATCH_NORM, &op_batch_norm_section},
+	{"layer_norm", DTF_LAYER_LAYER_NORM, &op_layer_norm_section},
+	{"add", DTF_LAYER_ADD, &op_plain_section},
+	{"multiply", DTF_LAYER_MULTIPLY, &op_plain_section},
+	{"concat", DTF_LAYER_CONCAT, &op_axis_section},
+	{"relu", DTF_LAYER_RELU, &op_plain_section},
+	{"leaky_relu", DTF_LAYER_LEAKY_RELU, &op_leaky_relu_section},
+	{"elu", DTF_LAYER_ELU, &op_elu_section},
+	{"gelu", DTF_LAYER_GELU, &op_gelu_section},
+	{"tanh", DTF_LAYER_TANH, &op_plain_section},
+	{"sigmoid", DTF_LAYER_SIGMOID, &op_plain_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &op_axis_section},
+	{"identity", DTF_LAYER_IDENTITY, &op_plain_section},
 };
 
 /* Defaults that are not in the attribute tables. */
