@@ -673,8 +673,8 @@ static int read_choice(struct ctx *c, const yaml_node_t *node,
 		*attrs = yaml_document_get_node(&c->t->doc, pr->value);
 	} else {
 		return fail(c, node, path,
-			    "expected a %s name or a one-key mapping {%s: "
-			    "{...}}, got %s",
+			    "expected the %s as a name or a one-key mapping "
+			    "{%s: {...}}, got %s",
 			    what, what, describe(node, buf, sizeof(buf)));
 	}
 	const char *name = dtf_ytree_text(*kind);
@@ -1548,12 +1548,52 @@ static const struct field xent_fields[] = {
 	 .slot = SLOT_LABELS},
 };
 
+static const struct field dense_xent_fields[] = {
+	{.key = "logits", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_logits), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LOGITS},
+	{.key = "labels", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_labels), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LABELS},
+	{.key = "label_smoothing", .type = T_FLOAT, .flags = F_NONNEG,
+	 .off = JOB(model.label_smoothing), .def = 0},
+};
+
+static const struct field mse_fields[] = {
+	{.key = "predictions", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_logits), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LOGITS},
+	{.key = "labels", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_labels), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LABELS},
+};
+
+static int check_smoothing(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *map, const char *path)
+{
+	struct dtf_job *job = base;
+	if (job->model.label_smoothing > 1)
+		return fail(c, dtf_ytree_get(c->t, map, "label_smoothing"),
+			    path, "label_smoothing must be in [0, 1], got %g",
+			    (double)job->model.label_smoothing);
+	return 0;
+}
+
 static const struct section xent_section = {
 	xent_fields, NFIELDS(xent_fields), -1, NULL};
+static const struct section dense_xent_section = {
+	dense_xent_fields, NFIELDS(dense_xent_fields), -1, check_smoothing};
+static const struct section sigmoid_xent_section = {
+	xent_fields, NFIELDS(xent_fields), -1, NULL};
+static const struct section mse_section = {
+	mse_fields, NFIELDS(mse_fields), -1, NULL};
 
 static const struct choice losses[] = {
 	{"sparse_softmax_cross_entropy", DTF_LOSS_SPARSE_SOFTMAX_XENT,
 	 &xent_section},
+	{"softmax_cross_entropy", DTF_LOSS_SOFTMAX_XENT, &dense_xent_section},
+	{"sigmoid_cross_entropy", DTF_LOSS_SIGMOID_XENT, &sigmoid_xent_section},
+	{"mean_squared_error", DTF_LOSS_MSE, &mse_section},
 };
 
 static int read_loss(struct ctx *c, void *base, const yaml_node_t *key,
@@ -2168,12 +2208,16 @@ static int check_job(struct ctx *c)
 				       ls[i].name, graph ? "node" : "layer");
 	if ((rc = check_inputs(job, ls, n, graph)) < 0)
 		return rc;
+	char lpath[PATH_MAX_], ypath[PATH_MAX_];
+	const char *lname = losses[job->model.loss].name;
+	path_fmt(lpath, "model.loss.%s.%s", lname,
+		 job->model.loss == DTF_LOSS_MSE ? "predictions" : "logits");
+	path_fmt(ypath, "model.loss.%s.labels", lname);
 	int found = 0;
 	for (int i = 0; i < n; i++)
 		found |= !strcmp(ls[i].name, job->model.loss_logits);
 	if (!found)
-		return fail(c, c->slot[SLOT_LOGITS],
-			    "model.loss.sparse_softmax_cross_entropy.logits",
+		return fail(c, c->slot[SLOT_LOGITS], lpath,
 			    "no %s named '%s'%s", graph ? "node" : "layer",
 			    job->model.loss_logits,
 			    suggest(job->model.loss_logits, ls, n,
@@ -2181,19 +2225,24 @@ static int check_job(struct ctx *c)
 	const struct dtf_feature_spec *lab =
 		find_feature(job, job->model.loss_labels);
 	if (!lab)
-		return fail(c, c->slot[SLOT_LABELS],
-			    "model.loss.sparse_softmax_cross_entropy.labels",
+		return fail(c, c->slot[SLOT_LABELS], ypath,
 			    "no feature named '%s' in data.features%s",
 			    job->model.loss_labels,
 			    suggest(job->model.loss_labels, job->data.features,
 				    job->data.nfeatures, feature_name_at, sug,
 				    sizeof(sug)));
-	if (lab->type != DTF_FEATURE_INT64)
-		return fail(c, c->slot[SLOT_LABELS],
-			    "model.loss.sparse_softmax_cross_entropy.labels",
+	int sparse = job->model.loss == DTF_LOSS_SPARSE_SOFTMAX_XENT;
+	if (sparse && lab->type != DTF_FEATURE_INT64)
+		return fail(c, c->slot[SLOT_LABELS], ypath,
 			    "feature '%s' is not an int64 feature (class "
 			    "labels are)",
 			    lab->name);
+	if (!sparse && lab->type == DTF_FEATURE_INT64)
+		return fail(c, c->slot[SLOT_LABELS], ypath,
+			    "feature '%s' is int64; %s needs float labels "
+			    "(one-hot or targets; use "
+			    "sparse_softmax_cross_entropy for class ids)",
+			    lab->name, lname);
 	return 0;
 }
 

@@ -146,7 +146,12 @@ struct dtf_layer {
 	int64_t nvalues;
 	float fill;
 };
-enum dtf_loss_kind { DTF_LOSS_SPARSE_SOFTMAX_XENT = 0 };
+enum dtf_loss_kind {
+	DTF_LOSS_SPARSE_SOFTMAX_XENT = 0, /* int64 class labels */
+	DTF_LOSS_SOFTMAX_XENT,            /* float one-hot labels */
+	DTF_LOSS_SIGMOID_XENT,            /* float labels in [0, 1] */
+	DTF_LOSS_MSE,                     /* float targets */
+};
 
 enum dtf_optimizer_kind {
 	DTF_OPT_SGD = 0,
@@ -210,7 +215,9 @@ struct dtf_job {
 		struct dtf_layer *nodes;
 		int nnodes;
 		enum dtf_loss_kind loss;
-		char loss_logits[DTF_NAME_MAX]; /* layer name */
+		char loss_logits[DTF_NAME_MAX]; /* layer name (logits, or
+						   predictions for MSE) */
+		float label_smoothing; /* softmax_cross_entropy, default 0 */
 		char loss_labels[DTF_NAME_MAX]; /* feature name */
 		char loss_where[DTF_WHERE_MAX];
 		int metric_accuracy; /* metrics: [accuracy] */

@@ -30,21 +30,74 @@ static int layer_error(const struct dtf_layer *l, int rc)
 
 static int unsupported(const struct dtf_layer *l, const char *what)
 {
-	return dtf_error(DTF_ERR_GRAPH, "%s is not supported yet", what);
+	return dtf_error(DTF_ERR_GRAPH, "%s is not supported", what);
 }
 
-static int activation(struct dtf_graph *g, const struct dtf_layer *l, int x)
+/* Apply a unary op of the activation kind `act` to x. */
+static int apply_activation(struct dtf_graph *g, const char *name, int x,
+			    enum dtf_activation act, float alpha,
+			    int approximate)
 {
-	char name[2 * DTF_NAME_MAX];
-	switch (l->activation) {
+	switch (act) {
 	case DTF_ACT_NONE:
 		return x;
 	case DTF_ACT_RELU:
-		snprintf(name, sizeof(name), "%s/relu", l->name);
 		return dtf_graph_relu(g, name, x);
-	default:
-		return unsupported(l, "this activation");
+	case DTF_ACT_LEAKY_RELU:
+		return dtf_graph_leaky_relu(g, name, x, alpha);
+	case DTF_ACT_ELU:
+		return dtf_graph_elu(g, name, x, alpha);
+	case DTF_ACT_GELU:
+		return dtf_graph_gelu(g, name, x, approximate);
+	case DTF_ACT_TANH:
+		return dtf_graph_tanh(g, name, x);
+	case DTF_ACT_SIGMOID:
+		return dtf_graph_sigmoid(g, name, x);
+	case DTF_ACT_SOFTMAX:
+		return dtf_graph_softmax(g, name, x);
 	}
+	return x;
+}
+
+/* The `activation:` of a conv2d, depthwise_conv2d or dense layer, with
+ * Keras's defaults for the parameterised ones. */
+static int activation(struct dtf_graph *g, const struct dtf_layer *l, int x)
+{
+	static const char *const names[] = {
+		"", "relu", "leaky_relu", "elu", "gelu", "tanh", "sigmoid",
+		"softmax"};
+	if (l->activation == DTF_ACT_NONE)
+		return x;
+	char name[2 * DTF_NAME_MAX];
+	snprintf(name, sizeof(name), "%s/%s", l->name, names[l->activation]);
+	return apply_activation(g, name, x, l->activation,
+				l->activation == DTF_ACT_ELU ? 1.0f : 0.3f, 0);
+}
+
+static const float one_f = 1.0f, zero_f = 0.0f;
+
+/* "<layer>/<what>" variable with the given initialiser and group. */
+static int layer_var(struct dtf_graph *g, const struct dtf_layer *l,
+		     const char *what, const struct dtf_shape *s,
+		     enum dtf_init_kind init, enum dtf_var_group group)
+{
+	char name[2 * DTF_NAME_MAX];
+	snprintf(name, sizeof(name), "%s/%s", l->name, what);
+	struct dtf_var_opts o = {.init = {.kind = init}, .trainable = 1,
+				 .group = group};
+	return dtf_graph_variable_ex(g, name, s, &o);
+}
+
+/* A constant of ones or zeros standing for gamma / beta that Keras would
+ * not create (scale: false, center: false). */
+static int layer_const(struct dtf_graph *g, const struct dtf_layer *l,
+		       const char *what, const struct dtf_shape *s,
+		       const float *value)
+{
+	char name[2 * DTF_NAME_MAX];
+	snprintf(name, sizeof(name), "%s/%s", l->name, what);
+	struct dtf_var_opts o = {.constant = 1, .values = value, .nvalues = 1};
+	return dtf_graph_variable_ex(g, name, s, &o);
 }
 
 static int bias(struct dtf_graph *g, const struct dtf_layer *l, int x, int c)
@@ -52,12 +105,8 @@ static int bias(struct dtf_graph *g, const struct dtf_layer *l, int x, int c)
 	if (!l->use_bias)
 		return x;
 	char name[2 * DTF_NAME_MAX];
-	snprintf(name, sizeof(name), "%s/bias", l->name);
 	struct dtf_shape s = {1, {c}};
-	struct dtf_var_opts o = {.init = {.kind = DTF_INIT_KIND_ZEROS},
-				 .trainable = 1,
-				 .group = DTF_GROUP_BIAS};
-	int b = dtf_graph_variable_ex(g, name, &s, &o);
+	int b = layer_var(g, l, "bias", &s, DTF_INIT_KIND_ZEROS, DTF_GROUP_BIAS);
 	if (b < 0)
 		return b;
 	snprintf(name, sizeof(name), "%s/bias_add", l->name);
@@ -86,38 +135,141 @@ static int need_inputs(const struct dtf_layer *l, int nin, int lo, int hi)
 			 dtf_layer_kind_name(l->kind), lo, hi, nin);
 }
 
+static struct dtf_conv_attrs conv_attrs(const struct dtf_layer *l)
+{
+	return (struct dtf_conv_attrs){
+		.stride_h = l->stride_h, .stride_w = l->stride_w,
+		.dilation_h = l->dilation_h, .dilation_w = l->dilation_w,
+		.padding = (enum dtf_padding)l->padding,
+		.pad_top = l->pads[0], .pad_bottom = l->pads[1],
+		.pad_left = l->pads[2], .pad_right = l->pads[3]};
+}
+
+/* batch_norm / layer_norm with their own variables "<name>/gamma", beta,
+ * moving_mean, moving_variance (Keras names and initialisers); with
+ * center / scale false, beta / gamma are constants. */
+static int lower_norm(struct dtf_graph *g, const struct dtf_layer *l,
+		      const char *name, int x)
+{
+	const struct dtf_shape *sx = &g->nodes[x].shape;
+	if (sx->rank < 2)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "%s needs an input of rank 2 or more, got rank %d",
+				 dtf_layer_kind_name(l->kind), sx->rank);
+	struct dtf_shape s = {1, {sx->d[sx->rank - 1]}};
+	int gamma = l->scale ? layer_var(g, l, "gamma", &s, DTF_INIT_KIND_ONES,
+					 DTF_GROUP_NORM)
+			     : layer_const(g, l, "gamma", &s, &one_f);
+	if (gamma < 0)
+		return gamma;
+	int beta = l->center ? layer_var(g, l, "beta", &s, DTF_INIT_KIND_ZEROS,
+					 DTF_GROUP_NORM)
+			     : layer_const(g, l, "beta", &s, &zero_f);
+	if (beta < 0)
+		return beta;
+	if (l->kind == DTF_LAYER_LAYER_NORM)
+		return dtf_graph_layer_norm(g, name, x, gamma, beta, l->epsilon);
+	int mean = layer_var(g, l, "moving_mean", &s, DTF_INIT_KIND_ZEROS,
+			     DTF_GROUP_NORM);
+	if (mean < 0)
+		return mean;
+	int var = layer_var(g, l, "moving_variance", &s, DTF_INIT_KIND_ONES,
+			    DTF_GROUP_NORM);
+	if (var < 0)
+		return var;
+	return dtf_graph_batch_norm(g, name, x, gamma, beta, mean, var,
+				    l->momentum, l->epsilon);
+}
+
+/* add, multiply, concat of two or more inputs: a left-to-right chain whose
+ * last link carries `name`. */
+static int lower_nary(struct dtf_graph *g, const struct dtf_layer *l,
+		      const char *name, const int *in, int nin)
+{
+	int rc = need_inputs(l, nin, 2, DTF_LAYER_MAX_INPUTS);
+	if (rc < 0)
+		return rc;
+	int y = in[0];
+	for (int k = 1; k < nin; k++) {
+		char link[2 * DTF_NAME_MAX];
+		if (k == nin - 1)
+			snprintf(link, sizeof(link), "%s", name);
+		else
+			snprintf(link, sizeof(link), "%s/%d", name, k);
+		if (l->kind == DTF_LAYER_ADD)
+			y = dtf_graph_add(g, link, y, in[k]);
+		else if (l->kind == DTF_LAYER_MULTIPLY)
+			y = dtf_graph_multiply(g, link, y, in[k]);
+		else
+			y = dtf_graph_concat(g, link, y, in[k], l->axis);
+		if (y < 0)
+			return y;
+	}
+	return y;
+}
+
 /* Ops shared by both forms; `name` is the output node's name. */
 static int lower_common(struct dtf_graph *g, const struct dtf_layer *l,
 			const char *name, const int *in, int nin)
 {
 	int rc, x = in[0];
 	switch (l->kind) {
-	case DTF_LAYER_MAX_POOL2D:
-		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
-			return rc;
-		if (l->padding > DTF_PAD_SAME)
-			return unsupported(l, "explicit padding for max_pool2d");
-		return dtf_graph_max_pool2d(g, name, x, l->size_h, l->size_w,
-					    l->stride_h, l->stride_w,
-					    (enum dtf_padding)l->padding);
-	case DTF_LAYER_FLATTEN:
-		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
-			return rc;
-		return dtf_graph_flatten(g, name, x);
-	case DTF_LAYER_DROPOUT:
-		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
-			return rc;
-		return dtf_graph_dropout(g, name, x, l->rate);
-	case DTF_LAYER_RELU:
-		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
-			return rc;
-		return dtf_graph_relu(g, name, x);
-	case DTF_LAYER_IDENTITY:
-		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
-			return rc;
-		return x;
+	case DTF_LAYER_ADD:
+	case DTF_LAYER_MULTIPLY:
+	case DTF_LAYER_CONCAT:
+		return lower_nary(g, l, name, in, nin);
 	default:
-		return dtf_error(DTF_ERR_GRAPH, "%s is not supported yet",
+		break;
+	}
+	if ((rc = need_inputs(l, nin, 1, 1)) < 0)
+		return rc;
+	switch (l->kind) {
+	case DTF_LAYER_MAX_POOL2D:
+	case DTF_LAYER_AVG_POOL2D:
+		if (l->padding > DTF_PAD_SAME)
+			return unsupported(l, "explicit padding for pooling (use valid or same)");
+		return (l->kind == DTF_LAYER_MAX_POOL2D ? dtf_graph_max_pool2d
+							: dtf_graph_avg_pool2d)(
+			g, name, x, l->size_h, l->size_w, l->stride_h,
+			l->stride_w, (enum dtf_padding)l->padding);
+	case DTF_LAYER_GLOBAL_AVG_POOL:
+		return dtf_graph_global_avg_pool(g, name, x);
+	case DTF_LAYER_FLATTEN:
+		return dtf_graph_flatten(g, name, x);
+	case DTF_LAYER_RESHAPE: {
+		int64_t dims[DTF_MAX_RANK];
+		dims[0] = g->nodes[x].shape.d[0];
+		for (int i = 0; i < l->shape_rank; i++)
+			dims[i + 1] = l->shape[i];
+		return dtf_graph_reshape(g, name, x, dims, l->shape_rank + 1);
+	}
+	case DTF_LAYER_DROPOUT:
+		return dtf_graph_dropout(g, name, x, l->rate);
+	case DTF_LAYER_BATCH_NORM:
+	case DTF_LAYER_LAYER_NORM:
+		return lower_norm(g, l, name, x);
+	case DTF_LAYER_RELU:
+		return dtf_graph_relu(g, name, x);
+	case DTF_LAYER_LEAKY_RELU:
+		return dtf_graph_leaky_relu(g, name, x, l->alpha);
+	case DTF_LAYER_ELU:
+		return dtf_graph_elu(g, name, x, l->alpha);
+	case DTF_LAYER_GELU:
+		return dtf_graph_gelu(g, name, x, l->approximate);
+	case DTF_LAYER_TANH:
+		return dtf_graph_tanh(g, name, x);
+	case DTF_LAYER_SIGMOID:
+		return dtf_graph_sigmoid(g, name, x);
+	case DTF_LAYER_SOFTMAX: {
+		int rank = g->nodes[x].shape.rank;
+		if (l->axis != -1 && l->axis != rank - 1)
+			return unsupported(l, "softmax over an axis other than the last");
+		return dtf_graph_softmax(g, name, x);
+	}
+	case DTF_LAYER_IDENTITY:
+		return dtf_graph_identity(g, name, x);
+	default:
+		return dtf_error(DTF_ERR_GRAPH, "%s is not an op here",
 				 dtf_layer_kind_name(l->kind));
 	}
 }
@@ -130,26 +282,30 @@ static int lower_layer(struct dtf_graph *g, const struct dtf_layer *l,
 	const struct dtf_shape *sx = &g->nodes[x].shape;
 
 	switch (l->kind) {
-	case DTF_LAYER_CONV2D: {
+	case DTF_LAYER_CONV2D:
+	case DTF_LAYER_DEPTHWISE_CONV2D: {
+		int depthwise = l->kind == DTF_LAYER_DEPTHWISE_CONV2D;
 		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
 			return rc;
 		if (sx->rank != 4)
 			return dtf_error(DTF_ERR_GRAPH,
-					 "conv2d needs a 4-D (batch, height, width, channels) input, got rank %d",
-					 sx->rank);
-		if (l->padding > DTF_PAD_SAME || l->dilation_h != 1 ||
-		    l->dilation_w != 1)
-			return unsupported(l, "conv2d with dilation or explicit padding");
+					 "%s needs a 4-D (batch, height, width, channels) input, got rank %d",
+					 dtf_layer_kind_name(l->kind), sx->rank);
 		int c = (int)sx->d[3];
-		struct dtf_shape ks = {4, {l->kernel_h, l->kernel_w, c, l->filters}};
+		int out = depthwise ? c * l->depth_multiplier : l->filters;
+		struct dtf_shape ks = {4, {l->kernel_h, l->kernel_w, c,
+					   depthwise ? l->depth_multiplier
+						     : l->filters}};
 		if ((w = kernel(g, l, &ks)) < 0)
 			return w;
-		snprintf(name, sizeof(name), "%s/conv2d", l->name);
-		y = dtf_graph_conv2d(g, name, x, w, l->stride_h, l->stride_w,
-				     (enum dtf_padding)l->padding);
+		struct dtf_conv_attrs a = conv_attrs(l);
+		snprintf(name, sizeof(name), "%s/%s", l->name,
+			 depthwise ? "depthwise" : "conv2d");
+		y = depthwise ? dtf_graph_depthwise_conv2d(g, name, x, w, &a)
+			      : dtf_graph_conv2d_ex(g, name, x, w, &a);
 		if (y < 0)
 			return y;
-		y = bias(g, l, y, l->filters);
+		y = bias(g, l, y, out);
 		return y < 0 ? y : activation(g, l, y);
 	}
 	case DTF_LAYER_DENSE: {
@@ -198,14 +354,15 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 		return dtf_graph_variable_ex(g, l->name, &s, &o);
 	}
 	case DTF_LAYER_CONV2D:
+	case DTF_LAYER_DEPTHWISE_CONV2D: {
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
-		if (l->padding > DTF_PAD_SAME || l->dilation_h != 1 ||
-		    l->dilation_w != 1)
-			return unsupported(l, "conv2d with dilation or explicit padding");
-		return dtf_graph_conv2d(g, l->name, in[0], in[1], l->stride_h,
-					l->stride_w,
-					(enum dtf_padding)l->padding);
+		struct dtf_conv_attrs a = conv_attrs(l);
+		return l->kind == DTF_LAYER_CONV2D
+			       ? dtf_graph_conv2d_ex(g, l->name, in[0], in[1], &a)
+			       : dtf_graph_depthwise_conv2d(g, l->name, in[0],
+							    in[1], &a);
+	}
 	case DTF_LAYER_MATMUL:
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
@@ -245,12 +402,18 @@ static int lower_layers(const struct dtf_job *job, struct dtf_graph *g,
 			int *out)
 {
 	int prev = -1;
+	int fi = find_feature(job, job->model.input);
+	if (fi >= 0 && job->data.features[fi].dtype != DTF_FLOAT32)
+		return dtf_error(DTF_ERR_CONFIG,
+				 "model.input: feature '%s' is int64; the model input must be a float or bytes feature",
+				 job->model.input);
 	if (job->model.input[0] &&
 	    (prev = feature_node(job, g, job->model.input)) < 0)
 		return prev;
+	int logits = -1;
 	for (int li = 0; li < job->model.nlayers; li++) {
 		const struct dtf_layer *l = &job->model.layers[li];
-		int in[DTF_LAYER_MAX_INPUTS], nin = l->ninputs;
+		int in[DTF_LAYER_MAX_INPUTS] = {0}, nin = l->ninputs;
 		if (nin == 0) {
 			in[0] = prev;
 			nin = 1;
@@ -272,6 +435,12 @@ static int lower_layers(const struct dtf_job *job, struct dtf_graph *g,
 		for (int i = first; i < g->nnodes; i++)
 			g->nodes[i].layer = li;
 		out[li] = prev = x;
+		if (logits >= 0)
+			return dtf_error(DTF_ERR_CONFIG,
+					 "%s: layer '%s' comes after the logits layer '%s' and could never be trained",
+					 l->where, l->name, job->model.loss_logits);
+		if (strcmp(l->name, job->model.loss_logits) == 0)
+			logits = x;
 	}
 	return 0;
 }
@@ -350,7 +519,7 @@ static int lower_graph(const struct dtf_job *job, struct dtf_graph *g,
 	for (int i = 0; i < n && rc == 0; i++) {
 		int v = order[i];
 		const struct dtf_layer *l = &job->model.nodes[v];
-		int in[DTF_LAYER_MAX_INPUTS];
+		int in[DTF_LAYER_MAX_INPUTS] = {0};
 		for (int k = 0; k < l->ninputs; k++) {
 			int u = node_index(job, l->inputs[k]);
 			in[k] = u >= 0 ? out[u]
@@ -409,7 +578,21 @@ int dtf_graph_lower_model(const struct dtf_job *job, int batch,
 		rc = labels;
 		goto out_fail;
 	}
-	rc = dtf_graph_sparse_softmax_xent(g, "loss", logits, labels);
+	switch (job->model.loss) {
+	case DTF_LOSS_SPARSE_SOFTMAX_XENT:
+		rc = dtf_graph_sparse_softmax_xent(g, "loss", logits, labels);
+		break;
+	case DTF_LOSS_SOFTMAX_XENT:
+		rc = dtf_graph_softmax_xent(g, "loss", logits, labels,
+					    job->model.label_smoothing);
+		break;
+	case DTF_LOSS_SIGMOID_XENT:
+		rc = dtf_graph_sigmoid_xent(g, "loss", logits, labels);
+		break;
+	case DTF_LOSS_MSE:
+		rc = dtf_graph_mean_squared_error(g, "loss", logits, labels);
+		break;
+	}
 	if (rc < 0) {
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());

@@ -41,6 +41,19 @@ static int inplace_input(enum dtf_op op)
 	case DTF_OP_ADD:       /* exec copies input 0 then adds input 1 */
 	case DTF_OP_DROPOUT:
 	case DTF_OP_DROPOUT_GRAD:
+	case DTF_OP_MULTIPLY:
+	case DTF_OP_IDENTITY:  /* exec skips the copy when y == x */
+	case DTF_OP_LEAKY_RELU:
+	case DTF_OP_LEAKY_RELU_GRAD: /* elementwise grads: dx over dy */
+	case DTF_OP_ELU:
+	case DTF_OP_ELU_GRAD:
+	case DTF_OP_GELU:
+	case DTF_OP_GELU_GRAD:
+	case DTF_OP_TANH:
+	case DTF_OP_TANH_GRAD:
+	case DTF_OP_SIGMOID:
+	case DTF_OP_SIGMOID_GRAD:
+	case DTF_OP_SOFTMAX:
 		return 0;
 	default:
 		return -1;

@@ -14,8 +14,11 @@
  *    free again once the last node that reads it has run, and a later node
  *    takes a free block (best fit, neighbours merged; the arena grows only
  *    when no block fits).  Elementwise ops that allow it write over an
- *    input whose last reader they are (in place): relu, relu_grad,
- *    bias_add, add (first input), dropout, dropout_grad.  The inputs (fed by
+ *    input whose last reader they are (in place): relu, bias_add, add and
+ *    multiply (first input), dropout, identity, leaky_relu, elu, gelu,
+ *    tanh, sigmoid, softmax, and the elementwise gradients (relu_grad,
+ *    dropout_grad, leaky_relu_grad, elu_grad, gelu_grad, tanh_grad,
+ *    sigmoid_grad: dx over dy).  The inputs (fed by
  *    the pipeline), the logits and the loss stay live for the whole step,
  *    because the trainer reads them after the backward pass.
  *  - naive: one buffer per node, all live for the whole step (the

@@ -11,30 +11,7 @@
 
 int64_t dtf_summary_node_flops(const struct dtf_graph *g, int i)
 {
-	const struct dtf_node *n = &g->nodes[i];
-	int64_t out = dtf_shape_numel(&n->shape);
-	switch (n->op) {
-	case DTF_OP_INPUT:
-	case DTF_OP_VARIABLE:
-	case DTF_OP_RESHAPE:
-		return 0;
-	case DTF_OP_CONV2D: {
-		const struct dtf_window_geom *w = &n->a.win.g;
-		return 2 * out * (int64_t)w->kh * w->kw * w->c;
-	}
-	case DTF_OP_MATMUL: {
-		const struct dtf_shape *a = &g->nodes[n->inputs[0]].shape;
-		int64_t k = n->a.mm.trans_a ? a->d[0] : a->d[1];
-		return 2 * out * k;
-	}
-	case DTF_OP_MAX_POOL2D:
-		return out * (int64_t)n->a.win.g.kh * n->a.win.g.kw;
-	case DTF_OP_SPARSE_SOFTMAX_XENT:
-		/* exp, sum, log per logit */
-		return 3 * dtf_shape_numel(&g->nodes[n->inputs[0]].shape);
-	default:
-		return out;
-	}
+	return dtf_graph_node_flops(g, i);
 }
 
 static void human(double v, const char *unit, char *buf, size_t size)

@@ -8,11 +8,11 @@
  * and the activation memory per replica as the job's planner lays it out,
  * next to what one buffer per node (the naive plan) would take.
  *
- * FLOPs count a multiply-add as 2 (conv2d: 2 * oh*ow*o * kh*kw*c per
- * example; dense: 2 * in * units); elementwise ops count one per output
- * element, pooling one per window element.  A training step is taken as
- * 3x the forward pass (backward ~2x forward: a gradient for the input and
- * one for the weights), the usual convention.
+ * FLOPs are dtf_graph_node_flops()'s: a multiply-add is 2 (conv2d:
+ * 2 * oh*ow*o * kh*kw*c per example; dense: 2 * in * units), any other
+ * arithmetic operation 1 per element.  A training step is taken as 3x the
+ * forward pass (backward ~2x forward: a gradient for the input and one for
+ * the weights), the usual convention.
  */
 #ifndef DTF_TRAIN_SUMMARY_H
 #define DTF_TRAIN_SUMMARY_H
@@ -23,7 +23,8 @@
 #include "config/job.h"
 #include "graph/graph.h"
 
-/* Forward FLOPs of node i for the whole per-replica batch. */
+/* Forward FLOPs of node i for the whole per-replica batch
+ * (dtf_graph_node_flops). */
 int64_t dtf_summary_node_flops(const struct dtf_graph *g, int i);
 
 /* Print the summary of the forward+backward graph g built from job;

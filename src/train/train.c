@@ -155,6 +155,30 @@ static int per_replica_batch(const struct dtf_job *job, int world, int *out)
 
 /* ---- evaluation -------------------------------------------------------- */
 
+/* Non-trainable variables (batch_norm moving statistics) are updated by
+ * each replica from its own batches; before they are read, replace them by
+ * their mean over the replicas, as TF's MirroredStrategy aggregates them
+ * (VariableAggregation.MEAN). */
+static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
+{
+	int world = comm ? dtf_comm_size(comm) : 1;
+	if (world == 1)
+		return 0;
+	for (int i = 0; i < r->g.nnodes; i++) {
+		const struct dtf_node *n = &r->g.nodes[i];
+		if (n->op != DTF_OP_VARIABLE || n->a.var.trainable)
+			continue;
+		float *p = r->params + n->a.var.offset;
+		size_t numel = (size_t)dtf_shape_numel(&n->shape);
+		int rc = dtf_comm_allreduce_sum_f32(comm, p, numel);
+		if (rc < 0)
+			return rc;
+		for (size_t k = 0; k < numel; k++)
+			p[k] /= (float)world;
+	}
+	return 0;
+}
+
 struct eval_totals {
 	double loss_sum, correct, count;
 };
@@ -181,11 +205,7 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		ctx.valid = count;
 		dtf_exec_forward(g, &ctx);
 		local[0] += ctx.loss_sum;
-		local[1] += (double)dtf_cpu_count_correct(
-			(size_t)g->batch, (int)g->nodes[g->logits].shape.d[1],
-			g->nodes[g->logits].data,
-			(const int32_t *)g->nodes[g->labels].data,
-			(size_t)count);
+		local[1] += dtf_graph_count_correct(g, count, 1);
 		local[2] += count;
 	}
 	int crc = agree(comm, rc, "evaluating after", step, result);
@@ -281,6 +301,8 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 			int count)
 {
 	const struct dtf_graph *g = &r->g;
+	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
+		return 0; /* float labels: any value is a valid target */
 	const int32_t *labels = g->nodes[g->labels].data;
 	int classes = (int)g->nodes[g->logits].shape.d[1];
 	for (int i = 0; i < count; i++)
@@ -326,10 +348,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	double t3 = now_seconds();
 	dtf_exec_backward(g, ctx);
 	r->grads[np] = (float)ctx->loss_sum;
-	r->grads[np + 1] = (float)dtf_cpu_count_correct(
-		(size_t)batch, (int)g->nodes[g->logits].shape.d[1],
-		g->nodes[g->logits].data,
-		(const int32_t *)g->nodes[g->labels].data, (size_t)batch);
+	r->grads[np + 1] = (float)dtf_graph_count_correct(g, batch, 1);
 	r->grads[np + 2] = (float)batch;
 	double t4 = now_seconds();
 	rc = dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
@@ -469,6 +488,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			}
 		}
 		if (rc < 0)
+			goto out;
+		if ((rc = average_nontrainable(comm, &r)) < 0)
 			goto out;
 		if (eval) {
 			struct eval_totals tot;
