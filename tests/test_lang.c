@@ -602,15 +602,108 @@ END_TEST
 static const char RESIDUAL[] =
 	"  input: image\n"
 	"  layers:\n"
-	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu, name: stem}}\n"
+	"    - {conv2d: {filters: 4, kernel: 3, padding: same, use_bias: false}}\n"
+	"    - batch_norm\n"
+	"    - {relu: {name: stem}}\n"
 	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
 	"    - {conv2d: {filters: 4, kernel: 3, padding: same, name: c2}}\n"
-	"    - {dropout: {rate: 0.2, inputs: [c2]}}\n"
-	"    - {relu: {inputs: [dropout_1]}}\n"
+	"    - {batch_norm: {momentum: 0.9}}\n"
+	"    - {add: {inputs: [batch_norm_2, stem]}}\n"
+	"    - {dropout: {rate: 0.2}}\n"
+	"    - {leaky_relu: {alpha: 0.1}}\n"
 	"    - {max_pool2d: {size: 2}}\n"
 	"    - flatten\n"
 	"    - {dense: {units: 3, name: logits}}\n"
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n";
+
+/* Every layer kind and every op kind builds, with its gradient. */
+START_TEST(every_kind_lowers_in_both_forms)
+{
+	static const char layers[] =
+		"  input: image\n"
+		"  layers:\n"
+		"    - {conv2d: {filters: 4, kernel: 3, dilation: 2, padding: [1, 2], activation: gelu, name: c}}\n"
+		"    - {depthwise_conv2d: {kernel: 3, depth_multiplier: 2, padding: same, activation: elu}}\n"
+		"    - {batch_norm: {center: false}}\n"
+		"    - {avg_pool2d: {size: 2, strides: 1}}\n"
+		"    - {max_pool2d: {size: 2, padding: same}}\n"
+		"    - {layer_norm: {scale: false}}\n"
+		"    - {concat: {inputs: [layer_norm_1, max_pool2d_1], axis: -1}}\n"
+		"    - {multiply: {inputs: [concat_1, concat_1]}}\n"
+		"    - {add: {inputs: [multiply_1, concat_1, multiply_1]}}\n"
+		"    - {reshape: {shape: [2, -1, 8]}}\n"
+		"    - tanh\n"
+		"    - sigmoid\n"
+		"    - {softmax: {axis: -1}}\n"
+		"    - identity\n"
+		"    - global_avg_pool\n"
+		"    - {dense: {units: 6, activation: leaky_relu}}\n"
+		"    - {leaky_relu: {alpha: 0.1}}\n"
+		"    - elu\n"
+		"    - {gelu: {approximate: true}}\n"
+		"    - relu\n"
+		"    - {dropout: {rate: 0.1}}\n"
+		"    - {dense: {units: 3, activation: softmax, name: logits}}\n"
+		"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n";
+	struct dtf_job *job = load_ok(layers, NULL);
+	struct dtf_graph g;
+	int out[32];
+	ck_assert_msg(dtf_graph_lower_model(job, 4, &g, out) == 0, "%s",
+		      dtf_error_msg());
+	ck_assert_int_eq(dtf_graph_backward(&g), 0);
+	/* dilation 2 (5x5 window), pads [1, 2] = 1 above and below, 2 left
+	 * and right, on 6x6: 6 + 2 - 5 + 1 = 4 rows, 6 + 4 - 5 + 1 = 6 cols */
+	ck_assert_int_eq(g.nodes[out[0]].shape.d[1], 4);
+	ck_assert_int_eq(g.nodes[out[0]].shape.d[2], 6);
+	ck_assert_int_eq(g.nodes[out[1]].shape.d[3], 8);
+	ck_assert_int_eq(g.nodes[out[6]].shape.d[3], 16);
+	ck_assert_int_eq(g.nodes[out[9]].shape.rank, 4);
+	ck_assert_int_eq(g.nodes[out[9]].shape.d[3], 8);
+	ck_assert_int_ge(dtf_graph_find(&g, "batch_norm_1/moving_variance"), 0);
+	ck_assert_uint_eq(dtf_graph_num_nontrainable(&g), 16);
+	dtf_graph_deinit(&g);
+	dtf_job_free(job);
+
+	static const char ops[] =
+		"  graph:\n"
+		"    k: {variable: {shape: [3, 3, 2, 2]}}\n"
+		"    dk: {variable: {shape: [3, 3, 2, 1]}}\n"
+		"    c: {conv2d: {inputs: [image, k], strides: 2, padding: same}}\n"
+		"    d: {depthwise_conv2d: {inputs: [c, dk], padding: [1, 1]}}\n"
+		"    bn: {batch_norm: {inputs: [d]}}\n"
+		"    ln: {layer_norm: {inputs: [bn]}}\n"
+		"    ap: {avg_pool2d: {inputs: [ln], size: 1}}\n"
+		"    mp: {max_pool2d: {inputs: [ap], size: 1}}\n"
+		"    cat: {concat: {inputs: [mp, ap]}}\n"
+		"    mul: {multiply: {inputs: [cat, cat]}}\n"
+		"    sum: {add: {inputs: [mul, cat]}}\n"
+		"    r: {reshape: {inputs: [sum], shape: [36]}}\n"
+		"    one: {constant: {shape: [36], fill: 1}}\n"
+		"    sh: {bias_add: {inputs: [r, one]}}\n"
+		"    a1: {leaky_relu: {inputs: [sh]}}\n"
+		"    a2: {elu: {inputs: [a1]}}\n"
+		"    a3: {gelu: {inputs: [a2]}}\n"
+		"    a4: {tanh: {inputs: [a3]}}\n"
+		"    a5: {sigmoid: {inputs: [a4]}}\n"
+		"    a6: {softmax: {inputs: [a5]}}\n"
+		"    a7: {identity: {inputs: [a6]}}\n"
+		"    a8: {relu: {inputs: [a7]}}\n"
+		"    dr: {dropout: {inputs: [a8], rate: 0.5}}\n"
+		"    w: {variable: {shape: [36, 3]}}\n"
+		"    l: {matmul: {inputs: [dr, w]}}\n"
+		"    gp: {global_avg_pool: {inputs: [image]}}\n"
+		"    fl: {flatten: {inputs: [gp]}}\n"
+		"  loss: {sparse_softmax_cross_entropy: {logits: l, labels: label}}\n";
+	job = load_ok(ops, NULL);
+	ck_assert_msg(dtf_graph_lower_model(job, 4, &g, out) == 0, "%s",
+		      dtf_error_msg());
+	ck_assert_int_eq(dtf_graph_backward(&g), 0);
+	ck_assert_int_eq(g.nodes[dtf_graph_find(&g, "c")].shape.d[1], 3);
+	ck_assert_int_eq(g.nodes[dtf_graph_find(&g, "cat")].shape.d[3], 4);
+	dtf_graph_deinit(&g);
+	dtf_job_free(job);
+}
+END_TEST
 
 /* Several SGD steps with each planner: bit-identical parameters. */
 START_TEST(liveness_equals_naive_bitwise)
@@ -696,11 +789,12 @@ START_TEST(liveness_buffers_do_not_overlap)
 }
 END_TEST
 
-START_TEST(fashion_mnist_plan_saves_memory)
+/* The acceptance: resnet_small's plan at most 60% of naive. */
+START_TEST(resnet_plan_saves_memory)
 {
 	const char *root = getenv("DTF_SOURCE_ROOT");
 	char path[1024];
-	snprintf(path, sizeof(path), "%s/graphs/fashion_mnist_cnn.yaml",
+	snprintf(path, sizeof(path), "%s/graphs/resnet_small.yaml",
 		 root ? root : ".");
 	struct dtf_job *job;
 	ck_assert_int_eq(dtf_job_load(path, NULL, 0, &job), 0);
@@ -710,7 +804,7 @@ START_TEST(fashion_mnist_plan_saves_memory)
 	struct dtf_plan_stats live, naive;
 	ck_assert_int_eq(dtf_plan_measure(&g, DTF_PLANNER_LIVENESS, 1, &live), 0);
 	ck_assert_int_eq(dtf_plan_measure(&g, DTF_PLANNER_NAIVE, 1, &naive), 0);
-	printf("fashion_mnist_cnn batch 32: planned %zu of naive %zu bytes (%.1f%%), %d in place\n",
+	printf("resnet_small batch 32: planned %zu of naive %zu bytes (%.1f%%), %d in place\n",
 	       live.planned_bytes, live.naive_bytes,
 	       100.0 * (double)live.planned_bytes / (double)live.naive_bytes,
 	       live.inplace);
@@ -935,11 +1029,12 @@ static Suite *lang_suite(void)
 	tc = tcase_create("two_forms");
 	tcase_add_test(tc, layers_and_graph_forms_agree);
 	tcase_add_test(tc, initializers);
+	tcase_add_test(tc, every_kind_lowers_in_both_forms);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("planner");
 	tcase_add_test(tc, liveness_equals_naive_bitwise);
 	tcase_add_test(tc, liveness_buffers_do_not_overlap);
-	tcase_add_test(tc, fashion_mnist_plan_saves_memory);
+	tcase_add_test(tc, resnet_plan_saves_memory);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("validation");
 	tcase_add_test(tc, error_unknown_key_did_you_mean);

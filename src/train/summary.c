@@ -87,7 +87,18 @@ int dtf_summary_print(const struct dtf_job *job, const struct dtf_graph *g,
 			    keras_shape(&n->shape, shape, sizeof(shape)), 0, 0,
 			    g->batch);
 	}
-	for (int li = 0; li < nl; li++) {
+	/* rows in execution order (graph nodes may be declared in any) */
+	int order[nl > 0 ? nl : 1];
+	for (int i = 0; i < nl; i++) {
+		int j = i;
+		while (j > 0 && layer_out[order[j - 1]] > layer_out[i]) {
+			order[j] = order[j - 1];
+			j--;
+		}
+		order[j] = i;
+	}
+	for (int oi = 0; oi < nl; oi++) {
+		int li = order[oi];
 		const struct dtf_layer *l = &ls[li];
 		const struct dtf_node *n = &g->nodes[layer_out[li]];
 		size_t params = 0;
