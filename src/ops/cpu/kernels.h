@@ -321,7 +321,8 @@ void dtf_cpu_sparse_softmax_xent_grad(size_t rows, int classes,
 				      float scale, float *dlogits);
 
 /* Number of valid rows whose argmax of logits equals the label (first
- * maximum wins). */
+ * maximum wins; NaN logits never win, so a row of NaNs is never correct).
+ * Keras's sparse_categorical_accuracy. */
 size_t dtf_cpu_count_correct(size_t rows, int classes, const float *logits,
 			     const int32_t *labels, size_t valid);
 
