@@ -297,6 +297,32 @@ START_TEST(decay_groups_from_graph)
 }
 END_TEST
 
+START_TEST(metrics_parse)
+{
+	static const char body[] =
+		"  input: image\n  layers: [flatten, {dense: {units: 4, name: l}}]\n"
+		"  loss: {sparse_softmax_cross_entropy: {logits: l, labels: label}}\n"
+		"  metrics: [accuracy, %s]\n";
+	char text[512];
+	snprintf(text, sizeof(text), body, "{top_k_accuracy: {k: 3}}");
+	struct dtf_job *job = load_ok(text, NULL);
+	ck_assert_int_eq(job->model.metric_accuracy, 1);
+	ck_assert_int_eq(job->model.metric_top_k, 3);
+	dtf_job_free(job);
+	snprintf(text, sizeof(text), body, "top_k_accuracy");
+	job = load_ok(text, NULL);
+	ck_assert_int_eq(job->model.metric_top_k, 5);
+	dtf_job_free(job);
+	snprintf(text, sizeof(text), body, "{top_k_accuracy: {k: 0}}");
+	int rc;
+	job = load(text, NULL, &rc);
+	ck_assert_int_eq(rc, -DTF_ERR_CONFIG);
+	ck_assert_msg_is(dtf_error_msg(),
+			 "job.yaml:10:44: model.metrics[1].top_k_accuracy.k: "
+			 "expected a positive integer, got '0'");
+}
+END_TEST
+
 /* ---- schedules ------------------------------------------------------------ */
 
 static double sched_at(const char *spec, int64_t total, int64_t step)
@@ -1025,6 +1051,7 @@ static Suite *lang_suite(void)
 	tcase_add_test(tc, weight_decay_groups_and_clipnorm);
 	tcase_add_test(tc, decay_groups_from_graph);
 	tcase_add_test(tc, schedules_match_keras_formulas);
+	tcase_add_test(tc, metrics_parse);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("two_forms");
 	tcase_add_test(tc, layers_and_graph_forms_agree);

@@ -1615,8 +1615,17 @@ static int read_loss(struct ctx *c, void *base, const yaml_node_t *key,
 	return read_section(c, ch->attrs, job, kind, attrs, sub);
 }
 
+static const struct field top_k_fields[] = {
+	{.key = "k", .type = T_INT, .flags = F_POS, .off = JOB(model.metric_top_k),
+	 .def = 5},
+};
+
+static const struct section top_k_section = {
+	top_k_fields, NFIELDS(top_k_fields), -1, NULL};
+
 static const struct choice metrics[] = {
 	{"accuracy", 0, NULL},
+	{"top_k_accuracy", 1, &top_k_section},
 };
 
 static int read_metrics(struct ctx *c, void *base, const yaml_node_t *key,
@@ -1632,17 +1641,22 @@ static int read_metrics(struct ctx *c, void *base, const yaml_node_t *key,
 	for (long i = 0; i < n; i++) {
 		const yaml_node_t *it = yaml_document_get_node(
 			&c->t->doc, val->data.sequence.items.start[i]);
-		const yaml_node_t *kind, *attrs;
+		const yaml_node_t *kind = NULL, *attrs = NULL;
 		const struct choice *ch;
 		path_fmt(ipath, "%s[%ld]", path, i);
-		if (it->type != YAML_SCALAR_NODE)
-			return fail(c, it, ipath, "expected a metric name, "
-				    "got %s", describe(it, buf, sizeof(buf)));
 		int rc = read_choice(c, it, ipath, "metric", metrics,
 				     NFIELDS(metrics), &ch, &kind, &attrs);
 		if (rc)
 			return rc;
-		job->model.metric_accuracy = 1; /* the only metric so far */
+		if (ch->value == 0) {
+			job->model.metric_accuracy = 1;
+			continue;
+		}
+		char sub[PATH_MAX_];
+		join_path(sub, ipath, ch->name);
+		apply_defaults(ch->attrs, job);
+		if ((rc = read_section(c, ch->attrs, job, kind, attrs, sub)))
+			return rc;
 	}
 	return 0;
 }

@@ -221,6 +221,7 @@ struct dtf_job {
 		char loss_labels[DTF_NAME_MAX]; /* feature name */
 		char loss_where[DTF_WHERE_MAX];
 		int metric_accuracy; /* metrics: [accuracy] */
+		int metric_top_k;    /* top_k_accuracy's k; 0 = not asked */
 	} model;
 
 	struct {

@@ -180,7 +180,7 @@ static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
 }
 
 struct eval_totals {
-	double loss_sum, correct, count;
+	double loss_sum, correct, count, top_k;
 };
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
@@ -195,7 +195,7 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 				   .example_ids = r->ids,
 				   .workspace = r->plan.workspace,
 				   .loss_scale = 1.0f};
-	double local[3] = {0, 0, 0};
+	double local[4] = {0, 0, 0, 0};
 	int rc = dtf_pipeline_begin_epoch(eval, 0);
 	while (rc == 0) {
 		int count = 0;
@@ -207,16 +207,19 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		local[0] += ctx.loss_sum;
 		local[1] += dtf_graph_count_correct(g, count, 1);
 		local[2] += count;
+		if (job->model.metric_top_k)
+			local[3] += dtf_graph_count_correct(
+				g, count, job->model.metric_top_k);
 	}
 	int crc = agree(comm, rc, "evaluating after", step, result);
 	if (crc < 0)
 		return crc;
-	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 3)) < 0)
+	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 4)) < 0)
 		return crc;
-	(void)job;
 	tot->loss_sum = local[0];
 	tot->correct = local[1];
 	tot->count = local[2];
+	tot->top_k = local[3];
 	return 0;
 }
 
@@ -371,6 +374,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_pipeline *train = NULL, *eval = NULL;
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
+	result->eval_top_k_accuracy = -1;
 
 	if ((rc = per_replica_batch(job, world, &batch)) < 0)
 		return rc;
@@ -501,6 +505,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				 epoch + 1, now_seconds() - t_epoch,
 				 result->eval_loss, result->eval_accuracy,
 				 tot.count);
+			if (job->model.metric_top_k) {
+				result->eval_top_k_accuracy = tot.top_k / tot.count;
+				dtf_info("epoch %d: test top-%d accuracy %.4f",
+					 epoch + 1, job->model.metric_top_k,
+					 result->eval_top_k_accuracy);
+			}
 		}
 	}
 	add_times(&result->times, &win.t);
