@@ -13,7 +13,7 @@ static float *F(const struct dtf_graph *g, int id)
 	return (float *)g->nodes[id].data;
 }
 
-static uint32_t dropout_salt(const struct dtf_node *n, uint64_t step)
+uint32_t dtf_exec_dropout_salt(const struct dtf_node *n, uint64_t step)
 {
 	return n->a.drop.salt ^ (uint32_t)(step * 0x85EBCA6Bu) ^
 	       (uint32_t)(step >> 32);
@@ -285,7 +285,7 @@ static void exec_node(const struct dtf_graph *g, int i,
 	case DTF_OP_DROPOUT_GRAD: {
 		size_t rows = (size_t)n->shape.d[0], cols = numel / rows;
 		float rate = ctx->training ? n->a.drop.rate : 0.0f;
-		uint32_t salt = dropout_salt(n, ctx->step);
+		uint32_t salt = dtf_exec_dropout_salt(n, ctx->step);
 		if (n->op == DTF_OP_DROPOUT)
 			dtf_cpu_dropout(rows, cols, rate, ctx->dropout_key,
 					ctx->example_ids, salt, F(g, a), y);

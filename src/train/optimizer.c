@@ -103,6 +103,22 @@ int dtf_optimizer_segments_from_graph(struct dtf_optimizer *opt,
 	return rc;
 }
 
+const char *dtf_optimizer_slot_name(const struct dtf_optimizer *opt, int k)
+{
+	switch (opt->kind) {
+	case DTF_OPT_SGD:
+		return "momentum";
+	case DTF_OPT_ADAM:
+	case DTF_OPT_ADAMW:
+		return k == 0 ? "m" : "v";
+	case DTF_OPT_RMSPROP:
+		if (k == 0)
+			return "rms";
+		return k == 1 && opt->centered ? "mg" : "momentum";
+	}
+	return "?";
+}
+
 /* ---- one segment of each optimizer ------------------------------------ */
 
 static void sgd(struct dtf_optimizer *opt, size_t off, size_t n,

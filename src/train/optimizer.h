@@ -81,6 +81,11 @@ int dtf_optimizer_segments_from_graph(struct dtf_optimizer *opt,
 				      const struct dtf_job *job,
 				      const struct dtf_graph *g);
 
+/* Slot k (0 <= k < opt->nslots) holds opt->slots[k*n .. (k+1)*n); its
+ * name as checkpoints store it: sgd "momentum"; adam, adamw "m", "v";
+ * rmsprop "rms", then "mg" when centered, then "momentum" with momentum. */
+const char *dtf_optimizer_slot_name(const struct dtf_optimizer *opt, int k);
+
 /* One update of params (n) with gradients grads (n) at learning rate lr.
  * grads is changed in place (L2 term, clipping). */
 void dtf_optimizer_apply(struct dtf_optimizer *opt, float *params,
