@@ -38,6 +38,8 @@
 #include "train/elastic.h"
 #include "train/fault.h"
 #include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/summary.h"
 #include "train/threads.h"
 
 #define NSTATS 3 /* loss sum, correct, examples: behind the gradients */
@@ -82,7 +84,9 @@ static int build(const struct dtf_job *job, int batch, int with_backward,
 {
 	memset(r, 0, sizeof(*r));
 	int rc;
-	r->layer_out = dtf_calloc((size_t)job->model.nlayers + 1, sizeof(int));
+	r->layer_out = dtf_calloc((size_t)job->model.nlayers +
+					  (size_t)job->model.nnodes + 1,
+				  sizeof(int));
 	if (!r->layer_out)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	if ((rc = dtf_graph_lower_model(job, batch, &r->g, r->layer_out)) < 0)
@@ -102,7 +106,8 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	r->ids = dtf_calloc((size_t)g->batch, sizeof(uint64_t));
 	if (!r->params || !r->grads || !r->feed || !r->ids)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for parameters");
-	if ((rc = dtf_plan_graph(g, r->params, r->grads, &r->plan)) < 0)
+	if ((rc = dtf_plan_graph_with(g, job->memory.planner, r->params,
+				      r->grads, &r->plan)) < 0)
 		return rc;
 	size_t scratch = 0;
 	for (int f = 0; f < job->data.nfeatures; f++)
@@ -120,58 +125,19 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	for (int i = 0; i < g->nnodes; i++)
 		if (g->nodes[i].op == DTF_OP_INPUT)
 			r->feed[g->nodes[i].a.in.feature] = g->nodes[i].data;
-	return dtf_optimizer_init(&r->opt, job, g->nparams);
+	if ((rc = dtf_optimizer_init(&r->opt, job, g->nparams)) < 0)
+		return rc;
+	return dtf_optimizer_segments_from_graph(&r->opt, job, g);
 }
 
 /* ---- summary ------------------------------------------------------------ */
-
-static size_t layer_params(const struct dtf_graph *g, int layer)
-{
-	size_t n = 0;
-	for (int i = 0; i < g->nforward; i++)
-		if (g->nodes[i].layer == layer &&
-		    g->nodes[i].op == DTF_OP_VARIABLE)
-			n += (size_t)dtf_shape_numel(&g->nodes[i].shape);
-	return n;
-}
-
-static void print_table(const struct dtf_job *job, const struct replica *r,
-			FILE *out)
-{
-	const struct dtf_graph *g = &r->g;
-	char shape[96];
-	fprintf(out, "Model: \"%s\"\n", job->name);
-	fprintf(out, "%-24s %-12s %-22s %12s\n", "Layer", "Type",
-		"Output shape", "Params");
-	fprintf(out, "%.*s\n", 73,
-		"==========================================================================");
-	const struct dtf_node *in = &g->nodes[0];
-	fprintf(out, "%-24s %-12s %-22s %12d\n", in->name, "input",
-		dtf_shape_str(&in->shape, shape, sizeof(shape)), 0);
-	for (int li = 0; li < job->model.nlayers; li++) {
-		const struct dtf_layer *l = &job->model.layers[li];
-		const struct dtf_node *n = &g->nodes[r->layer_out[li]];
-		fprintf(out, "%-24s %-12s %-22s %12zu\n", l->name,
-			dtf_layer_kind_name(l->kind),
-			dtf_shape_str(&n->shape, shape, sizeof(shape)),
-			layer_params(g, li));
-	}
-	fprintf(out, "%.*s\n", 73,
-		"==========================================================================");
-	size_t total = dtf_graph_num_params(g);
-	fprintf(out, "Total params: %zu (%.2f MB)\n", total,
-		(double)total * 4 / 1e6);
-	fprintf(out, "Trainable params: %zu\n", total);
-	fprintf(out, "Graph: %d forward ops, %d backward ops; batch per replica %d\n",
-		g->nforward, g->nnodes - g->nforward, g->batch);
-}
 
 int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 {
 	struct replica r;
 	int rc = build(job, batch, 1, &r);
 	if (rc == 0)
-		print_table(job, &r, out);
+		rc = dtf_summary_print(job, &r.g, r.layer_out, out);
 	replica_deinit(&r);
 	return rc;
 }
@@ -231,7 +197,7 @@ static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
 }
 
 struct eval_totals {
-	double loss_sum, correct, count;
+	double loss_sum, correct, count, top_k;
 };
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
@@ -249,7 +215,8 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 				   .example_ids = r->ids,
 				   .workspace = r->plan.workspace,
 				   .loss_scale = 1.0f};
-	double local[3] = {0, 0, 0};
+	/* loss sum, correct, count, top-k correct (CPU path only) */
+	double local[4] = {0, 0, 0, 0};
 	int rc = r->gpu ? dtf_gpu_evaluate(r->gpu, eval, local)
 			: dtf_pipeline_begin_epoch(eval, 0);
 	while (rc == 0 && !r->gpu) {
@@ -262,16 +229,19 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		local[0] += ctx.loss_sum;
 		local[1] += dtf_graph_count_correct(g, count, 1);
 		local[2] += count;
+		if (job->model.metric_top_k)
+			local[3] += dtf_graph_count_correct(
+				g, count, job->model.metric_top_k);
 	}
 	int crc = agree(comm, rc, "evaluating after", step, result);
 	if (crc < 0)
 		return crc;
-	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 3)) < 0)
+	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 4)) < 0)
 		return crc;
-	(void)job;
 	tot->loss_sum = local[0];
 	tot->correct = local[1];
 	tot->count = local[2];
+	tot->top_k = local[3];
 	return 0;
 }
 
@@ -674,6 +644,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int resume = opts->resume || job->checkpoint.resume;
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
+	result->eval_top_k_accuracy = -1;
 
 	rc = 0;
 	if (resume && !opts->dry_run && !job->checkpoint.dir)
@@ -707,7 +678,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	result->num_params = dtf_graph_num_params(&r.g);
 	if (opts->dry_run) {
 		if (rank == 0)
-			print_table(job, &r, stdout);
+			rc = dtf_summary_print(job, &r.g, r.layer_out, stdout);
 		goto out;
 	}
 	if (role == DTF_TASK_EVALUATOR) {
@@ -861,7 +832,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		pos.nprev = st.nprev;
 		memcpy(pos.prev, st.prev, sizeof(st.prev));
 	}
-	double lr = job->train.learning_rate;
+	struct dtf_schedule sched;
+	dtf_schedule_init(&sched, job, total_steps);
+	double lr = dtf_schedule_lr(&sched, step);
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 
 	/* console, metrics, events, trace (obs/obs.h); a collective, after
@@ -900,6 +873,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			struct dtf_step_times stt = {0};
 			double t_begin = now_seconds();
 			ctx.step = (uint64_t)step;
+			lr = dtf_schedule_lr(&sched, step);
 			dtf_fault_progress(fault, "training step", step);
 			dtf_fault_at_step(fault, step);
 			if (rc == 0)
@@ -959,6 +933,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			dtf_obs_eval(obs, step, epoch, result->eval_loss,
 				     result->eval_accuracy, tot.count, te,
 				     now_seconds());
+			if (job->model.metric_top_k && !r.gpu) {
+				result->eval_top_k_accuracy = tot.top_k / tot.count;
+				dtf_info("epoch %d: test top-%d accuracy %.4f",
+					 epoch + 1, job->model.metric_top_k,
+					 result->eval_top_k_accuracy);
+			}
 		}
 	}
 	dtf_fault_idle(fault);

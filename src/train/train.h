@@ -45,6 +45,7 @@ struct dtf_train_result {
 	double wall_seconds;
 	double samples_per_second;
 	double eval_loss, eval_accuracy; /* -1 when there was no eval */
+	double eval_top_k_accuracy; /* metrics top_k_accuracy; -1 if none */
 	size_t num_params;
 	int remote_failure; /* 1: stopped because another rank failed */
 	struct dtf_step_times times; /* whole run */
