@@ -1200,7 +1200,7 @@ static void pack_own(struct dtf_strategy *s, float *dst, const float *full)
 }
 
 /* Apply own_sum (or a worker's row) at lr; returns the reply verdict. */
-static int update(struct dtf_strategy *s, const float *grad, double lr,
+static int update(struct dtf_strategy *s, float *grad, double lr,
 		  int agree_ps)
 {
 	int bad = nonfinite(grad, s->own_n);
