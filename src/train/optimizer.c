@@ -9,6 +9,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "ops/cpu/fast.h"
 
 int dtf_optimizer_init(struct dtf_optimizer *opt, const struct dtf_job *job,
 		       size_t n)
@@ -37,6 +38,12 @@ void dtf_optimizer_deinit(struct dtf_optimizer *opt)
 {
 	dtf_free(opt->slots);
 	memset(opt, 0, sizeof(*opt));
+}
+
+void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool)
+{
+	opt->pool = pool;
+	opt->fast = 1;
 }
 
 static void sgd(struct dtf_optimizer *opt, float *restrict p,
@@ -73,6 +80,10 @@ static void adam(struct dtf_optimizer *opt, float *restrict p,
 	float b1 = (float)opt->beta_1, b2 = (float)opt->beta_2;
 	float eps = (float)opt->epsilon;
 	float *restrict m = opt->slots, *restrict v = opt->slots + n;
+	if (opt->fast) {
+		dtf_fast_adam(opt->pool, n, p, g, m, v, step, b1, b2, eps);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		m[i] = b1 * m[i] + (1.0f - b1) * g[i];
 		v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];

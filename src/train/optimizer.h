@@ -25,6 +25,8 @@ struct dtf_optimizer {
 	size_t n;          /* floats in the parameter vector */
 	float *slots;      /* owned: n (sgd with momentum) or 2n (adam) */
 	int64_t iterations; /* updates applied so far (Adam's t) */
+	struct dtf_pool *pool; /* not owned; see dtf_optimizer_set_pool */
+	int fast;
 };
 
 /* Set up for n parameters from the job's train section.
@@ -32,6 +34,11 @@ struct dtf_optimizer {
 int dtf_optimizer_init(struct dtf_optimizer *opt, const struct dtf_job *job,
 		       size_t n);
 void dtf_optimizer_deinit(struct dtf_optimizer *opt);
+
+/* Run Adam as the fused, vectorized kernel dtf_fast_adam() on `pool`
+ * (NULL: one thread): the same bits as the reference loop, faster. */
+struct dtf_pool;
+void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool);
 
 /* One update of params (n) with gradients grads (n) at learning rate lr. */
 void dtf_optimizer_apply(struct dtf_optimizer *opt, float *params,

@@ -27,6 +27,7 @@
 #include "dist/comm.h"
 #include "data/pipeline.h"
 #include "graph/exec.h"
+#include "graph/fast_exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "ops/cpu/kernels.h"
@@ -54,11 +55,16 @@ struct replica {
 	void *scratch;   /* for features the graph does not use */
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
+	struct dtf_pool *pool;      /* worker threads of the fast kernels */
+	struct dtf_fast_plan fast;  /* fast CPU path, or unused (reference) */
+	int use_fast;
 };
 
 static void replica_deinit(struct replica *r)
 {
 	dtf_optimizer_deinit(&r->opt);
+	dtf_fast_plan_deinit(&r->fast);
+	dtf_pool_free(r->pool);
 	dtf_plan_deinit(&r->plan);
 	dtf_graph_deinit(&r->g);
 	dtf_free(r->layer_out);
@@ -204,6 +210,7 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_exec_ctx ctx = {.training = 0,
 				   .example_ids = r->ids,
 				   .workspace = r->plan.workspace,
+				   .fast = r->use_fast ? &r->fast : NULL,
 				   .loss_scale = 1.0f};
 	double local[3] = {0, 0, 0};
 	int rc = dtf_pipeline_begin_epoch(eval, 0);
@@ -402,12 +409,19 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 
 	int threads = dtf_threads_choose(opts->threads,
 					 comm ? dtf_comm_local_size(comm) : 1);
-	dtf_threads_set(threads);
 	dtf_threads_flush_denormals();
+	if ((rc = dtf_threads_setup_fast(threads, &r.use_fast, &r.pool)) < 0 ||
+	    (r.use_fast && (rc = dtf_fast_plan_init(&r.fast, &r.g, r.pool)) < 0))
+		goto out;
+	if (r.use_fast)
+		dtf_optimizer_set_pool(&r.opt, r.pool);
 	int64_t global_batch = (int64_t)batch * world;
-	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d BLAS thread(s) per rank",
+	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s, OpenBLAS %s)",
 		 job->name, world, comm ? dtf_comm_num_nodes(comm) : 1,
-		 dtf_strategy_name(job->strategy.type), threads);
+		 dtf_strategy_name(job->strategy.type), threads,
+		 r.use_fast ? "fast kernels, 1 BLAS thread each"
+			    : "reference kernels, all BLAS threads",
+		 dtf_threads_blas_core());
 	dtf_info("batch: global %lld, per replica %d; %zu parameters; learning rate %g",
 		 (long long)global_batch, batch, result->num_params,
 		 job->train.learning_rate);
@@ -448,7 +462,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		.training = 1, .example_ids = r.ids, .valid = batch,
 		.loss_scale = (float)(1.0 / (double)global_batch),
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
-		.workspace = r.plan.workspace};
+		.workspace = r.plan.workspace,
+		.fast = r.use_fast ? &r.fast : NULL};
 	size_t np = r.g.nparams;
 	double t_start = now_seconds(), t_log = t_start, t_epoch = t_start;
 	struct {
