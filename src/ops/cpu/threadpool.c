@@ -53,7 +53,10 @@ static void *worker_main(void *vp)
 {
 	struct worker *w = vp;
 	struct dtf_pool *p = w->pool;
-	unsigned seen = atomic_load(&p->gen);
+	/* No job was posted before the workers started (dtf_pool_new()
+	 * returns first); reading gen here instead would race with the
+	 * first dtf_pool_run() and could miss that job. */
+	unsigned seen = 0;
 	for (;;) {
 		int i = 0;
 		while (atomic_load_explicit(&p->gen, memory_order_acquire) == seen &&
