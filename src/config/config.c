@@ -1172,6 +1172,10 @@ static const struct field train_fields[] = {
 	{.key = "optimizer", .type = T_CUSTOM, .read = read_optimizer},
 	{.key = "eval_batch_size", .type = T_I64, .flags = F_NONNEG,
 	 .off = JOB(train.eval_batch_size), .def = 0},
+	{.key = "eval_every_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(train.eval_every_steps), .def = 0},
+	{.key = "stop_at_accuracy", .type = T_DOUBLE, .flags = F_UNIT,
+	 .off = JOB(train.stop_at_accuracy), .def = 0},
 };
 
 static const struct enum_name strategies[] = {

@@ -101,6 +101,8 @@ struct dtf_job {
 		double beta_2;        /* adam, default 0.999 */
 		double epsilon;       /* adam, default 1e-7 (Keras) */
 		int64_t eval_batch_size; /* per replica; default 0 = as train */
+		int64_t eval_every_steps; /* default 0 = after each epoch */
+		double stop_at_accuracy;  /* default 0 = train to the end */
 		char where[DTF_WHERE_MAX]; /* of "train:" for batch errors */
 	} train;
 

@@ -474,6 +474,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int64_t step = 0;
 	double lr = job->train.learning_rate;
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
+	const int64_t every = job->train.eval_every_steps;
 
 	for (int epoch = 0; step < total_steps; epoch++) {
 		t_epoch = now_seconds();
@@ -513,10 +514,30 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				add_times(&result->times, &win.t);
 				memset(&win, 0, sizeof(win));
 			}
+			if (eval && every && step % every == 0) {
+				/* train.eval_every_steps; all ranks see the same
+				 * (allreduced) accuracy, so all stop together */
+				struct eval_totals tot;
+				if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
+					goto out;
+				result->eval_loss = tot.loss_sum / tot.count;
+				result->eval_accuracy = tot.correct / tot.count;
+				dtf_info("step %lld: %.1f s since the start; test loss %.4f  accuracy %.4f  (%.0f examples)",
+					 (long long)step, now_seconds() - t_start,
+					 result->eval_loss, result->eval_accuracy,
+					 tot.count);
+				if (job->train.stop_at_accuracy > 0 &&
+				    result->eval_accuracy >= job->train.stop_at_accuracy) {
+					dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
+						 result->eval_accuracy,
+						 job->train.stop_at_accuracy, (long long)step);
+					goto stopped;
+				}
+			}
 		}
 		if (rc < 0)
 			goto out;
-		if (eval) {
+		if (eval && (!every || (step == total_steps && step % every))) {
 			struct eval_totals tot;
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
@@ -526,8 +547,15 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				 epoch + 1, now_seconds() - t_epoch,
 				 result->eval_loss, result->eval_accuracy,
 				 tot.count);
+			if (job->train.stop_at_accuracy > 0 &&
+			    result->eval_accuracy >= job->train.stop_at_accuracy) {
+				dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
+					 result->eval_accuracy, job->train.stop_at_accuracy);
+				break;
+			}
 		}
 	}
+stopped:
 	add_times(&result->times, &win.t);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;
