@@ -69,9 +69,9 @@ static int run_sgemm(int threads, int reps, int size)
 	BEST(best, reps,
 	     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size,
 			 size, 1.0f, a, size, b, size, 0.0f, c, size));
-	printf("sgemm %d threads: %.1f GFLOP/s (%dx%dx%d, best of %d)\n",
+	printf("sgemm %d threads: %.1f GFLOP/s (%dx%dx%d, best of %d, OpenBLAS %s)\n",
 	       threads, 2.0 * size * size * (double)size / best / 1e9, size,
-	       size, size, reps);
+	       size, size, reps, openblas_get_corename());
 	dtf_free(a);
 	dtf_free(b);
 	dtf_free(c);
