@@ -29,6 +29,10 @@ static const char usage[] =
 	"  -s, --set KEY=VALUE      override a job key (e.g. train.epochs=1); repeatable\n"
 	"  -t, --threads N          BLAS threads per rank (default: cores / ranks per node)\n"
 	"      --export-variables FILE  write the final parameter vector (float32) to FILE\n"
+	"      --resume             continue from the newest checkpoint in checkpoint.dir\n"
+	"                           that verifies (none there: start at step 0)\n"
+	"      --allow-fresh-start  with --resume: if no checkpoint verifies, start at\n"
+	"                           step 0 instead of exiting 4\n"
 	"  -q, --quiet              no per-step progress lines\n"
 	"  -v, --verbose            more messages\n"
 	"  -h, --help               show this help and exit\n"
@@ -38,7 +42,7 @@ static const char usage[] =
 	"3 input data error, 4 checkpoint error, 75 stopped by a signal.\n"
 	"See dtf-train(1) and dtf-train-job(5).\n";
 
-enum { OPT_EXPORT = 256 };
+enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH };
 
 int main(int argc, char **argv)
 {
@@ -47,6 +51,8 @@ int main(int argc, char **argv)
 		{"set", required_argument, NULL, 's'},
 		{"threads", required_argument, NULL, 't'},
 		{"export-variables", required_argument, NULL, OPT_EXPORT},
+		{"resume", no_argument, NULL, OPT_RESUME},
+		{"allow-fresh-start", no_argument, NULL, OPT_FRESH},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -80,6 +86,12 @@ int main(int argc, char **argv)
 		}
 		case OPT_EXPORT:
 			opts.export_variables = optarg;
+			break;
+		case OPT_RESUME:
+			opts.resume = 1;
+			break;
+		case OPT_FRESH:
+			opts.allow_fresh_start = 1;
 			break;
 		case 'q':
 			opts.quiet = 1;

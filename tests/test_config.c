@@ -362,11 +362,11 @@ START_TEST(test_unknown_key_suggests)
 			 "(did you mean 'epochs'?)");
 	/* far from every key: the known keys are listed */
 	ck_assert_msg_is(
-		load_fail(edit("strategy:\n", "checkpoint: {dir: x}\nstrategy:\n"),
+		load_fail(edit("strategy:\n", "profiler: {dir: x}\nstrategy:\n"),
 			  NULL, 0, DTF_ERR_CONFIG),
-		"graphs/x.yaml:26:1: checkpoint: unknown key 'checkpoint' "
+		"graphs/x.yaml:26:1: profiler: unknown key 'profiler' "
 		"(known keys: name, seed, data, model, train, strategy, "
-		"logging)");
+		"logging, device, precision, allow_gpu_sharing, checkpoint, fault)");
 	ck_assert_msg_is(load_fail(edit("size: 2}", "sise: 2}"), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:13:21: model.layers[1].max_pool2d.sise: "

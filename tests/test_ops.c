@@ -356,11 +356,16 @@ struct conv_case {
 	enum dtf_padding pad;
 };
 
+static void conv_geom_vs_reference(struct dtf_window_geom g);
+
 static void conv_vs_reference(const struct conv_case *k)
 {
-	struct dtf_window_geom g = geom(k->n, k->h, k->w, k->c, k->kh, k->kw,
-					k->o, k->sh, k->sw, k->dh, k->dw,
-					k->pad);
+	conv_geom_vs_reference(geom(k->n, k->h, k->w, k->c, k->kh, k->kw,
+				    k->o, k->sh, k->sw, k->dh, k->dw, k->pad));
+}
+
+static void conv_geom_vs_reference(struct dtf_window_geom g)
+{
 	size_t nx = in_size(&g), nw = filt_size(&g), ny = out_size(&g, g.o);
 	size_t nws = dtf_cpu_conv2d_workspace(&g);
 	float *x = frandom(nx, -1, 1), *w = frandom(nw, -1, 1);
@@ -1058,6 +1063,744 @@ START_TEST(test_add_inplace)
 }
 END_TEST
 
+/* ---- the wider op set ----------------------------------------------------
+ * Tolerances, |num - analytic| <= atol + rtol * |num| unless said:
+ *   linear ops (conv2d with explicit padding, depthwise conv2d, avg_pool2d,
+ *   global_avg_pool, multiply, concat): eps 1e-2, atol 1e-3, rtol 1e-3 as
+ *   above (only float rounding of y).
+ *   smooth nonlinear ops (batch_norm, layer_norm, elu, gelu, tanh, sigmoid,
+ *   softmax, the dense losses): eps 1e-3 on inputs of size ~1, atol 2e-3,
+ *   rtol 2e-3: truncation error ~eps^2 * |f'''| ~ 1e-6 and float rounding of
+ *   y (~1e-7 * |y| * sqrt(#y) / 2eps ~ 1e-4 at these sizes).  batch_norm's
+ *   dx is a difference of three terms of size ~1/sqrt(var): inputs are
+ *   kept at unit spread so it stays O(1).
+ *   leaky_relu: piecewise linear, inputs >= 0.1 from the kink: as linear.
+ * Forward references are written here in double from the defining
+ * formulas; tolerance 1e-5 absolute + 1e-5 relative (float transcendental
+ * functions), exact for data movement (concat, slice, global pool of one
+ * pixel).
+ */
+
+/* Window geometry with explicit padding, set before finishing. */
+static struct dtf_window_geom geom_explicit(int n, int h, int w, int c, int kh,
+					    int kw, int o, int sh, int sw,
+					    int dh, int dw, int pt, int pb,
+					    int pl, int pr)
+{
+	struct dtf_window_geom g = {.n = n, .h = h, .w = w, .c = c, .kh = kh,
+				    .kw = kw, .o = o, .stride_h = sh,
+				    .stride_w = sw, .dilation_h = dh,
+				    .dilation_w = dw, .pad_top = pt,
+				    .pad_bottom = pb, .pad_left = pl,
+				    .pad_right = pr};
+	ck_assert_int_eq(dtf_window_geom_finish(&g, DTF_PAD_EXPLICIT), 0);
+	return g;
+}
+
+START_TEST(test_geom_explicit)
+{
+	/* (5 + 1 + 2 - 3) / 2 + 1 = 3 rows; (6 + 0 + 3 - 3*2+1... */
+	struct dtf_window_geom g = geom_explicit(1, 5, 6, 1, 3, 3, 1, 2, 1, 1,
+						 2, 1, 2, 0, 3);
+	ck_assert_int_eq(g.oh, 3);
+	/* width: effective window (3-1)*2+1 = 5; 6 + 0 + 3 - 5 + 1 = 5 */
+	ck_assert_int_eq(g.ow, 5);
+	ck_assert_int_eq(g.pad_top, 1);
+	ck_assert_int_eq(g.pad_right, 3);
+	/* negative padding and a window larger than the padded input fail */
+	struct dtf_window_geom bad = {.n = 1, .h = 4, .w = 4, .c = 1, .kh = 3,
+				      .kw = 3, .stride_h = 1, .stride_w = 1,
+				      .dilation_h = 1, .dilation_w = 1,
+				      .pad_top = -1};
+	ck_assert_int_eq(dtf_window_geom_finish(&bad, DTF_PAD_EXPLICIT), -1);
+	bad.pad_top = 0;
+	bad.h = 1;
+	ck_assert_int_eq(dtf_window_geom_finish(&bad, DTF_PAD_EXPLICIT), -1);
+	bad.pad_bottom = 2; /* 1 + 2 = 3 rows: exactly one output row */
+	ck_assert_int_eq(dtf_window_geom_finish(&bad, DTF_PAD_EXPLICIT), 0);
+	ck_assert_int_eq(bad.oh, 1);
+	/* same padding reports its padding after: the odd row goes there */
+	g = geom(1, 8, 8, 1, 3, 3, 1, 2, 2, 1, 1, DTF_PAD_SAME);
+	ck_assert_int_eq(g.pad_top, 0);
+	ck_assert_int_eq(g.pad_bottom, 1);
+}
+END_TEST
+
+START_TEST(test_conv2d_explicit)
+{
+	/* asymmetric explicit padding and dilation against the 7-loop
+	 * reference (forward, dx, dw), then finite differences */
+	rng_state = 404;
+	conv_geom_vs_reference(geom_explicit(2, 6, 7, 2, 3, 3, 3, 1, 2, 1, 1,
+					     0, 2, 1, 0));
+	conv_geom_vs_reference(geom_explicit(1, 9, 8, 3, 3, 2, 2, 2, 1, 2, 3,
+					     3, 1, 2, 2));
+	conv_geom_vs_reference(geom_explicit(2, 4, 4, 2, 1, 1, 3, 1, 1, 1, 1,
+					     1, 1, 1, 1)); /* 1x1, padded */
+	struct conv_ctx c;
+	c.g = geom_explicit(2, 5, 5, 2, 3, 3, 2, 2, 1, 2, 1, 2, 1, 0, 2);
+	size_t nx = in_size(&c.g), nw = filt_size(&c.g);
+	size_t ny = out_size(&c.g, c.g.o);
+	size_t nws = dtf_cpu_conv2d_workspace(&c.g);
+	c.x = frandom(nx, -1, 1);
+	c.w = frandom(nw, -1, 1);
+	c.r = frandom(ny, -1, 1);
+	c.y = falloc(ny);
+	c.ws = falloc(nws);
+	float *dx = falloc(nx), *dw = falloc(nw);
+	dtf_cpu_conv2d_backprop_input(&c.g, c.r, c.w, dx, c.ws);
+	dtf_cpu_conv2d_backprop_filter(&c.g, c.x, c.r, dw, c.ws);
+	fd_check("explicit conv dx", c.x, nx, dx, conv_loss, &c, 1e-2f, 1e-3, 1e-3);
+	fd_check("explicit conv dw", c.w, nw, dw, conv_loss, &c, 1e-2f, 1e-3, 1e-3);
+	free(c.x), free(c.w), free(c.r), free(c.y), free(c.ws);
+	free(dx), free(dw);
+}
+END_TEST
+
+/* ---- depthwise conv2d ---------------------------------------------------- */
+
+/* y (n, oh, ow, c*m), dx, dw of L = sum(y * dy), direct loops in double. */
+static void ref_depthwise(const struct dtf_window_geom *g, const float *x,
+			  const float *w, const float *dy, double *y,
+			  double *dx, double *dw)
+{
+	const int m = g->o / g->c;
+	memset(dx, 0, in_size(g) * sizeof *dx);
+	memset(dw, 0, (size_t)g->kh * g->kw * g->o * sizeof *dw);
+	for (int b = 0; b < g->n; b++)
+	for (int oy = 0; oy < g->oh; oy++)
+	for (int ox = 0; ox < g->ow; ox++)
+	for (int ci = 0; ci < g->c; ci++)
+	for (int q = 0; q < m; q++) {
+		size_t yi = (((size_t)b * g->oh + oy) * g->ow + ox) * g->o + ci * m + q;
+		double s = 0.0;
+		for (int ky = 0; ky < g->kh; ky++)
+		for (int kx = 0; kx < g->kw; kx++) {
+			long xi = in_index(g, b, oy, ox, ky, kx);
+			if (xi < 0)
+				continue;
+			size_t wi = ((size_t)(ky * g->kw + kx) * g->c + ci) * m + q;
+			s += (double)x[xi + ci] * w[wi];
+			dx[xi + ci] += (double)dy[yi] * w[wi];
+			dw[wi] += (double)dy[yi] * x[xi + ci];
+		}
+		y[yi] = s;
+	}
+}
+
+struct dw_ctx {
+	struct dtf_window_geom g;
+	float *x, *w, *y, *r;
+};
+
+static double dw_loss(void *p)
+{
+	struct dw_ctx *c = p;
+	dtf_cpu_depthwise_conv2d(&c->g, c->x, c->w, c->y);
+	return dot(c->y, c->r, out_size(&c->g, c->g.o));
+}
+
+START_TEST(test_depthwise)
+{
+	struct dtf_window_geom cases[] = {
+		geom(2, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1, DTF_PAD_SAME),   /* m 1 */
+		geom(1, 7, 6, 2, 3, 2, 4, 2, 2, 1, 1, DTF_PAD_SAME),   /* m 2 */
+		geom(2, 8, 7, 2, 3, 3, 6, 1, 2, 2, 1, DTF_PAD_VALID),  /* m 3 */
+		geom_explicit(1, 5, 6, 3, 2, 3, 6, 2, 1, 1, 2, 1, 0, 2, 1),
+	};
+	rng_state = 505;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct dw_ctx c = {.g = cases[i]};
+		size_t nx = in_size(&c.g), nw = (size_t)c.g.kh * c.g.kw * c.g.o;
+		size_t ny = out_size(&c.g, c.g.o);
+		c.x = frandom(nx, -1, 1);
+		c.w = frandom(nw, -1, 1);
+		c.r = frandom(ny, -1, 1);
+		c.y = falloc(ny);
+		float *dx = falloc(nx), *dw = falloc(nw);
+		double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx);
+		double *rdw = malloc(nw * sizeof *rdw);
+		ref_depthwise(&c.g, c.x, c.w, c.r, ry, rdx, rdw);
+		poison(c.y, ny);
+		poison(dx, nx);
+		poison(dw, nw);
+		dtf_cpu_depthwise_conv2d(&c.g, c.x, c.w, c.y);
+		dtf_cpu_depthwise_conv2d_backprop_input(&c.g, c.r, c.w, dx);
+		dtf_cpu_depthwise_conv2d_backprop_filter(&c.g, c.x, c.r, dw);
+		assert_close("depthwise y", c.y, ry, ny, 1e-5, 1e-5);
+		assert_close("depthwise dx", dx, rdx, nx, 1e-5, 1e-5);
+		assert_close("depthwise dw", dw, rdw, nw, 1e-4, 1e-5);
+		fd_check("depthwise dx", c.x, nx, dx, dw_loss, &c, 1e-2f, 1e-3, 1e-3);
+		fd_check("depthwise dw", c.w, nw, dw, dw_loss, &c, 1e-2f, 1e-3, 1e-3);
+		free(c.x), free(c.w), free(c.r), free(c.y), free(dx), free(dw);
+		free(ry), free(rdx), free(rdw);
+	}
+}
+END_TEST
+
+/* ---- avg_pool2d, global_avg_pool ----------------------------------------- */
+
+START_TEST(test_avg_pool_tf_padding)
+{
+	/* 3x3 input, 2x2 window, stride 2, same: oh = 2, one padded row and
+	 * column after (TF).  TF divides by the cells inside the input. */
+	float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[4], dx[9];
+	struct dtf_window_geom g = geom(1, 3, 3, 1, 2, 2, 0, 2, 2, 1, 1,
+					DTF_PAD_SAME);
+	ck_assert_int_eq(g.oh, 2);
+	ck_assert_int_eq(g.pad_top, 0);
+	dtf_cpu_avg_pool2d(&g, x, y);
+	const float want[4] = {(1 + 2 + 4 + 5) / 4.0f, (3 + 6) / 2.0f,
+			       (7 + 8) / 2.0f, 9};
+	assert_close_f("avg same 2x2/2", y, want, 4, 1e-6, 0);
+	/* 3x3 window, stride 1, same: the corner averages 4 cells, the edge
+	 * 6, the centre 9 */
+	float y9[9];
+	g = geom(1, 3, 3, 1, 3, 3, 0, 1, 1, 1, 1, DTF_PAD_SAME);
+	dtf_cpu_avg_pool2d(&g, x, y9);
+	ck_assert_float_eq_tol(y9[0], (1 + 2 + 4 + 5) / 4.0f, 1e-6);
+	ck_assert_float_eq_tol(y9[1], (1 + 2 + 3 + 4 + 5 + 6) / 6.0f, 1e-6);
+	ck_assert_float_eq_tol(y9[4], 5.0f, 1e-6);
+	/* gradient: each output spreads 1/count over its cells */
+	float dy9[9] = {1, 0, 0, 0, 0, 0, 0, 0, 0};
+	dtf_cpu_avg_pool2d_grad(&g, dy9, dx);
+	const float dxw[9] = {0.25f, 0.25f, 0, 0.25f, 0.25f, 0, 0, 0, 0};
+	assert_close_f("avg grad", dx, dxw, 9, 1e-7, 0);
+}
+END_TEST
+
+/* Average pool by the definition: the cells of the window inside x. */
+static void ref_avg_pool(const struct dtf_window_geom *g, const float *x,
+			 double *y)
+{
+	for (int b = 0; b < g->n; b++)
+	for (int oy = 0; oy < g->oh; oy++)
+	for (int ox = 0; ox < g->ow; ox++)
+	for (int c = 0; c < g->c; c++) {
+		double s = 0.0;
+		int cnt = 0;
+		for (int ky = 0; ky < g->kh; ky++)
+		for (int kx = 0; kx < g->kw; kx++) {
+			long xi = in_index(g, b, oy, ox, ky, kx);
+			if (xi >= 0) {
+				s += x[xi + c];
+				cnt++;
+			}
+		}
+		y[(((size_t)b * g->oh + oy) * g->ow + ox) * g->c + c] =
+			cnt ? s / cnt : 0.0;
+	}
+}
+
+struct avg_ctx {
+	struct dtf_window_geom g;
+	int global;
+	float *x, *y, *r;
+	size_t ny;
+};
+
+static double avg_loss(void *p)
+{
+	struct avg_ctx *c = p;
+	if (c->global)
+		dtf_cpu_global_avg_pool((size_t)c->g.n, (size_t)c->g.h * c->g.w,
+					c->g.c, c->x, c->y);
+	else
+		dtf_cpu_avg_pool2d(&c->g, c->x, c->y);
+	return dot(c->y, c->r, c->ny);
+}
+
+START_TEST(test_avg_pool_reference_fd)
+{
+	struct dtf_window_geom cases[] = {
+		geom(2, 5, 5, 3, 2, 2, 0, 2, 2, 1, 1, DTF_PAD_SAME),
+		geom(1, 7, 6, 2, 3, 3, 0, 2, 1, 1, 1, DTF_PAD_SAME),
+		geom(2, 6, 6, 2, 3, 2, 0, 1, 2, 1, 1, DTF_PAD_VALID),
+		geom_explicit(1, 4, 5, 2, 3, 3, 0, 1, 2, 1, 1, 2, 1, 0, 2),
+	};
+	rng_state = 606;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct avg_ctx c = {.g = cases[i]};
+		size_t nx = in_size(&c.g);
+		c.ny = out_size(&c.g, c.g.c);
+		c.x = frandom(nx, -1, 1);
+		c.r = frandom(c.ny, -1, 1);
+		c.y = falloc(c.ny);
+		double *ry = malloc(c.ny * sizeof *ry);
+		float *dx = falloc(nx);
+		ref_avg_pool(&c.g, c.x, ry);
+		poison(c.y, c.ny);
+		dtf_cpu_avg_pool2d(&c.g, c.x, c.y);
+		assert_close("avg_pool2d y", c.y, ry, c.ny, 1e-6, 1e-6);
+		poison(dx, nx);
+		dtf_cpu_avg_pool2d_grad(&c.g, c.r, dx);
+		fd_check("avg_pool2d dx", c.x, nx, dx, avg_loss, &c, 1e-2f, 1e-3, 1e-3);
+		free(c.x), free(c.r), free(c.y), free(ry), free(dx);
+	}
+	/* global: (2, 3, 4, 5) -> (2, 5) */
+	struct avg_ctx c = {.g = {.n = 2, .h = 3, .w = 4, .c = 5}, .global = 1};
+	size_t nx = 2 * 3 * 4 * 5;
+	c.ny = 10;
+	c.x = frandom(nx, -1, 1);
+	c.r = frandom(c.ny, -1, 1);
+	c.y = falloc(c.ny);
+	float *dx = falloc(nx);
+	double want[10] = {0};
+	for (int b = 0; b < 2; b++)
+		for (int p = 0; p < 12; p++)
+			for (int ch = 0; ch < 5; ch++)
+				want[b * 5 + ch] += c.x[(b * 12 + p) * 5 + ch] / 12.0;
+	poison(c.y, c.ny);
+	avg_loss(&c);
+	assert_close("global_avg_pool y", c.y, want, 10, 1e-6, 1e-6);
+	poison(dx, nx);
+	dtf_cpu_global_avg_pool_grad(2, 12, 5, c.r, dx);
+	fd_check("global_avg_pool dx", c.x, nx, dx, avg_loss, &c, 1e-2f, 1e-3, 1e-3);
+	free(c.x), free(c.r), free(c.y), free(dx);
+}
+END_TEST
+
+/* ---- batch_norm, layer_norm ---------------------------------------------- */
+
+START_TEST(test_batch_norm_hand)
+{
+	/* 2 rows, 2 channels: channel 0 = {1, 3} (mean 2, biased var 1,
+	 * unbiased 2), channel 1 = {5, 5} (var 0: y = beta exactly). */
+	float x[4] = {1, 5, 3, 5}, gamma[2] = {2, 3}, beta[2] = {0.5f, -1};
+	float mm[2] = {1, 1}, mv[2] = {4, 4}, y[4];
+	float eps = 0.25f, mom = 0.9f;
+	dtf_cpu_batch_norm_train(2, 2, x, gamma, beta, eps, mom, mm, mv, y);
+	double s = 1.0 / sqrt(1.0 + 0.25);
+	const double want[4] = {0.5 - 2 * s, -1, 0.5 + 2 * s, -1};
+	assert_close("bn train y", y, want, 4, 1e-6, 1e-6);
+	/* moving = moving * 0.9 + batch * 0.1, variance with Bessel's
+	 * correction (FusedBatchNormV3's batch_variance) */
+	const double mw[2] = {1 * 0.9 + 2 * 0.1, 1 * 0.9 + 5 * 0.1};
+	const double vw[2] = {4 * 0.9 + 2 * 0.1, 4 * 0.9 + 0 * 0.1};
+	assert_close("moving_mean", mm, mw, 2, 1e-6, 1e-6);
+	assert_close("moving_var", mv, vw, 2, 1e-6, 1e-6);
+	/* epsilon is added to the variance: a larger one shrinks y */
+	dtf_cpu_batch_norm_train(2, 2, x, gamma, beta, 3.0f, mom, NULL, NULL, y);
+	ck_assert_float_eq_tol(y[2], 0.5f + 2.0f / 2.0f, 1e-6); /* 1/sqrt(1+3) */
+	/* inference uses the given statistics, not the batch's */
+	float m[2] = {2, 4}, v[2] = {0.75f, 3.75f};
+	dtf_cpu_batch_norm_infer(2, 2, x, gamma, beta, m, v, eps, y);
+	const double wi[4] = {0.5 + 2 * (1 - 2) / 1.0, -1 + 3 * (5 - 4) / 2.0,
+			      0.5 + 2 * (3 - 2) / 1.0, -1 + 3 * (5 - 4) / 2.0};
+	assert_close("bn infer y", y, wi, 4, 1e-6, 1e-6);
+}
+END_TEST
+
+struct norm_ctx {
+	int layer;
+	size_t rows;
+	int c;
+	float eps;
+	float *x, *gamma, *beta, *y, *r;
+};
+
+static double norm_loss(void *p)
+{
+	struct norm_ctx *c = p;
+	if (c->layer)
+		dtf_cpu_layer_norm(c->rows, c->c, c->x, c->gamma, c->beta,
+				   c->eps, c->y);
+	else
+		dtf_cpu_batch_norm_train(c->rows, c->c, c->x, c->gamma, c->beta,
+					 c->eps, 0.99f, NULL, NULL, c->y);
+	return dot(c->y, c->r, c->rows * (size_t)c->c);
+}
+
+/* y by the definition, statistics over rows (batch) or columns (layer). */
+static void ref_norm(const struct norm_ctx *c, double *y)
+{
+	size_t R = c->rows;
+	int C = c->c;
+	size_t groups = c->layer ? R : (size_t)C, len = c->layer ? (size_t)C : R;
+	for (size_t gi = 0; gi < groups; gi++) {
+		double m = 0, v = 0;
+		for (size_t k = 0; k < len; k++) {
+			size_t i = c->layer ? gi * C + k : k * C + gi;
+			m += c->x[i];
+		}
+		m /= len;
+		for (size_t k = 0; k < len; k++) {
+			size_t i = c->layer ? gi * C + k : k * C + gi;
+			v += (c->x[i] - m) * (c->x[i] - m);
+		}
+		v /= len;
+		for (size_t k = 0; k < len; k++) {
+			size_t i = c->layer ? gi * C + k : k * C + gi;
+			size_t ch = i % C;
+			y[i] = c->gamma[ch] * (c->x[i] - m) / sqrt(v + c->eps) +
+			       c->beta[ch];
+		}
+	}
+}
+
+static void norm_case(int layer, size_t rows, int ch, float eps)
+{
+	struct norm_ctx c = {.layer = layer, .rows = rows, .c = ch, .eps = eps};
+	size_t n = rows * (size_t)ch;
+	c.x = frandom(n, -1, 1);
+	for (size_t i = 0; i < n; i++)
+		c.x[i] += (float)(i % (size_t)ch); /* per-channel offsets */
+	c.gamma = frandom((size_t)ch, 0.5f, 1.5f);
+	c.beta = frandom((size_t)ch, -0.5f, 0.5f);
+	c.r = frandom(n, -1, 1);
+	c.y = falloc(n);
+	double *ry = malloc(n * sizeof *ry);
+	ref_norm(&c, ry);
+	poison(c.y, n);
+	norm_loss(&c);
+	assert_close(layer ? "layer_norm y" : "batch_norm y", c.y, ry, n, 1e-5, 1e-5);
+	float *dx = falloc(n), *dg = falloc((size_t)ch), *db = falloc((size_t)ch);
+	poison(dx, n);
+	poison(dg, (size_t)ch);
+	if (layer) {
+		dtf_cpu_layer_norm_grad_input(rows, ch, c.x, c.gamma, c.r, eps, dx);
+		dtf_cpu_layer_norm_grad_gamma(rows, ch, c.x, c.r, eps, dg);
+	} else {
+		dtf_cpu_batch_norm_grad_input(rows, ch, c.x, c.gamma, c.r, eps, dx);
+		dtf_cpu_batch_norm_grad_gamma(rows, ch, c.x, c.r, eps, dg);
+	}
+	dtf_cpu_bias_add_grad(rows, ch, c.r, db);
+	const char *nm = layer ? "layer_norm" : "batch_norm";
+	char what[64];
+	snprintf(what, sizeof what, "%s dx", nm);
+	fd_check(what, c.x, n, dx, norm_loss, &c, 1e-3f, 2e-3, 2e-3);
+	snprintf(what, sizeof what, "%s dgamma", nm);
+	fd_check(what, c.gamma, (size_t)ch, dg, norm_loss, &c, 1e-3f, 2e-3, 2e-3);
+	snprintf(what, sizeof what, "%s dbeta", nm);
+	fd_check(what, c.beta, (size_t)ch, db, norm_loss, &c, 1e-3f, 2e-3, 2e-3);
+	free(c.x), free(c.gamma), free(c.beta), free(c.r), free(c.y), free(ry);
+	free(dx), free(dg), free(db);
+}
+
+START_TEST(test_batch_norm_reference_fd)
+{
+	rng_state = 707;
+	norm_case(0, 12, 3, 1e-3f);
+	norm_case(0, 7, 70, 1e-2f); /* more channels than one chunk */
+	norm_case(0, 3, 2, 0.5f);
+}
+END_TEST
+
+START_TEST(test_layer_norm_reference_fd)
+{
+	rng_state = 808;
+	norm_case(1, 4, 6, 1e-3f);
+	norm_case(1, 3, 70, 1e-2f);
+}
+END_TEST
+
+/* ---- activations and multiply -------------------------------------------- */
+
+enum act_kind { A_LEAKY, A_ELU, A_GELU, A_GELU_TANH, A_TANH, A_SIGMOID,
+		A_SOFTMAX, A_MULTIPLY, A_COUNT };
+
+struct act_ctx {
+	enum act_kind k;
+	float alpha;
+	size_t rows;
+	int c;
+	float *x, *x2, *y, *r;
+};
+
+static size_t act_n(const struct act_ctx *c) { return c->rows * (size_t)c->c; }
+
+static double act_loss(void *p)
+{
+	struct act_ctx *c = p;
+	size_t n = act_n(c);
+	switch (c->k) {
+	case A_LEAKY: dtf_cpu_leaky_relu(n, c->alpha, c->x, c->y); break;
+	case A_ELU: dtf_cpu_elu(n, c->alpha, c->x, c->y); break;
+	case A_GELU: dtf_cpu_gelu(n, 0, c->x, c->y); break;
+	case A_GELU_TANH: dtf_cpu_gelu(n, 1, c->x, c->y); break;
+	case A_TANH: dtf_cpu_tanh(n, c->x, c->y); break;
+	case A_SIGMOID: dtf_cpu_sigmoid(n, c->x, c->y); break;
+	case A_SOFTMAX: dtf_cpu_softmax(c->rows, c->c, c->x, c->y); break;
+	case A_MULTIPLY: dtf_cpu_multiply(n, c->x, c->x2, c->y); break;
+	default: ck_abort();
+	}
+	return dot(c->y, c->r, n);
+}
+
+/* The defining formula in double. */
+static double act_ref(const struct act_ctx *c, size_t i)
+{
+	double x = c->x[i];
+	switch (c->k) {
+	case A_LEAKY: return x > 0 ? x : c->alpha * x;
+	case A_ELU: return x > 0 ? x : c->alpha * (exp(x) - 1);
+	case A_GELU: return x * 0.5 * erfc(-x / sqrt(2.0));
+	case A_GELU_TANH:
+		return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+	case A_TANH: return tanh(x);
+	case A_SIGMOID: return 1 / (1 + exp(-x));
+	case A_SOFTMAX: {
+		size_t r0 = i / (size_t)c->c * (size_t)c->c;
+		double s = 0;
+		for (int j = 0; j < c->c; j++)
+			s += exp((double)c->x[r0 + j]);
+		return exp(x) / s;
+	}
+	case A_MULTIPLY: return x * c->x2[i];
+	default: ck_abort();
+	}
+	return 0;
+}
+
+START_TEST(test_activations)
+{
+	rng_state = 909;
+	for (int k = 0; k < A_COUNT; k++) {
+		struct act_ctx c = {.k = (enum act_kind)k, .alpha = 0.2f,
+				    .rows = 3, .c = 7};
+		if (k == A_ELU)
+			c.alpha = 1.3f;
+		size_t n = act_n(&c);
+		c.x = frandom(n, -3, 3);
+		/* keep clear of the kink at 0 for the piecewise ones */
+		for (size_t i = 0; i < n; i++)
+			if (fabsf(c.x[i]) < 0.1f)
+				c.x[i] = c.x[i] < 0 ? -0.1f - c.x[i] : 0.1f + c.x[i];
+		c.x2 = frandom(n, -2, 2);
+		c.r = frandom(n, -1, 1);
+		c.y = falloc(n);
+		double *ry = malloc(n * sizeof *ry);
+		for (size_t i = 0; i < n; i++)
+			ry[i] = act_ref(&c, i);
+		poison(c.y, n);
+		act_loss(&c);
+		char what[48];
+		snprintf(what, sizeof what, "activation %d y", k);
+		assert_close(what, c.y, ry, n, 1e-6, 1e-5);
+		/* gradient from the kernel, reading x or y as TF does */
+		float *dx = falloc(n), *dx2 = falloc(n);
+		poison(dx, n);
+		switch (c.k) {
+		case A_LEAKY: dtf_cpu_leaky_relu_grad(n, c.alpha, c.r, c.x, dx); break;
+		case A_ELU: dtf_cpu_elu_grad(n, c.alpha, c.r, c.x, dx); break;
+		case A_GELU: dtf_cpu_gelu_grad(n, 0, c.r, c.x, dx); break;
+		case A_GELU_TANH: dtf_cpu_gelu_grad(n, 1, c.r, c.x, dx); break;
+		case A_TANH: dtf_cpu_tanh_grad(n, c.r, c.y, dx); break;
+		case A_SIGMOID: dtf_cpu_sigmoid_grad(n, c.r, c.y, dx); break;
+		case A_SOFTMAX: dtf_cpu_softmax_grad(c.rows, c.c, c.r, c.y, dx); break;
+		case A_MULTIPLY:
+			dtf_cpu_multiply(n, c.r, c.x2, dx);
+			dtf_cpu_multiply(n, c.r, c.x, dx2);
+			break;
+		default: ck_abort();
+		}
+		snprintf(what, sizeof what, "activation %d dx", k);
+		float eps = k == A_LEAKY || k == A_MULTIPLY ? 1e-2f : 1e-3f;
+		fd_check(what, c.x, n, dx, act_loss, &c, eps, 2e-3, 2e-3);
+		if (k == A_MULTIPLY)
+			fd_check("multiply db", c.x2, n, dx2, act_loss, &c, 1e-2f,
+				 1e-3, 1e-3);
+		free(c.x), free(c.x2), free(c.r), free(c.y), free(ry), free(dx),
+			free(dx2);
+	}
+	/* sigmoid and softmax stay finite at extreme inputs */
+	float big[4] = {-100, 100, -1e4f, 1e4f}, out[4];
+	dtf_cpu_sigmoid(4, big, out);
+	ck_assert(out[0] >= 0 && out[0] < 1e-40 && out[1] == 1.0f);
+	ck_assert(out[2] == 0.0f && out[3] == 1.0f);
+	dtf_cpu_softmax(1, 4, big, out);
+	ck_assert_float_eq(out[3], 1.0f);
+	ck_assert_float_eq(out[0], 0.0f);
+	/* leaky_relu's default slope is tf.nn.leaky_relu's */
+	ck_assert_float_eq(DTF_LEAKY_RELU_ALPHA, 0.2f);
+}
+END_TEST
+
+/* ---- concat / slice ------------------------------------------------------- */
+
+struct cat_ctx {
+	size_t outer, ia, ib;
+	float *a, *b, *y, *r;
+};
+
+static double cat_loss(void *p)
+{
+	struct cat_ctx *c = p;
+	dtf_cpu_concat(c->outer, c->ia, c->ib, c->a, c->b, c->y);
+	return dot(c->y, c->r, c->outer * (c->ia + c->ib));
+}
+
+START_TEST(test_concat)
+{
+	/* NHWC channel concat of (2, 3, 2, 4) and (2, 3, 2, 1): outer 12 */
+	rng_state = 1010;
+	struct cat_ctx c = {.outer = 12, .ia = 4, .ib = 1};
+	size_t na = 48, nb = 12, ny = 60;
+	c.a = frandom(na, -1, 1);
+	c.b = frandom(nb, -1, 1);
+	c.r = frandom(ny, -1, 1);
+	c.y = falloc(ny);
+	poison(c.y, ny);
+	cat_loss(&c);
+	for (size_t p = 0; p < 12; p++) {
+		for (int ch = 0; ch < 4; ch++)
+			ck_assert(c.y[p * 5 + ch] == c.a[p * 4 + ch]);
+		ck_assert(c.y[p * 5 + 4] == c.b[p]);
+	}
+	/* the gradients are the two slices of dy */
+	float *da = falloc(na), *db = falloc(nb);
+	dtf_cpu_slice_inner(12, 5, 0, 4, c.r, da);
+	dtf_cpu_slice_inner(12, 5, 4, 1, c.r, db);
+	for (size_t p = 0; p < 12; p++)
+		ck_assert(db[p] == c.r[p * 5 + 4]);
+	fd_check("concat da", c.a, na, da, cat_loss, &c, 1e-2f, 1e-3, 1e-3);
+	fd_check("concat db", c.b, nb, db, cat_loss, &c, 1e-2f, 1e-3, 1e-3);
+	free(c.a), free(c.b), free(c.r), free(c.y), free(da), free(db);
+}
+END_TEST
+
+/* ---- dense losses, top-k ------------------------------------------------- */
+
+START_TEST(test_dense_losses_hand)
+{
+	/* label smoothing 0.3 over 3 classes: t = y * 0.7 + 0.1, so the
+	 * one-hot (0, 1, 0) becomes (0.1, 0.8, 0.1).  Loss and gradient
+	 * computed by hand (log-sum-exp of (2, 0, -1)). */
+	float l[3] = {2, 0, -1}, t[3] = {0, 1, 0}, loss, d[3];
+	double sum = dtf_cpu_softmax_xent(1, 3, l, t, 0.3f, 1, &loss);
+	ck_assert_double_eq_tol(sum, 2.0698460195562856, 1e-6);
+	ck_assert_float_eq_tol(loss, 2.0698460195562856f, 1e-6);
+	dtf_cpu_softmax_xent_grad(1, 3, l, t, 0.3f, 1, 1.0f, d);
+	const double dw[3] = {0.7437947344813395, -0.6858048006154056,
+			      -0.05798993386593396};
+	assert_close("smoothed dlogits", d, dw, 3, 1e-6, 1e-6);
+	/* no smoothing: the same as the sparse loss */
+	int32_t y1 = 1;
+	ck_assert_double_eq_tol(dtf_cpu_softmax_xent(1, 3, l, t, 0, 1, NULL),
+				dtf_cpu_sparse_softmax_xent(1, 3, l, &y1, 1, NULL),
+				1e-9);
+	/* sigmoid cross-entropy, stable at +-100 (a naive form gives inf)
+	 * and averaged over the row's elements */
+	float x[4] = {100, -100, 0, 2}, z[4] = {0, 1, 1, 0.25f}, ls[2];
+	double s2 = dtf_cpu_sigmoid_xent(2, 2, x, z, 2, ls);
+	ck_assert_float_eq_tol(ls[0], 100.0f, 1e-4);
+	ck_assert_float_eq_tol(ls[1], (0.6931471805599453f + 1.6269280110429725f) / 2, 1e-6);
+	ck_assert_double_eq_tol(s2, 100 + (0.6931471805599453 + 1.6269280110429725) / 2, 1e-4);
+	/* valid rows only */
+	ck_assert_double_eq_tol(dtf_cpu_sigmoid_xent(2, 2, x, z, 1, NULL), 100, 1e-4);
+	/* mean squared error: mean over the row */
+	float p[4] = {1, 2, 3, 4}, q[4] = {0, 0, 3, 6};
+	ck_assert_double_eq_tol(dtf_cpu_mean_squared_error(2, 2, p, q, 2, NULL),
+				(1 + 4) / 2.0 + (0 + 4) / 2.0, 1e-9);
+	float dp[4];
+	dtf_cpu_mean_squared_error_grad(2, 2, p, q, 1, 0.5f, dp);
+	const float dpw[4] = {0.5f, 1.0f, 0, 0}; /* 0.5 * 2/2 * (p - q) */
+	assert_close_f("mse grad", dp, dpw, 4, 1e-7, 0);
+}
+END_TEST
+
+enum loss_kind { L_SOFTMAX, L_SIGMOID, L_MSE };
+
+struct dloss_ctx {
+	enum loss_kind k;
+	size_t rows, cols;
+	float ls;
+	float *x, *t;
+};
+
+static double dloss(void *p)
+{
+	struct dloss_ctx *c = p;
+	if (c->k == L_SOFTMAX)
+		return dtf_cpu_softmax_xent(c->rows, (int)c->cols, c->x, c->t,
+					    c->ls, c->rows - 1, NULL);
+	if (c->k == L_SIGMOID)
+		return dtf_cpu_sigmoid_xent(c->rows, c->cols, c->x, c->t,
+					    c->rows - 1, NULL);
+	return dtf_cpu_mean_squared_error(c->rows, c->cols, c->x, c->t,
+					  c->rows - 1, NULL);
+}
+
+START_TEST(test_dense_losses_fd)
+{
+	rng_state = 1111;
+	for (int k = 0; k < 3; k++) {
+		/* the last row is padding (valid = rows - 1): zero gradient */
+		struct dloss_ctx c = {.k = (enum loss_kind)k, .rows = 4,
+				      .cols = 5, .ls = k == 0 ? 0.1f : 0};
+		size_t n = c.rows * c.cols;
+		c.x = frandom(n, -2, 2);
+		c.t = frandom(n, 0, 1);
+		if (k == L_SOFTMAX) { /* one-hot rows */
+			for (size_t i = 0; i < n; i++)
+				c.t[i] = 0;
+			for (size_t r = 0; r < c.rows; r++)
+				c.t[r * c.cols + (r * 3) % c.cols] = 1;
+		}
+		float *d = falloc(n);
+		poison(d, n);
+		if (k == L_SOFTMAX)
+			dtf_cpu_softmax_xent_grad(c.rows, (int)c.cols, c.x, c.t,
+						  c.ls, c.rows - 1, 1.0f, d);
+		else if (k == L_SIGMOID)
+			dtf_cpu_sigmoid_xent_grad(c.rows, c.cols, c.x, c.t,
+						  c.rows - 1, 1.0f, d);
+		else
+			dtf_cpu_mean_squared_error_grad(c.rows, c.cols, c.x, c.t,
+							c.rows - 1, 1.0f, d);
+		for (size_t j = 0; j < c.cols; j++)
+			ck_assert(d[(c.rows - 1) * c.cols + j] == 0.0f);
+		char what[32];
+		snprintf(what, sizeof what, "loss %d dlogits", k);
+		fd_check(what, c.x, n, d, dloss, &c, 1e-3f, 2e-3, 2e-3);
+		free(c.x), free(c.t), free(d);
+	}
+}
+END_TEST
+
+START_TEST(test_top_k_ties)
+{
+	const float l[3 * 5] = {
+		1, 3, 3, 2, 0,    /* two classes tied for first */
+		5, 4, 4, 4, 1,    /* three tied for second */
+		NAN, 1, 2, 0, 0,  /* a NaN logit */
+	};
+	/* row 0: label 2 (tied first) is in the top 1; TF's in_top_k
+	 * counts every class tied at the boundary */
+	int32_t y[3] = {2, 3, 0};
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k(3, 5, l, y, 3, 1), 1);
+	/* row 1: label 3 has one logit above it: top 2 yes, top 1 no;
+	 * row 2: the label's logit is NaN: never counted */
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k(3, 5, l, y, 3, 2), 2);
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k(3, 5, l, y, 3, 5), 2);
+	/* label 3 of row 0 (logit 2) has 2 above: in top 3, not top 2 */
+	int32_t y0[1] = {3};
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k(1, 5, l, y0, 1, 2), 0);
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k(1, 5, l, y0, 1, 3), 1);
+	/* valid rows only, labels out of range never count */
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k(3, 5, l, y, 1, 5), 1);
+	int32_t bad[1] = {7};
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k(1, 5, l, bad, 1, 5), 0);
+	/* accuracy (k = 1 by argmax) breaks the row-0 tie by the first
+	 * maximum: class 1, so label 2 is wrong there */
+	ck_assert_uint_eq(dtf_cpu_count_correct(1, 5, l, y, 1), 0);
+	/* one-hot labels: same answers */
+	float oh[3 * 5] = {0};
+	for (int r = 0; r < 3; r++)
+		oh[r * 5 + y[r]] = 1;
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k_onehot(3, 5, l, oh, 3, 1), 1);
+	ck_assert_uint_eq(dtf_cpu_count_in_top_k_onehot(3, 5, l, oh, 3, 2), 2);
+	ck_assert_uint_eq(dtf_cpu_count_correct_onehot(3, 5, l, oh, 3), 0);
+	oh[2] = 0;
+	oh[1] = 1; /* row 0 labelled class 1: the first maximum */
+	ck_assert_uint_eq(dtf_cpu_count_correct_onehot(1, 5, l, oh, 1), 1);
+	/* binary accuracy: logit > 0 against label > 0.5, mean per row */
+	float bl[4] = {1, -1, 2, -3}, bz[4] = {1, 1, 0, 0};
+	ck_assert_double_eq_tol(dtf_cpu_binary_accuracy_sum(2, 2, bl, bz, 2),
+				0.5 + 0.5, 1e-12);
+}
+END_TEST
+
 /* ---- runner ------------------------------------------------------------- */
 
 static Suite *ops_suite(void)
@@ -1080,6 +1823,17 @@ static Suite *ops_suite(void)
 		{"sparse_softmax_xent", {test_xent_hand, test_xent_fd}},
 		{"count_correct", {test_count_correct}},
 		{"add_inplace", {test_add_inplace}},
+		{"explicit_padding", {test_geom_explicit, test_conv2d_explicit}},
+		{"depthwise_conv2d", {test_depthwise}},
+		{"avg_pool2d", {test_avg_pool_tf_padding,
+				test_avg_pool_reference_fd}},
+		{"batch_norm", {test_batch_norm_hand,
+				test_batch_norm_reference_fd}},
+		{"layer_norm", {test_layer_norm_reference_fd}},
+		{"activations", {test_activations}},
+		{"concat", {test_concat}},
+		{"dense_losses", {test_dense_losses_hand, test_dense_losses_fd}},
+		{"top_k", {test_top_k_ties}},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		TCase *tc = tcase_create(cases[i].name);

@@ -40,6 +40,8 @@
 _Static_assert(sizeof(enum dtf_layer_kind) == sizeof(int) &&
 		       sizeof(enum dtf_activation) == sizeof(int) &&
 		       sizeof(enum dtf_strategy_kind) == sizeof(int) &&
+		       sizeof(enum dtf_device_kind) == sizeof(int) &&
+		       sizeof(enum dtf_precision) == sizeof(int) &&
 		       sizeof(enum dtf_feature_type) == sizeof(int) &&
 		       sizeof(enum dtf_decode) == sizeof(int),
 	       "enum fields are written through int *");
@@ -1192,11 +1194,50 @@ static const struct field strategy_fields[] = {
 	 .def = DTF_STRATEGY_MULTI_WORKER_MIRRORED, .names = strategies},
 };
 
+static const struct enum_name devices[] = {
+	{"auto", DTF_DEVICE_AUTO},
+	{"cpu", DTF_DEVICE_CPU},
+	{"cuda", DTF_DEVICE_CUDA},
+	{NULL, 0},
+};
+
+static const struct enum_name precisions[] = {
+	{"fp32", DTF_PRECISION_FP32},
+	{"tf32", DTF_PRECISION_TF32},
+	{NULL, 0},
+};
+
 static const struct field logging_fields[] = {
 	{.key = "every_steps", .type = T_I64, .flags = F_POS,
 	 .off = JOB(logging.every_steps), .def = 100},
 	{.key = "dir", .type = T_STRDUP, .off = JOB(logging.dir)},
 };
+
+static const struct enum_name resume_modes[] = {
+	{"never", 0}, {"auto", 1}, {NULL, 0},
+};
+
+static const struct field checkpoint_fields[] = {
+	{.key = "dir", .type = T_STRDUP, .off = JOB(checkpoint.dir)},
+	{.key = "every_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(checkpoint.every_steps), .def = 0},
+	{.key = "every_seconds", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(checkpoint.every_seconds), .def = 0},
+	{.key = "keep", .type = T_INT, .flags = F_POS,
+	 .off = JOB(checkpoint.keep), .def = 5},
+	{.key = "resume", .type = T_ENUM, .off = JOB(checkpoint.resume),
+	 .def = 0, .names = resume_modes},
+};
+
+static const struct field fault_fields[] = {
+	{.key = "timeout_seconds", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(fault.timeout_seconds), .def = 300},
+};
+
+static const struct section checkpoint_section = {
+	checkpoint_fields, NFIELDS(checkpoint_fields), -1, NULL};
+static const struct section fault_section = {
+	fault_fields, NFIELDS(fault_fields), -1, NULL};
 
 static const struct section data_section = {
 	data_fields, NFIELDS(data_fields), -1, NULL};
@@ -1222,6 +1263,14 @@ static const struct field job_fields[] = {
 	 .sub = &train_section},
 	{.key = "strategy", .type = T_SECTION, .sub = &strategy_section},
 	{.key = "logging", .type = T_SECTION, .sub = &logging_section},
+	{.key = "device", .type = T_ENUM, .off = JOB(device.kind),
+	 .def = DTF_DEVICE_AUTO, .names = devices},
+	{.key = "precision", .type = T_ENUM, .off = JOB(device.precision),
+	 .def = DTF_PRECISION_FP32, .names = precisions},
+	{.key = "allow_gpu_sharing", .type = T_BOOL,
+	 .off = JOB(device.allow_gpu_sharing), .def = 0},
+	{.key = "checkpoint", .type = T_SECTION, .sub = &checkpoint_section},
+	{.key = "fault", .type = T_SECTION, .sub = &fault_section},
 };
 
 static const struct section job_section = {
@@ -1420,6 +1469,7 @@ void dtf_job_free(struct dtf_job *job)
 	dtf_free(job->data.features);
 	dtf_free(job->model.layers);
 	dtf_free(job->logging.dir);
+	dtf_free(job->checkpoint.dir);
 	dtf_free(job);
 }
 

@@ -64,6 +64,17 @@ enum dtf_strategy_kind {
 	DTF_STRATEGY_PARAMETER_SERVER,
 };
 
+enum dtf_device_kind {
+	DTF_DEVICE_AUTO = 0, /* CUDA when this rank sees a GPU, else CPU */
+	DTF_DEVICE_CPU,
+	DTF_DEVICE_CUDA,
+};
+
+enum dtf_precision {
+	DTF_PRECISION_FP32 = 0, /* IEEE float32 everywhere */
+	DTF_PRECISION_TF32,     /* CUDA: TF32 tensor cores for conv/matmul */
+};
+
 struct dtf_job {
 	char *path; /* the job file as given */
 	char name[128];   /* default: file name without extension */
@@ -111,9 +122,27 @@ struct dtf_job {
 	} strategy;
 
 	struct {
+		enum dtf_device_kind kind;   /* "device:", default auto */
+		enum dtf_precision precision; /* "precision:", default fp32 */
+		int allow_gpu_sharing;       /* default 0 (false) */
+	} device;
+
+	struct {
 		int64_t every_steps; /* default 100 */
 		char *dir;           /* default NULL: no files */
 	} logging;
+
+	struct {
+		char *dir;            /* default NULL: no checkpoints */
+		int64_t every_steps;  /* default 0: only at the end, on signals */
+		double every_seconds; /* default 0: off */
+		int keep;             /* default 5 */
+		int resume;           /* 0 never (default), 1 auto */
+	} checkpoint;
+
+	struct {
+		double timeout_seconds; /* default 300; 0 = no watchdog */
+	} fault;
 };
 
 #endif

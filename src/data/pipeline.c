@@ -44,6 +44,8 @@ struct dtf_pipeline {
 	size_t shuf_cap; /* slots; 0 = no shuffle */
 	struct dtf_philox_key key;
 	int64_t nrecords; /* this rank, per epoch */
+	int (*exclude)(void *ctx, uint64_t id); /* or NULL */
+	void *exclude_ctx;
 
 	struct dtf_tfrecord_reader *rd;
 	uint8_t *slots;     /* shuf_cap * example_bytes */
@@ -123,6 +125,10 @@ static int next_input(struct dtf_pipeline *p, void *const *out, uint64_t *id)
 			continue;
 		}
 		p->global_index++;
+		if (p->exclude &&
+		    p->exclude(p->exclude_ctx,
+			       (uint64_t)p->cur_file << 40 | (uint64_t)idx))
+			continue;
 		rc = dtf_example_decode(data, len, p->features, p->nfeatures,
 					out);
 		if (rc)
@@ -219,6 +225,14 @@ int dtf_pipeline_begin_epoch(struct dtf_pipeline *p, int epoch)
 	p->filled = 0;
 	p->draws = 0;
 	return 0;
+}
+
+void dtf_pipeline_set_exclude(struct dtf_pipeline *p,
+			      int (*exclude)(void *ctx, uint64_t id),
+			      void *ctx)
+{
+	p->exclude = exclude;
+	p->exclude_ctx = ctx;
 }
 
 const char *dtf_pipeline_file(const struct dtf_pipeline *p, int index)

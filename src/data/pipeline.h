@@ -66,6 +66,16 @@ int dtf_pipeline_begin_epoch(struct dtf_pipeline *p, int epoch);
 int dtf_pipeline_next(struct dtf_pipeline *p, void *const *dst,
 		      uint64_t *example_ids, int *count);
 
+/*
+ * Leave out of this rank's stream every record whose example id `exclude`
+ * says 1 for (before decoding; DATA sharding still counts it), until the
+ * filter is replaced; NULL removes it.  For an elastic resume: the records
+ * of the epoch that other ranks consumed before a checkpoint.
+ */
+void dtf_pipeline_set_exclude(struct dtf_pipeline *p,
+			      int (*exclude)(void *ctx, uint64_t id),
+			      void *ctx);
+
 /* Path of file `index` of the sorted list (the file part of an example id,
  * id >> 40), or "?" when out of range.  Owned by the pipeline. */
 const char *dtf_pipeline_file(const struct dtf_pipeline *p, int index);

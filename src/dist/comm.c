@@ -148,6 +148,19 @@ int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root)
 	return 0;
 }
 
+int dtf_comm_bcast_bytes(struct dtf_comm *c, void *buf, size_t n, int root)
+{
+	if (c->size == 1)
+		return 0;
+	char *p = buf;
+	for (size_t off = 0; off < n; off += CHUNK) {
+		size_t len = n - off < CHUNK ? n - off : CHUNK;
+		MPI_TRY(MPI_Bcast(p + off, (int)len, MPI_BYTE, root,
+				  MPI_COMM_WORLD));
+	}
+	return 0;
+}
+
 int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who)
 {
 	struct {

@@ -44,6 +44,8 @@ int dtf_comm_allreduce_max_i64(struct dtf_comm *c, int64_t *buf, size_t n);
 
 /* Broadcast n floats from `root`. */
 int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root);
+/* Broadcast n bytes from `root` (small records: checkpoint positions). */
+int dtf_comm_bcast_bytes(struct dtf_comm *c, void *buf, size_t n, int root);
 
 /*
  * Agree on the step's status: `status` is this rank's (0 ok, else a
@@ -54,8 +56,15 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who);
 
 int dtf_comm_barrier(struct dtf_comm *c);
 
+/* 1 when this MPI accepts CUDA device pointers in collectives (Open MPI's
+ * MPIX_Query_cuda_support()); 0 otherwise, or when the environment sets
+ * DTF_CUDA_AWARE_MPI=0.  Call after dtf_comm_init. */
+int dtf_comm_cuda_aware(void);
+
 /* End every rank now with `status` (MPI_Abort).  For failures that cannot
- * be agreed on (a broken invariant under MPI). */
+ * be agreed on (a broken invariant under MPI, a stuck collective seen by
+ * the watchdog thread: Open MPI's MPI_Abort may be called from any thread,
+ * and it is the one call made outside the main thread). */
 _Noreturn void dtf_comm_abort(struct dtf_comm *c, int status);
 
 #endif

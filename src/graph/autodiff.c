@@ -20,10 +20,14 @@
 /* Append a backward node; like add_node in graph.c but marked backward.
  * Implemented on top of the public constructors where they fit, directly
  * otherwise. */
-static int grad_node(struct dtf_graph *g, enum dtf_op op, const char *base,
-		     const char *suffix, int in0, int in1,
-		     const struct dtf_shape *shape)
+static int grad_node_v(struct dtf_graph *g, enum dtf_op op, const char *base,
+		       const char *suffix, const int *in,
+		       const struct dtf_shape *shape)
 {
+	/* base and shape usually point into g->nodes, which may move below */
+	const struct dtf_shape out = *shape;
+	char name[sizeof(g->nodes[0].name)];
+	snprintf(name, sizeof(name), "%.96s/%.24s", base, suffix);
 	if (g->nnodes == g->cap) {
 		int cap = g->cap * 2;
 		struct dtf_node *n =
@@ -40,12 +44,28 @@ static int grad_node(struct dtf_graph *g, enum dtf_op op, const char *base,
 	n->op = op;
 	n->layer = -1;
 	n->backward = 1;
-	snprintf(n->name, sizeof(n->name), "%.96s/%.24s", base, suffix);
-	n->inputs[0] = in0;
-	n->inputs[1] = in1;
-	n->shape = *shape;
+	memcpy(n->name, name, sizeof(name));
+	for (int i = 0; i < DTF_MAX_INPUTS; i++)
+		n->inputs[i] = in[i];
+	n->shape = out;
 	n->dtype = DTF_FLOAT32;
 	return id;
+}
+
+static int grad_node(struct dtf_graph *g, enum dtf_op op, const char *base,
+		     const char *suffix, int in0, int in1,
+		     const struct dtf_shape *shape)
+{
+	int in[DTF_MAX_INPUTS] = {in0, in1, -1, -1, -1};
+	return grad_node_v(g, op, base, suffix, in, shape);
+}
+
+static int grad_node3(struct dtf_graph *g, enum dtf_op op, const char *base,
+		      const char *suffix, int in0, int in1, int in2,
+		      const struct dtf_shape *shape)
+{
+	int in[DTF_MAX_INPUTS] = {in0, in1, in2, -1, -1};
+	return grad_node_v(g, op, base, suffix, in, shape);
 }
 
 /* grads[i]: id of the node holding the gradient accumulated so far for
@@ -70,6 +90,8 @@ static int needs(const struct dtf_graph *g, int id)
 {
 	return g->nodes[id].requires_grad;
 }
+
+static int backprop_more(struct dtf_graph *g, int *grads, int i, int dy);
 
 /* Emit the gradient contributions of node `i` (whose total gradient is
  * node `dy`) to its inputs. */
@@ -166,6 +188,152 @@ static int backprop_node(struct dtf_graph *g, int *grads, int i, int dy)
 		rc = accumulate(g, grads, x, id);
 		break;
 	default:
+		return backprop_more(g, grads, i, dy);
+	}
+	return rc;
+}
+
+/* The ops of ops.c, in the same form as backprop_node. */
+static int backprop_more(struct dtf_graph *g, int *grads, int i, int dy)
+{
+	struct dtf_node n = g->nodes[i];
+	int x = n.inputs[0], y = n.inputs[1];
+	const struct dtf_shape *sx = x >= 0 ? &g->nodes[x].shape : NULL;
+	int rc = 0, id;
+
+	switch (n.op) {
+	case DTF_OP_DEPTHWISE_CONV2D:
+		if (needs(g, x)) {
+			id = grad_node(g, DTF_OP_DEPTHWISE_CONV2D_BACKPROP_INPUT,
+				       n.name, "backprop_input", dy, y, sx);
+			if (id >= 0)
+				g->nodes[id].a.win = n.a.win;
+			if ((rc = accumulate(g, grads, x, id)) < 0)
+				return rc;
+		}
+		if (needs(g, y)) {
+			id = grad_node(g, DTF_OP_DEPTHWISE_CONV2D_BACKPROP_FILTER,
+				       n.name, "backprop_filter", x, dy,
+				       &g->nodes[y].shape);
+			if (id >= 0)
+				g->nodes[id].a.win = n.a.win;
+			rc = accumulate(g, grads, y, id);
+		}
+		break;
+	case DTF_OP_AVG_POOL2D:
+		id = grad_node(g, DTF_OP_AVG_POOL2D_GRAD, n.name, "grad", dy, -1,
+			       sx);
+		if (id >= 0)
+			g->nodes[id].a.win = n.a.win;
+		rc = accumulate(g, grads, x, id);
+		break;
+	case DTF_OP_GLOBAL_AVG_POOL:
+		id = grad_node(g, DTF_OP_GLOBAL_AVG_POOL_GRAD, n.name, "grad", dy,
+			       -1, sx);
+		rc = accumulate(g, grads, x, id);
+		break;
+	case DTF_OP_BATCH_NORM:
+	case DTF_OP_LAYER_NORM: {
+		int bn = n.op == DTF_OP_BATCH_NORM;
+		int gamma = n.inputs[1], beta = n.inputs[2];
+		if (needs(g, x)) {
+			id = grad_node3(g, bn ? DTF_OP_BATCH_NORM_GRAD_INPUT
+					      : DTF_OP_LAYER_NORM_GRAD_INPUT,
+					n.name, "grad_input", dy, x, gamma, sx);
+			if (id >= 0)
+				g->nodes[id].a.norm = n.a.norm;
+			if ((rc = accumulate(g, grads, x, id)) < 0)
+				return rc;
+		}
+		if (needs(g, gamma)) {
+			id = grad_node(g, bn ? DTF_OP_BATCH_NORM_GRAD_GAMMA
+					     : DTF_OP_LAYER_NORM_GRAD_GAMMA,
+				       n.name, "grad_gamma", dy, x,
+				       &g->nodes[gamma].shape);
+			if (id >= 0)
+				g->nodes[id].a.norm = n.a.norm;
+			if ((rc = accumulate(g, grads, gamma, id)) < 0)
+				return rc;
+		}
+		if (needs(g, beta)) {
+			id = grad_node(g, DTF_OP_BIAS_ADD_GRAD, n.name, "grad_beta",
+				       dy, -1, &g->nodes[beta].shape);
+			rc = accumulate(g, grads, beta, id);
+		}
+		break;
+	}
+	case DTF_OP_MULTIPLY:
+		if (needs(g, x)) {
+			id = grad_node(g, DTF_OP_MULTIPLY, n.name, "grad_a", dy, y,
+				       sx);
+			if ((rc = accumulate(g, grads, x, id)) < 0)
+				return rc;
+		}
+		if (needs(g, y)) {
+			id = grad_node(g, DTF_OP_MULTIPLY, n.name, "grad_b", dy, x,
+				       &g->nodes[y].shape);
+			rc = accumulate(g, grads, y, id);
+		}
+		break;
+	case DTF_OP_CONCAT:
+		if (needs(g, x)) {
+			id = grad_node(g, DTF_OP_SLICE, n.name, "grad_a", dy, -1,
+				       sx);
+			if (id >= 0)
+				g->nodes[id].a.cat = n.a.cat; /* begin 0 */
+			if ((rc = accumulate(g, grads, x, id)) < 0)
+				return rc;
+		}
+		if (needs(g, y)) {
+			id = grad_node(g, DTF_OP_SLICE, n.name, "grad_b", dy, -1,
+				       &g->nodes[y].shape);
+			if (id >= 0) {
+				g->nodes[id].a.cat.axis = n.a.cat.axis;
+				g->nodes[id].a.cat.begin = sx->d[n.a.cat.axis];
+			}
+			rc = accumulate(g, grads, y, id);
+		}
+		break;
+	case DTF_OP_LEAKY_RELU:
+	case DTF_OP_ELU:
+	case DTF_OP_GELU: {
+		/* these gradients read the forward input x */
+		enum dtf_op op = n.op == DTF_OP_LEAKY_RELU ? DTF_OP_LEAKY_RELU_GRAD
+				 : n.op == DTF_OP_ELU	   ? DTF_OP_ELU_GRAD
+							   : DTF_OP_GELU_GRAD;
+		id = grad_node(g, op, n.name, "grad", dy, x, sx);
+		if (id >= 0)
+			g->nodes[id].a.act = n.a.act;
+		rc = accumulate(g, grads, x, id);
+		break;
+	}
+	case DTF_OP_TANH:
+	case DTF_OP_SIGMOID:
+	case DTF_OP_SOFTMAX: {
+		/* these gradients read the forward output */
+		enum dtf_op op = n.op == DTF_OP_TANH	   ? DTF_OP_TANH_GRAD
+				 : n.op == DTF_OP_SIGMOID ? DTF_OP_SIGMOID_GRAD
+							  : DTF_OP_SOFTMAX_GRAD;
+		id = grad_node(g, op, n.name, "grad", dy, i, sx);
+		rc = accumulate(g, grads, x, id);
+		break;
+	}
+	case DTF_OP_IDENTITY:
+		rc = accumulate(g, grads, x, dy);
+		break;
+	case DTF_OP_SOFTMAX_XENT:
+	case DTF_OP_SIGMOID_XENT:
+	case DTF_OP_MSE: {
+		enum dtf_op op = n.op == DTF_OP_SOFTMAX_XENT ? DTF_OP_SOFTMAX_XENT_GRAD
+				 : n.op == DTF_OP_SIGMOID_XENT ? DTF_OP_SIGMOID_XENT_GRAD
+								: DTF_OP_MSE_GRAD;
+		id = grad_node(g, op, n.name, "grad", x, y, sx);
+		if (id >= 0)
+			g->nodes[id].a.loss = n.a.loss;
+		rc = accumulate(g, grads, x, id);
+		break;
+	}
+	default:
 		return dtf_error(DTF_ERR_GRAPH, "no gradient for op %s ('%s')",
 				 dtf_op_name(n.op), n.name);
 	}
@@ -204,14 +372,25 @@ int dtf_graph_backward(struct dtf_graph *g)
 	}
 	for (int i = 0; i < nfwd; i++) {
 		g->var_grad[i] = -1;
-		if (g->nodes[i].op == DTF_OP_VARIABLE && g->nodes[i].a.var.trainable) {
-			g->var_grad[i] = grads[i];
-			/* a variable's gradient is written straight into the
-			 * gradient vector, so it must be computed, not an
-			 * alias of another buffer */
-			DTF_ASSERT(grads[i] < 0 ||
-				   g->nodes[grads[i]].op != DTF_OP_RESHAPE);
+		if (g->nodes[i].op != DTF_OP_VARIABLE || !g->nodes[i].a.var.trainable)
+			continue;
+		/* A variable's gradient is written straight into its slot of
+		 * the gradient vector, so it must be a computed node of its
+		 * own: not an alias (reshape), and not the node another
+		 * variable already owns (add(v1, v2) passes dy to both).
+		 * Those get a copy. */
+		int gi = grads[i], shared = gi >= 0 && g->nodes[gi].op == DTF_OP_RESHAPE;
+		for (int v = 0; gi >= 0 && v < i && !shared; v++)
+			shared = g->var_grad[v] == gi;
+		if (shared) {
+			gi = grad_node(g, DTF_OP_IDENTITY, g->nodes[i].name,
+				       "grad_copy", gi, -1, &g->nodes[i].shape);
+			if (gi < 0) {
+				rc = gi;
+				goto out;
+			}
 		}
+		g->var_grad[i] = gi;
 	}
 out:
 	dtf_free(grads);

@@ -28,6 +28,10 @@ struct dtf_exec_ctx {
 					     or NULL for the reference kernels */
 };
 
+/* The dropout salt of node n at global step `step` (the layer's salt mixed
+ * with the step); every backend uses this one. */
+uint32_t dtf_exec_dropout_salt(const struct dtf_node *n, uint64_t step);
+
 /* Run nodes [from, to).  Forward: [0, g->nforward); backward:
  * [g->nforward, g->nnodes). */
 void dtf_exec_range(const struct dtf_graph *g, int from, int to,

@@ -6,6 +6,7 @@
  * is a build-time cost.
  */
 #include "graph/graph.h"
+#include "graph/graph_priv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -75,9 +76,10 @@ int dtf_graph_find(const struct dtf_graph *g, const char *name)
 	return -1;
 }
 
-/* Append a node; inputs must already exist.  Returns its id. */
-static int add_node(struct dtf_graph *g, enum dtf_op op, const char *name,
-		    int in0, int in1)
+/* Append a node with inputs in[0 .. the op's count); they must already
+ * exist.  Returns its id. */
+static int add_node_v(struct dtf_graph *g, enum dtf_op op, const char *name,
+		      const int *in)
 {
 	if (name[0] && dtf_graph_find(g, name) >= 0)
 		return dtf_error(DTF_ERR_GRAPH, "duplicate node name '%s'",
@@ -98,14 +100,21 @@ static int add_node(struct dtf_graph *g, enum dtf_op op, const char *name,
 	n->op = op;
 	n->layer = -1;
 	snprintf(n->name, sizeof(n->name), "%s", name);
-	n->inputs[0] = in0;
-	n->inputs[1] = in1;
+	for (int i = 0; i < DTF_MAX_INPUTS; i++)
+		n->inputs[i] = i < op_table[op].ninputs ? in[i] : -1;
 	n->dtype = DTF_FLOAT32;
 	for (int i = 0; i < op_table[op].ninputs; i++) {
 		DTF_ASSERT(n->inputs[i] >= 0 && n->inputs[i] < id);
 		n->requires_grad |= g->nodes[n->inputs[i]].requires_grad;
 	}
 	return id;
+}
+
+static int add_node(struct dtf_graph *g, enum dtf_op op, const char *name,
+		    int in0, int in1)
+{
+	int in[DTF_MAX_INPUTS] = {in0, in1, -1, -1, -1};
+	return add_node_v(g, op, name, in);
 }
 
 static int shape_error(const struct dtf_graph *g, const char *what, int a,
@@ -169,28 +178,10 @@ static void grow_workspace(struct dtf_graph *g, size_t floats)
 int dtf_graph_conv2d(struct dtf_graph *g, const char *name, int x, int w,
 		     int stride_h, int stride_w, enum dtf_padding padding)
 {
-	const struct dtf_node *nx = &g->nodes[x], *nw = &g->nodes[w];
-	if (nx->shape.rank != 4)
-		return shape_error(g, "conv2d needs a 4-D NHWC input", x, -1);
-	if (nw->shape.rank != 4 || nw->shape.d[2] != nx->shape.d[3])
-		return shape_error(g, "conv2d filter (kh, kw, c, o) must match the input channels",
-				   x, w);
-	struct dtf_window_geom geom = {
-		.n = (int)nx->shape.d[0], .h = (int)nx->shape.d[1],
-		.w = (int)nx->shape.d[2], .c = (int)nx->shape.d[3],
-		.kh = (int)nw->shape.d[0], .kw = (int)nw->shape.d[1],
-		.o = (int)nw->shape.d[3], .stride_h = stride_h,
-		.stride_w = stride_w, .dilation_h = 1, .dilation_w = 1};
-	if (dtf_window_geom_finish(&geom, padding) < 0)
-		return shape_error(g, "conv2d filter larger than its input", x, w);
-	int id = add_node(g, DTF_OP_CONV2D, name, x, w);
-	if (id < 0)
-		return id;
-	struct dtf_node *n = &g->nodes[id];
-	n->a.win.g = geom;
-	n->shape = (struct dtf_shape){4, {geom.n, geom.oh, geom.ow, geom.o}};
-	grow_workspace(g, dtf_cpu_conv2d_workspace(&geom));
-	return id;
+	struct dtf_conv_attrs a = {.stride_h = stride_h, .stride_w = stride_w,
+				   .dilation_h = 1, .dilation_w = 1,
+				   .padding = padding};
+	return dtf_graph_conv2d_ex(g, name, x, w, &a);
 }
 
 int dtf_graph_max_pool2d(struct dtf_graph *g, const char *name, int x,
@@ -443,3 +434,24 @@ out_free:
 	dtf_free(indeg);
 	return rc;
 }
+
+/* ---- for the other graph files (graph_priv.h) --------------------------- */
+
+int dtf_graph_append_node(struct dtf_graph *g, enum dtf_op op,
+			  const char *name, const int *in)
+{
+	return add_node_v(g, op, name, in);
+}
+
+int dtf_graph_shape_error(const struct dtf_graph *g, const char *what, int a,
+			  int b)
+{
+	return shape_error(g, what, a, b);
+}
+
+void dtf_graph_grow_workspace(struct dtf_graph *g, size_t floats)
+{
+	grow_workspace(g, floats);
+}
+
+int dtf_graph_op_ninputs(enum dtf_op op) { return op_table[op].ninputs; }

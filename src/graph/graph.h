@@ -43,7 +43,42 @@
 	X(RESHAPE, "reshape", 1)                                        \
 	X(ADD, "add", 2)                                                \
 	X(SPARSE_SOFTMAX_XENT, "sparse_softmax_cross_entropy", 2)       \
-	X(SPARSE_SOFTMAX_XENT_GRAD, "sparse_softmax_cross_entropy_grad", 2)
+	X(SPARSE_SOFTMAX_XENT_GRAD, "sparse_softmax_cross_entropy_grad", 2) \
+	X(DEPTHWISE_CONV2D, "depthwise_conv2d", 2)                      \
+	X(DEPTHWISE_CONV2D_BACKPROP_INPUT, "depthwise_conv2d_backprop_input", 2) \
+	X(DEPTHWISE_CONV2D_BACKPROP_FILTER, "depthwise_conv2d_backprop_filter", 2) \
+	X(AVG_POOL2D, "avg_pool2d", 1)                                  \
+	X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1)                        \
+	X(GLOBAL_AVG_POOL, "global_avg_pool", 1)                        \
+	X(GLOBAL_AVG_POOL_GRAD, "global_avg_pool_grad", 1)              \
+	X(BATCH_NORM, "batch_norm", 5)                                  \
+	X(BATCH_NORM_GRAD_INPUT, "batch_norm_grad_input", 3)            \
+	X(BATCH_NORM_GRAD_GAMMA, "batch_norm_grad_gamma", 2)            \
+	X(LAYER_NORM, "layer_norm", 3)                                  \
+	X(LAYER_NORM_GRAD_INPUT, "layer_norm_grad_input", 3)            \
+	X(LAYER_NORM_GRAD_GAMMA, "layer_norm_grad_gamma", 2)            \
+	X(MULTIPLY, "multiply", 2)                                      \
+	X(CONCAT, "concat", 2)                                          \
+	X(SLICE, "slice", 1)                                            \
+	X(LEAKY_RELU, "leaky_relu", 1)                                  \
+	X(LEAKY_RELU_GRAD, "leaky_relu_grad", 2)                        \
+	X(ELU, "elu", 1)                                                \
+	X(ELU_GRAD, "elu_grad", 2)                                      \
+	X(GELU, "gelu", 1)                                              \
+	X(GELU_GRAD, "gelu_grad", 2)                                    \
+	X(TANH, "tanh", 1)                                              \
+	X(TANH_GRAD, "tanh_grad", 2)                                    \
+	X(SIGMOID, "sigmoid", 1)                                        \
+	X(SIGMOID_GRAD, "sigmoid_grad", 2)                              \
+	X(SOFTMAX, "softmax", 1)                                        \
+	X(SOFTMAX_GRAD, "softmax_grad", 2)                              \
+	X(IDENTITY, "identity", 1)                                      \
+	X(SOFTMAX_XENT, "softmax_cross_entropy", 2)                     \
+	X(SOFTMAX_XENT_GRAD, "softmax_cross_entropy_grad", 2)           \
+	X(SIGMOID_XENT, "sigmoid_cross_entropy", 2)                     \
+	X(SIGMOID_XENT_GRAD, "sigmoid_cross_entropy_grad", 2)           \
+	X(MSE, "mean_squared_error", 2)                                 \
+	X(MSE_GRAD, "mean_squared_error_grad", 2)
 
 enum dtf_op {
 #define DTF_X_OP(id, name, nin) DTF_OP_##id,
@@ -55,7 +90,9 @@ enum dtf_op {
 /* The op's name as written in job files and summaries. */
 const char *dtf_op_name(enum dtf_op op);
 
-#define DTF_MAX_INPUTS 2
+/* batch_norm has the most: x, gamma, beta, moving_mean, moving_var.
+ * Inputs past the op's count are -1. */
+#define DTF_MAX_INPUTS 5
 
 struct dtf_shape {
 	int rank;
@@ -81,7 +118,8 @@ struct dtf_node {
 	int backward;      /* appended by dtf_graph_backward */
 	int layer;         /* index of the job layer it lowers, or -1 */
 	union {
-		struct { /* CONV2D*, MAX_POOL2D* */
+		struct { /* CONV2D*, DEPTHWISE_CONV2D*, MAX_POOL2D*,
+			    AVG_POOL2D* */
 			struct dtf_window_geom g;
 		} win;
 		struct { /* MATMUL */
@@ -100,6 +138,22 @@ struct dtf_node {
 		struct { /* INPUT */
 			int feature; /* index into the job's features */
 		} in;
+		struct { /* LEAKY_RELU*, ELU* (alpha); GELU* (approximate) */
+			float alpha;
+			int approximate;
+		} act;
+		struct { /* BATCH_NORM*, LAYER_NORM* */
+			float epsilon;
+			float momentum; /* BATCH_NORM: of the moving averages */
+		} norm;
+		struct { /* CONCAT (axis), SLICE (the gradient of one input:
+			    axis of the concat, first index along it) */
+			int axis;
+			int64_t begin;
+		} cat;
+		struct { /* SOFTMAX_XENT* */
+			float label_smoothing;
+		} loss;
 	} a;
 	/* Set by planning: the node's output. VARIABLE nodes point into the
 	 * parameter vector, RESHAPE nodes alias their input, gradients of
@@ -112,9 +166,14 @@ struct dtf_graph {
 	int nnodes, cap;
 	int batch;        /* per-replica batch: dimension 0 of inputs */
 	size_t nparams;   /* floats in the parameter vector */
-	int loss;         /* SPARSE_SOFTMAX_XENT node, or -1 */
-	int logits;       /* logits node of the loss, or -1 */
-	int labels;       /* labels input node, or -1 */
+	int loss;         /* the loss node, or -1; its op says which loss
+			     (SPARSE_SOFTMAX_XENT, SOFTMAX_XENT, SIGMOID_XENT,
+			     MSE) */
+	int logits;       /* logits (predictions for MSE) node of the loss,
+			     or -1 */
+	int labels;       /* labels node of the loss, or -1: int32 (batch)
+			     for SPARSE_SOFTMAX_XENT, float32 of the logits'
+			     shape otherwise */
 	int nforward;     /* nodes [0, nforward) are the forward pass */
 	int *var_grad;    /* per node: id of its total gradient, or -1;
 			     filled by dtf_graph_backward */
@@ -158,6 +217,115 @@ int dtf_graph_flatten(struct dtf_graph *g, const char *name, int x);
 /* logits (n, classes) float32, labels (n) int32 -> scalar loss. */
 int dtf_graph_sparse_softmax_xent(struct dtf_graph *g, const char *name,
 				  int logits, int labels);
+
+/* ---- the wider op set --------------------------------------------------
+ * Defaults named here are Keras's unless said otherwise; the job language
+ * supplies them when a key is absent. */
+#define DTF_BATCH_NORM_MOMENTUM 0.99f /* Keras BatchNormalization */
+#define DTF_BATCH_NORM_EPSILON 1e-3f  /* Keras BatchNormalization */
+#define DTF_LAYER_NORM_EPSILON 1e-3f  /* Keras LayerNormalization */
+#define DTF_ELU_ALPHA 1.0f            /* Keras ELU, tf.nn.elu */
+/* leaky_relu: DTF_LEAKY_RELU_ALPHA (0.2, tf.nn.leaky_relu) in kernels.h */
+
+/* Window attributes of conv2d and depthwise_conv2d (TF's tf.nn.conv2d):
+ * strides and dilations >= 1 (0 is read as 1); for DTF_PAD_EXPLICIT the
+ * four pads (>= 0, may be asymmetric), ignored otherwise. */
+struct dtf_conv_attrs {
+	int stride_h, stride_w;
+	int dilation_h, dilation_w;
+	enum dtf_padding padding;
+	int pad_top, pad_bottom, pad_left, pad_right;
+};
+
+/* x (n, h, w, c) conv w (kh, kw, c, o) -> (n, oh, ow, o).  A bias
+ * (Keras's use_bias) is a separate dtf_graph_bias_add on the result. */
+int dtf_graph_conv2d_ex(struct dtf_graph *g, const char *name, int x, int w,
+			const struct dtf_conv_attrs *a);
+/* x (n, h, w, c), w (kh, kw, c, m) -> (n, oh, ow, c*m); TF's
+ * depthwise_conv2d (channel multiplier m). */
+int dtf_graph_depthwise_conv2d(struct dtf_graph *g, const char *name, int x,
+			       int w, const struct dtf_conv_attrs *a);
+/* TF's avg_pool2d (padding cells excluded from each window's count). */
+int dtf_graph_avg_pool2d(struct dtf_graph *g, const char *name, int x,
+			 int size_h, int size_w, int stride_h, int stride_w,
+			 enum dtf_padding padding);
+/* x (n, h, w, c) -> (n, c): the mean over h and w (Keras's
+ * GlobalAveragePooling2D). */
+int dtf_graph_global_avg_pool(struct dtf_graph *g, const char *name, int x);
+/*
+ * Batch normalization over every axis but the last: x (..., c); gamma,
+ * beta, moving_mean, moving_var all (c).  moving_mean and moving_var must
+ * be VARIABLE nodes no other node uses yet: this marks them non-trainable
+ * (a.var.trainable = 0: they stay in the parameter vector, are saved and
+ * initialised like any variable, get no gradient).  In training
+ * (exec ctx.training) the batch statistics normalize and the moving
+ * averages are updated in place with `momentum`
+ * (dtf_cpu_batch_norm_train); in inference the moving statistics
+ * normalize.  The lowering initialises gamma and moving_var to ones, beta
+ * and moving_mean to zeros (Keras).  The gradient assumes training mode.
+ */
+int dtf_graph_batch_norm(struct dtf_graph *g, const char *name, int x,
+			 int gamma, int beta, int moving_mean, int moving_var,
+			 float momentum, float epsilon);
+/* Normalize each row over the last axis: x (..., c), gamma, beta (c). */
+int dtf_graph_layer_norm(struct dtf_graph *g, const char *name, int x,
+			 int gamma, int beta, float epsilon);
+/* a + b of the same shape; a (c) vector on either side is broadcast over
+ * the other's last axis (emitted as bias_add). */
+int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b);
+/* a * b elementwise, same shape. */
+int dtf_graph_multiply(struct dtf_graph *g, const char *name, int a, int b);
+/* Concatenate a and b along `axis` (negative counts from the end; not the
+ * batch axis 0); every other dimension must match (TF's concat). */
+int dtf_graph_concat(struct dtf_graph *g, const char *name, int a, int b,
+		     int axis);
+/* tf.reshape to dims[0..rank), the batch dimension included; at most one
+ * entry is -1 (inferred).  Dimension 0 must stay the batch. */
+int dtf_graph_reshape(struct dtf_graph *g, const char *name, int x,
+		      const int64_t *dims, int rank);
+int dtf_graph_leaky_relu(struct dtf_graph *g, const char *name, int x,
+			 float alpha);
+int dtf_graph_elu(struct dtf_graph *g, const char *name, int x, float alpha);
+/* approximate: 0 erf form (TF's default), 1 tanh approximation. */
+int dtf_graph_gelu(struct dtf_graph *g, const char *name, int x,
+		   int approximate);
+int dtf_graph_tanh(struct dtf_graph *g, const char *name, int x);
+int dtf_graph_sigmoid(struct dtf_graph *g, const char *name, int x);
+/* Softmax over the last axis. */
+int dtf_graph_softmax(struct dtf_graph *g, const char *name, int x);
+int dtf_graph_identity(struct dtf_graph *g, const char *name, int x);
+/* Losses: each returns a scalar node and becomes g->loss.
+ * logits (n, classes), labels float32 (n, classes) one-hot; Keras's
+ * label_smoothing in [0, 1]. */
+int dtf_graph_softmax_xent(struct dtf_graph *g, const char *name, int logits,
+			   int labels, float label_smoothing);
+/* logits and float32 labels of the same shape (n, ...). */
+int dtf_graph_sigmoid_xent(struct dtf_graph *g, const char *name, int logits,
+			   int labels);
+/* predictions and float32 labels of the same shape (n, ...). */
+int dtf_graph_mean_squared_error(struct dtf_graph *g, const char *name,
+				 int predictions, int labels);
+
+/*
+ * Correct predictions among the first `valid` rows of the last forward
+ * pass, for the graph's loss: sparse int labels or one-hot float labels,
+ * k == 1 accuracy (argmax, first maximum wins: Keras's accuracy), k > 1
+ * TF's in_top_k (ties at the k-th place count).  sigmoid_cross_entropy:
+ * Keras's binary_accuracy summed over rows (k ignored).
+ * mean_squared_error: 0 (no accuracy for a regression).
+ */
+double dtf_graph_count_correct(const struct dtf_graph *g, int valid, int k);
+
+/*
+ * Forward FLOPs of node `id` for its whole per-replica batch (divide by
+ * g->batch for one example); works for backward nodes too.  Convention:
+ * a multiply-add is 2 FLOPs (conv2d: 2*n*oh*ow*o*kh*kw*c; matmul:
+ * 2*m*n*k), any other arithmetic operation, comparison or transcendental
+ * function 1 per element it is applied to (relu 1, sigmoid 3, softmax 5 per
+ * element...; pooling 1 per window tap); data movement (variables,
+ * inputs, reshape, identity, concat, slice) 0.
+ */
+int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id);
 
 /*
  * Check that node order is topological; if it is not, reorder the nodes

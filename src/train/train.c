@@ -32,6 +32,10 @@
 #include "mem/plan.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
+#include "train/checkpoint.h"
+#include "train/device.h"
+#include "train/elastic.h"
+#include "train/fault.h"
 #include "train/optimizer.h"
 #include "train/threads.h"
 
@@ -55,6 +59,7 @@ struct replica {
 	void *scratch;   /* for features the graph does not use */
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
+	struct dtf_gpu *gpu; /* NULL: this replica runs on the CPU */
 	struct dtf_pool *pool;      /* worker threads of the fast kernels */
 	struct dtf_fast_plan fast;  /* fast CPU path, or unused (reference) */
 	int use_fast;
@@ -62,6 +67,7 @@ struct replica {
 
 static void replica_deinit(struct replica *r)
 {
+	dtf_gpu_free(r->gpu);
 	dtf_optimizer_deinit(&r->opt);
 	dtf_fast_plan_deinit(&r->fast);
 	dtf_pool_free(r->pool);
@@ -195,12 +201,39 @@ static int per_replica_batch(const struct dtf_job *job, int world, int *out)
 
 /* ---- evaluation -------------------------------------------------------- */
 
+/* Non-trainable variables (batch_norm moving statistics) are updated by
+ * each replica from its own batches; before they are read, replace them by
+ * their mean over the replicas, as TF's MirroredStrategy aggregates them
+ * (VariableAggregation.MEAN). */
+static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
+{
+	int world = comm ? dtf_comm_size(comm) : 1;
+	if (world == 1)
+		return 0;
+	for (int i = 0; i < r->g.nnodes; i++) {
+		const struct dtf_node *n = &r->g.nodes[i];
+		if (n->op != DTF_OP_VARIABLE || n->a.var.trainable)
+			continue;
+		float *p = r->params + n->a.var.offset;
+		size_t numel = (size_t)dtf_shape_numel(&n->shape);
+		int rc = dtf_comm_allreduce_sum_f32(comm, p, numel);
+		if (rc < 0)
+			return rc;
+		for (size_t k = 0; k < numel; k++)
+			p[k] /= (float)world;
+	}
+	return 0;
+}
+
 struct eval_totals {
 	double loss_sum, correct, count;
 };
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
 		 int64_t step, struct dtf_train_result *result);
+static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
+		      const char *when, int64_t step,
+		      struct dtf_train_result *result);
 
 static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
@@ -213,8 +246,9 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 				   .fast = r->use_fast ? &r->fast : NULL,
 				   .loss_scale = 1.0f};
 	double local[3] = {0, 0, 0};
-	int rc = dtf_pipeline_begin_epoch(eval, 0);
-	while (rc == 0) {
+	int rc = r->gpu ? dtf_gpu_evaluate(r->gpu, eval, local)
+			: dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0 && !r->gpu) {
 		int count = 0;
 		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
 		if (rc < 0 || count == 0)
@@ -222,11 +256,7 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		ctx.valid = count;
 		dtf_exec_forward(g, &ctx);
 		local[0] += ctx.loss_sum;
-		local[1] += (double)dtf_cpu_count_correct(
-			(size_t)g->batch, (int)g->nodes[g->logits].shape.d[1],
-			g->nodes[g->logits].data,
-			(const int32_t *)g->nodes[g->labels].data,
-			(size_t)count);
+		local[1] += dtf_graph_count_correct(g, count, 1);
 		local[2] += count;
 	}
 	int crc = agree(comm, rc, "evaluating after", step, result);
@@ -277,9 +307,16 @@ static int write_variables(const char *path, const float *p, size_t n)
 	return 0;
 }
 
-/* Agree on the step's status; on a failure, return the right error. */
-static int agree(struct dtf_comm *comm, int rc, const char *when,
-		 int64_t step, struct dtf_train_result *result)
+/*
+ * Agree on the step's status; on a failure, return the right error.  Beside
+ * errors the status carries a vote (fault.h): bits 8-15 a pending signal,
+ * bit 0 "a time-based checkpoint is due" (set by rank 0 only, so ranks
+ * follow rank 0's clock).  Errors outrank signals, which outrank the
+ * clock; *agreed receives the winning vote when nobody failed.
+ */
+static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
+		      const char *when, int64_t step,
+		      struct dtf_train_result *result)
 {
 	int status = 0;
 	if (rc < 0) {
@@ -288,9 +325,11 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 			status = 1;
 	}
 	int worst, who;
-	int crc = dtf_comm_agree(comm, status, &worst, &who);
+	int crc = dtf_comm_agree(comm, status << 16 | vote, &worst, &who);
 	if (crc < 0)
 		return crc;
+	*agreed = (worst & 0xffff) | (who << 16);
+	worst >>= 16;
 	if (!worst)
 		return 0;
 	if (status)
@@ -304,6 +343,51 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 					 : DTF_ERR_REMOTE;
 	return dtf_error(code, "stopping: rank %d failed %s step %lld", who,
 			 when, (long long)step);
+}
+
+static int agree(struct dtf_comm *comm, int rc, const char *when,
+		 int64_t step, struct dtf_train_result *result)
+{
+	int agreed;
+	return agree_vote(comm, rc, 0, &agreed, when, step, result);
+}
+
+/*
+ * After a step: save a checkpoint when one is due (every_steps, the last
+ * step, or agreed in the step's status: rank 0's clock or a signal), agree
+ * on the save, and after a signal stop with DTF_ERR_SIGNAL.  The vote
+ * `agreed` is agree_vote's: every rank takes the same branch.
+ */
+static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
+		      struct dtf_checkpointer *ck, struct dtf_fault *fault,
+		      const struct dtf_ckpt_position *pos, int agreed,
+		      int last, struct dtf_train_result *result)
+{
+	int sig = (agreed >> 8) & 0xff, who = agreed >> 16;
+	int64_t every = job->checkpoint.every_steps;
+	int due = last || sig || (agreed & 1) ||
+		  (every > 0 && pos->step % every == 0);
+	if (!due || (!ck && !sig))
+		return 0;
+	char path[512] = "no checkpoint.dir: nothing saved";
+	if (ck) {
+		dtf_fault_progress(fault, "checkpoint", pos->step);
+		int rc = dtf_checkpointer_save(ck, pos);
+		if (rc == 0 && (sig || last))
+			rc = dtf_checkpointer_wait(ck);
+		if ((rc = agree(comm, rc, "saving the checkpoint after", pos->step,
+				result)) < 0)
+			return rc;
+		snprintf(path, sizeof(path), "saved %s/ckpt-%lld.dtf",
+			 job->checkpoint.dir, (long long)pos->step);
+	}
+	if (!sig || last)
+		return 0;
+	return dtf_error(DTF_ERR_SIGNAL,
+			 "stopped by %s (received by rank %d) at step %lld: %s; "
+			 "exit status 75: run again with --resume to continue",
+			 dtf_fault_signal_name(sig), who, (long long)pos->step,
+			 path);
 }
 
 static void add_times(struct dtf_step_times *sum,
@@ -322,6 +406,8 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 			int count)
 {
 	const struct dtf_graph *g = &r->g;
+	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
+		return 0; /* float labels: any value is a valid target */
 	const int32_t *labels = g->nodes[g->labels].data;
 	int classes = (int)g->nodes[g->logits].shape.d[1];
 	for (int i = 0; i < count; i++)
@@ -342,15 +428,17 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
  */
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct replica *r, struct dtf_pipeline *train,
-		      struct dtf_exec_ctx *ctx, int rc, int64_t step,
-		      struct dtf_step_times *t, struct dtf_train_result *result)
+		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
+		      int64_t step, int read_ahead, struct dtf_step_times *t,
+		      struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
 	int batch = g->batch, count = 0;
 	size_t np = g->nparams;
 	double t0 = now_seconds();
 	if (rc == 0)
-		rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
+		rc = r->gpu ? dtf_gpu_next_batch(r->gpu, train, r->ids, &count)
+			    : dtf_pipeline_next(train, r->feed, r->ids, &count);
 	if (rc == 0 && count < batch)
 		rc = dtf_error(DTF_ERR_DATA,
 			       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
@@ -360,26 +448,108 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = check_labels(r, train, count);
 	double t1 = now_seconds();
 	t->data_wait += t1 - t0;
-	if ((rc = agree(comm, rc, "reading data for", step, result)) < 0)
+	if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for", step,
+			     result)) < 0)
 		return rc;
 	double t2 = now_seconds();
-	dtf_exec_forward(g, ctx);
+	if (r->gpu) {
+		/* forward and backward in one (timed as forward); the
+		 * statistics come from the GPU; agree again, as a CUDA
+		 * failure must stop every rank before the allreduce */
+		rc = dtf_gpu_step(r->gpu, ctx, train, read_ahead);
+		if ((rc = agree(comm, rc, "computing", step, result)) < 0)
+			return rc;
+	} else {
+		dtf_exec_forward(g, ctx);
+	}
 	double t3 = now_seconds();
-	dtf_exec_backward(g, ctx);
-	r->grads[np] = (float)ctx->loss_sum;
-	r->grads[np + 1] = (float)dtf_cpu_count_correct(
-		(size_t)batch, (int)g->nodes[g->logits].shape.d[1],
-		g->nodes[g->logits].data,
-		(const int32_t *)g->nodes[g->labels].data, (size_t)batch);
-	r->grads[np + 2] = (float)batch;
+	if (!r->gpu) {
+		dtf_exec_backward(g, ctx);
+		r->grads[np] = (float)ctx->loss_sum;
+		r->grads[np + 1] = (float)dtf_graph_count_correct(g, batch, 1);
+		r->grads[np + 2] = (float)batch;
+	}
 	double t4 = now_seconds();
-	rc = dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
+	rc = r->gpu ? dtf_gpu_allreduce(r->gpu, comm)
+		    : dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
 	double t5 = now_seconds();
 	t->forward += t3 - t2;
 	t->backward += t4 - t3;
 	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
 	t->mark = t5;
 	return rc;
+}
+
+/* Where a resumed run starts (struct start) and how its first epoch ends. */
+struct start {
+	int64_t step;      /* global step */
+	int epoch;         /* 0-based */
+	int64_t in_epoch;  /* batches of the epoch already consumed */
+	int64_t epoch_end; /* the step in epoch where the first epoch ends */
+	int elastic;       /* re-sharded: records consumed are left out */
+	int32_t nprev;     /* segments of the epoch before this run */
+	struct dtf_ckpt_segment prev[DTF_CKPT_MAX_SEGMENTS];
+	struct dtf_elastic *el;
+};
+
+/*
+ * From the checkpoint's position `pos`: with the same world size and
+ * per-replica batch, skip the batches consumed (exact resume); otherwise
+ * leave out the records the epoch consumed (elastic.h) and agree on the
+ * steps left in it.  Collective.
+ */
+static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
+			  const struct dtf_checkpointer *ck,
+			  struct dtf_pipeline *train, struct replica *r,
+			  const struct dtf_ckpt_position *pos, int world,
+			  int batch, int64_t steps_per_epoch, struct start *st,
+			  struct dtf_train_result *result)
+{
+	st->step = pos->step;
+	st->epoch = (int)pos->epoch;
+	st->in_epoch = pos->step_in_epoch;
+	dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
+		 dtf_checkpointer_path(ck), (long long)st->step, st->epoch + 1,
+		 (long long)st->in_epoch, (long long)steps_per_epoch);
+	if (!dtf_elastic_needed(pos, world, batch))
+		return 0;
+	int64_t left = 0;
+	int rc = 0;
+	if (pos->nprev >= DTF_CKPT_MAX_SEGMENTS)
+		rc = dtf_error(DTF_ERR_CHECKPOINT,
+			       "epoch %d was resumed on other world sizes %d times; at most %d are recorded",
+			       st->epoch + 1, pos->nprev + 1,
+			       DTF_CKPT_MAX_SEGMENTS);
+	if (rc == 0)
+		rc = dtf_elastic_new(job, pos, &st->el);
+	if (rc == 0)
+		rc = dtf_elastic_start_epoch(st->el, train, st->epoch, r->feed,
+					     r->ids, &left);
+	if ((rc = agree(comm, rc, "re-sharding the data position before",
+			st->step, result)) < 0)
+		return rc;
+	int64_t rest = left / batch;
+	if ((rc = dtf_comm_allreduce_min_i64(comm, &rest, 1)) < 0)
+		return rc;
+	st->elastic = 1;
+	st->epoch_end = st->in_epoch + rest;
+	int64_t before = 0;
+	st->nprev = pos->nprev + 1;
+	for (int i = 0; i < pos->nprev; i++) {
+		st->prev[i] = pos->prev[i];
+		before += pos->prev[i].steps;
+	}
+	st->prev[pos->nprev] = (struct dtf_ckpt_segment){
+		pos->world, pos->per_replica_batch, pos->step_in_epoch - before};
+	dtf_info("notice: elastic resume at step %lld: the checkpoint was written by %d rank(s) at per-replica batch %d "
+		 "(global %lld), this run has %d at %d (global %lld); the %lld records of epoch %d read before are left out, "
+		 "%lld steps remain in it, and later epochs are sharded over %d rank(s)",
+		 (long long)st->step, pos->world, pos->per_replica_batch,
+		 (long long)pos->global_batch, world, batch,
+		 (long long)batch * world,
+		 (long long)dtf_elastic_consumed(st->el), st->epoch + 1,
+		 (long long)rest, world);
+	return 0;
 }
 
 int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
@@ -391,9 +561,17 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int batch = 0, rc;
 	struct replica r;
 	struct dtf_pipeline *train = NULL, *eval = NULL;
+	struct dtf_fault *fault = NULL;
+	struct dtf_checkpointer *ck = NULL;
+	struct start st = {0};
+	int resume = opts->resume || job->checkpoint.resume;
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
 
+	if (resume && !opts->dry_run && !job->checkpoint.dir)
+		return dtf_error(DTF_ERR_USAGE,
+				 "%s: resuming needs checkpoint.dir in the job file",
+				 job->path);
 	if ((rc = per_replica_batch(job, world, &batch)) < 0)
 		return rc;
 	if ((rc = build(job, batch, 1, &r)) < 0)
@@ -426,9 +604,28 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		 (long long)global_batch, batch, result->num_params,
 		 job->train.learning_rate);
 
-	/* data: open on every rank, then agree before any other collective */
-	rc = open_pipeline(job, job->data.train_files, rank, world, batch,
-			   (size_t)job->data.shuffle_buffer, &train);
+	/* device, signals, watchdog, checkpoints and data: set up on every
+	 * rank, then agree before any other collective */
+	struct dtf_gpu_opts go = {.job = job, .comm = comm, .g = &r.g,
+				  .plan = &r.plan, .params = r.params,
+				  .grads = r.grads, .nstats = NSTATS,
+				  .opt = &r.opt};
+	rc = dtf_gpu_open(&go, &r.gpu);
+	if (rc == 0)
+		rc = dtf_fault_new(comm, rank, job->fault.timeout_seconds, &fault);
+	if (rc == 0 && job->checkpoint.dir && r.gpu)
+		/* the GPU keeps parameters and optimizer slots on the device;
+		 * the checkpointer reads the host copies */
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "checkpoint.dir: checkpoints are not supported on the GPU yet\n"
+			       "HINT: set device: cpu, or remove the checkpoint section");
+	if (rc == 0 && job->checkpoint.dir)
+		rc = dtf_checkpointer_new(job, &r.g, r.params, &r.opt,
+					  rank == 0, fault, &ck);
+	if (rc == 0)
+		rc = open_pipeline(job, job->data.train_files, rank, world,
+				   batch, (size_t)job->data.shuffle_buffer,
+				   &train);
 	if (rc == 0 && job->data.eval_files)
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
@@ -450,9 +647,24 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			 (long long)steps_per_epoch[0], (long long)most,
 			 (long long)steps_per_epoch[0]);
 
-	/* identical start: deterministic init, then rank 0's values win */
+	/* identical start: deterministic init or rank 0's checkpoint, then
+	 * rank 0's values win */
 	dtf_graph_init_params(&r.g, job->seed, r.params);
+	struct dtf_ckpt_position pos = {0};
+	int found = 0;
+	if (ck && resume) {
+		if (rank == 0)
+			rc = dtf_checkpointer_restore(ck, opts->allow_fresh_start,
+						      &pos, &found);
+		if ((rc = agree(comm, rc, "restoring a checkpoint before", 0,
+				result)) < 0)
+			goto out;
+		if ((rc = dtf_checkpointer_share(ck, comm, &pos, &found)) < 0)
+			goto out;
+	}
 	if ((rc = dtf_comm_bcast_f32(comm, r.params, r.g.nparams, 0)) < 0)
+		goto out;
+	if (r.gpu && (rc = dtf_gpu_upload_params(r.gpu)) < 0)
 		goto out;
 
 	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
@@ -471,25 +683,78 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		double loss, correct, count;
 		struct dtf_step_times t;
 	} win = {0};
-	int64_t step = 0;
+	/* where to start: step 0, or the checkpoint's position, re-sharded
+	 * when the world size or per-replica batch changed */
+	st.epoch_end = steps_per_epoch[0];
+	if (found && (rc = start_position(job, comm, ck, train, &r, &pos, world,
+					  batch, steps_per_epoch[0], &st,
+					  result)) < 0)
+		goto out;
+	int64_t step = st.step, first_step = st.step;
+	if (st.elastic) {
+		total_steps = st.epoch_end - pos.step_in_epoch + step +
+			      steps_per_epoch[0] *
+				      (job->train.epochs - st.epoch - 1);
+		if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
+			total_steps = job->train.max_steps;
+	}
+	pos = (struct dtf_ckpt_position){
+		.global_batch = global_batch, .world = world,
+		.per_replica_batch = batch, .seed = job->seed};
+	if (st.elastic) { /* the parts of this epoch run before */
+		pos.nprev = st.nprev;
+		memcpy(pos.prev, st.prev, sizeof(st.prev));
+	}
 	double lr = job->train.learning_rate;
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 	const int64_t every = job->train.eval_every_steps;
 
-	for (int epoch = 0; step < total_steps; epoch++) {
+	for (int epoch = st.epoch; step < total_steps; epoch++) {
 		t_epoch = now_seconds();
 		rc = dtf_pipeline_begin_epoch(train, epoch);
-		for (int64_t s = 0; s < steps_per_epoch[0] && step < total_steps; s++) {
+		int64_t s = 0, end = steps_per_epoch[0];
+		if (epoch == st.epoch) {
+			s = st.in_epoch;
+			end = st.epoch_end;
+			/* same sharding: consume what the checkpoint had */
+			for (int64_t k = 0, n = batch; !st.elastic && rc == 0 &&
+						       k < s && n == batch; k++) {
+				int got = 0;
+				rc = dtf_pipeline_next(train, r.feed, r.ids, &got);
+				n = got;
+			}
+		} else if (st.elastic) { /* the re-sharded epoch is over */
+			dtf_pipeline_set_exclude(train, NULL, NULL);
+			pos.nprev = 0;
+		}
+		for (; s < end && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
 			ctx.step = (uint64_t)step;
-			rc = train_step(job, comm, &r, train, &ctx, rc, step, &win.t,
-					result);
+			dtf_fault_progress(fault, "training step", step);
+			dtf_fault_at_step(fault, step);
+			if (rc == 0)
+				rc = dtf_checkpointer_poll(ck);
+			int vote = dtf_fault_pending_signal() << 8 |
+				   dtf_checkpointer_time_due(ck), agreed = 0;
+			int read_ahead = s + 1 < steps_per_epoch[0] &&
+					 step + 1 < total_steps;
+			rc = train_step(job, comm, &r, train, &ctx, rc, vote,
+					&agreed, step, read_ahead, &win.t, result);
 			if (rc < 0)
 				goto out;
-			dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
+			if (r.gpu)
+				dtf_gpu_apply(r.gpu, &r.opt, lr);
+			else
+				dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
 			double t_end = now_seconds();
 			win.t.optimizer += t_end - win.t.mark;
 			step++;
+			pos.step = step;
+			pos.epoch = epoch;
+			pos.step_in_epoch = s + 1;
+			if ((rc = after_step(job, comm, ck, fault, &pos, agreed,
+					     step == total_steps, result)) < 0)
+				goto out;
 			win.steps++;
 			win.loss += r.grads[np];
 			win.correct += r.grads[np + 1];
@@ -518,6 +783,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				/* train.eval_every_steps; all ranks see the same
 				 * (allreduced) accuracy, so all stop together */
 				struct eval_totals tot;
+				if ((rc = average_nontrainable(comm, &r)) < 0)
+					goto out;
+				dtf_fault_progress(fault, "evaluation", step);
 				if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 					goto out;
 				result->eval_loss = tot.loss_sum / tot.count;
@@ -537,8 +805,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		}
 		if (rc < 0)
 			goto out;
+		if ((rc = average_nontrainable(comm, &r)) < 0)
+			goto out;
 		if (eval && (!every || (step == total_steps && step % every))) {
 			struct eval_totals tot;
+			dtf_fault_progress(fault, "evaluation", step);
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
@@ -556,11 +827,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		}
 	}
 stopped:
+	dtf_fault_idle(fault);
 	add_times(&result->times, &win.t);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;
-	result->samples_per_second =
-		(double)step * (double)global_batch / result->wall_seconds;
+	result->samples_per_second = (double)(step - first_step) *
+				     (double)global_batch / result->wall_seconds;
 	result->step_allocations = step_allocs;
 	if (step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
@@ -571,9 +843,14 @@ stopped:
 	if (result->eval_accuracy >= 0)
 		dtf_info("final test loss %.4f, test accuracy %.4f",
 			 result->eval_loss, result->eval_accuracy);
+	if (r.gpu && (rc = dtf_gpu_download_params(r.gpu)) < 0)
+		goto out;
 	if (opts->export_variables && rank == 0)
 		rc = write_variables(opts->export_variables, r.params, np);
 out:
+	dtf_elastic_free(st.el);
+	dtf_checkpointer_free(ck);
+	dtf_fault_free(fault);
 	dtf_pipeline_free(eval);
 	dtf_pipeline_free(train);
 	replica_deinit(&r);

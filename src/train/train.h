@@ -21,6 +21,9 @@ struct dtf_train_opts {
 	int threads;        /* BLAS threads per rank; 0 = cores / local ranks */
 	const char *export_variables; /* write the final parameter vector */
 	int quiet;          /* no per-step lines */
+	int resume;         /* --resume: as checkpoint.resume: auto */
+	int allow_fresh_start; /* --allow-fresh-start: no checkpoint verifies
+				  -> train from step 0 instead of failing */
 };
 
 /* Seconds spent per phase of the training step (sums over steps). */

@@ -1,0 +1,548 @@
+/*
+ * exec_cuda.c - the CUDA executor: one switch over the op, one CUDA kernel
+ * per node, on device pointers translated from the host plan.
+ *
+ * Plain C over the backend's interface (ops/cuda/cuda.h): it includes no
+ * CUDA header and is built with or without the backend (without it, no
+ * context can be made, so dtf_cuda_exec_new is never reached).
+ *
+ * Device memory is one allocation, carved in this order (each piece
+ * DTF_ALIGN-aligned): the arena (the host plan's offsets), parameters,
+ * gradients + statistics, optimizer slots, two input sets (every feature,
+ * then example ids), evaluation totals (2 doubles).  Pinned host memory is
+ * one allocation too: two staging sets laid out as the device input sets.
+ */
+#include "ops/cuda/exec_cuda.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+#define NSETS 2
+/* events of the context: E_COPIED(s) the upload of set s is done,
+ * E_USED(s) the step that read device set s is done with it */
+#define E_COPIED(s) (s)
+#define E_USED(s) (2 + (s))
+
+struct xnode {
+	void *d;                          /* device output */
+	const struct dtf_cuda_conv *conv; /* CONV2D* */
+	const struct dtf_cuda_pool *pool; /* MAX_POOL2D* */
+};
+
+struct dtf_cuda_exec {
+	struct dtf_cuda_ctx *ctx;
+	const struct dtf_graph *g;
+	struct xnode *x;        /* per node */
+	char *dev;              /* the one device allocation */
+	size_t dev_bytes;
+	char *d_arena;
+	float *d_params, *d_grads, *d_slots;
+	double *d_eval;         /* {loss sum, correct} */
+	size_t nparams, ngrads; /* ngrads = nparams + nstats */
+	size_t nstats;
+	float *h_params, *h_grads;
+	int grads_registered;
+	int nfeatures;
+	size_t *feat_bytes;     /* per feature, one batch */
+	size_t set_bytes;       /* features + ids of one set */
+	char *d_sets[NSETS];
+	char *h_staging;        /* pinned, NSETS * set_bytes */
+	void **h_feed[NSETS];   /* per feature pointers into h_staging */
+	void **d_feed[NSETS];
+	uint64_t *h_ids[NSETS], *d_ids[NSETS];
+	int uploaded[NSETS];    /* set has an upload in flight or done */
+	int loss_end;           /* forward runs [0, loss_end) */
+};
+
+static size_t align_up(size_t n)
+{
+	return (n + DTF_ALIGN - 1) / DTF_ALIGN * DTF_ALIGN;
+}
+
+static size_t node_bytes(const struct dtf_node *n)
+{
+	return (size_t)dtf_shape_numel(&n->shape) * 4;
+}
+
+/* host pointer of the plan -> device pointer, or NULL */
+static void *translate(const struct dtf_cuda_exec *ex,
+		       const struct dtf_cuda_exec_opts *o, const void *p,
+		       size_t bytes)
+{
+	const char *c = p;
+	const char *arena = o->plan->arena;
+	if (c >= arena && c + bytes <= arena + o->plan->arena_bytes)
+		return ex->d_arena + (c - arena);
+	const char *pp = (const char *)o->params;
+	if (c >= pp && c + bytes <= pp + ex->nparams * sizeof(float))
+		return (char *)ex->d_params + (c - pp);
+	const char *gp = (const char *)o->grads;
+	if (gp && c >= gp && c + bytes <= gp + ex->ngrads * sizeof(float))
+		return (char *)ex->d_grads + (c - gp);
+	return NULL;
+}
+
+/* Is there a CUDA kernel for this op? */
+static int supported(enum dtf_op op)
+{
+	switch (op) {
+	case DTF_OP_INPUT:
+	case DTF_OP_VARIABLE:
+	case DTF_OP_RESHAPE:
+	case DTF_OP_CONV2D:
+	case DTF_OP_CONV2D_BACKPROP_INPUT:
+	case DTF_OP_CONV2D_BACKPROP_FILTER:
+	case DTF_OP_MAX_POOL2D:
+	case DTF_OP_MAX_POOL2D_GRAD:
+	case DTF_OP_MATMUL:
+	case DTF_OP_BIAS_ADD:
+	case DTF_OP_BIAS_ADD_GRAD:
+	case DTF_OP_RELU:
+	case DTF_OP_RELU_GRAD:
+	case DTF_OP_DROPOUT:
+	case DTF_OP_DROPOUT_GRAD:
+	case DTF_OP_ADD:
+	case DTF_OP_SPARSE_SOFTMAX_XENT:
+	case DTF_OP_SPARSE_SOFTMAX_XENT_GRAD:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Plans and scratch needs of every node. */
+static int plan_nodes(struct dtf_cuda_exec *ex)
+{
+	const struct dtf_graph *g = ex->g;
+	int rc;
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		if (!supported(n->op))
+			return dtf_error(DTF_ERR_CONFIG,
+					 "node '%s': op %s has no CUDA kernel",
+					 n->name, dtf_op_name(n->op));
+		switch (n->op) {
+		case DTF_OP_CONV2D:
+		case DTF_OP_CONV2D_BACKPROP_INPUT:
+		case DTF_OP_CONV2D_BACKPROP_FILTER:
+			rc = dtf_cuda_conv2d_plan(ex->ctx, &n->a.win.g,
+						  &ex->x[i].conv);
+			if (rc < 0) {
+				char msg[768];
+				snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+				return dtf_error(rc == -DTF_ERR_CONFIG
+							 ? DTF_ERR_CONFIG
+							 : DTF_ERR_RUNTIME,
+						 "node '%s': %s", n->name, msg);
+			}
+			break;
+		case DTF_OP_MAX_POOL2D:
+		case DTF_OP_MAX_POOL2D_GRAD:
+			if ((rc = dtf_cuda_pool_plan(ex->ctx, &n->a.win.g,
+						     &ex->x[i].pool)) < 0)
+				return rc;
+			break;
+		case DTF_OP_BIAS_ADD_GRAD: {
+			const struct dtf_shape *s = &g->nodes[n->inputs[0]].shape;
+			int c = (int)s->d[s->rank - 1];
+			dtf_cuda_ctx_need(ex->ctx, 0, 0,
+					  dtf_cuda_bias_add_grad_scratch(
+						  (size_t)dtf_shape_numel(s) / (size_t)c,
+						  c));
+			break;
+		}
+		default:
+			break;
+		}
+	}
+	return 0;
+}
+
+int dtf_cuda_exec_new(struct dtf_cuda_ctx *ctx,
+		      const struct dtf_cuda_exec_opts *o,
+		      struct dtf_cuda_exec **out)
+{
+	const struct dtf_graph *g = o->g;
+	int rc;
+	*out = NULL;
+	struct dtf_cuda_exec *ex = dtf_calloc(1, sizeof(*ex));
+	if (!ex)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	ex->ctx = ctx;
+	ex->g = g;
+	ex->nparams = g->nparams;
+	ex->nstats = o->nstats;
+	ex->ngrads = g->nparams + o->nstats;
+	ex->h_params = o->params;
+	ex->h_grads = o->grads;
+	ex->nfeatures = o->nfeatures;
+	ex->loss_end = g->loss >= 0 ? g->loss + 1 : g->nforward;
+	ex->x = dtf_calloc((size_t)g->nnodes, sizeof(*ex->x));
+	ex->feat_bytes = dtf_calloc((size_t)o->nfeatures + 1, sizeof(size_t));
+	for (int s = 0; s < NSETS; s++) {
+		ex->h_feed[s] = dtf_calloc((size_t)o->nfeatures + 1, sizeof(void *));
+		ex->d_feed[s] = dtf_calloc((size_t)o->nfeatures + 1, sizeof(void *));
+	}
+	if (!ex->x || !ex->feat_bytes || !ex->h_feed[0] || !ex->h_feed[1] ||
+	    !ex->d_feed[0] || !ex->d_feed[1]) {
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		goto fail;
+	}
+	if ((rc = plan_nodes(ex)) < 0)
+		goto fail;
+
+	/* one input set: every feature of one batch, then the ids */
+	ex->set_bytes = 0;
+	for (int f = 0; f < o->nfeatures; f++) {
+		ex->feat_bytes[f] = (size_t)dtf_feature_numel(&o->features[f]) *
+				    (size_t)g->batch * 4;
+		ex->set_bytes += align_up(ex->feat_bytes[f]);
+	}
+	size_t ids_off = ex->set_bytes;
+	ex->set_bytes += align_up((size_t)g->batch * sizeof(uint64_t));
+
+	size_t off_params = align_up(o->plan->arena_bytes);
+	size_t off_grads = off_params + align_up(ex->nparams * sizeof(float));
+	size_t off_slots = off_grads + align_up(ex->ngrads * sizeof(float));
+	size_t off_sets = off_slots + align_up(o->optimizer_slots * sizeof(float));
+	size_t off_eval = off_sets + NSETS * ex->set_bytes;
+	ex->dev_bytes = off_eval + align_up(2 * sizeof(double));
+	if ((rc = dtf_cuda_malloc(ctx, ex->dev_bytes, (void **)&ex->dev)) < 0)
+		goto fail;
+	ex->d_arena = ex->dev;
+	ex->d_params = (float *)(ex->dev + off_params);
+	ex->d_grads = (float *)(ex->dev + off_grads);
+	ex->d_slots = o->optimizer_slots ? (float *)(ex->dev + off_slots) : NULL;
+	ex->d_eval = (double *)(ex->dev + off_eval);
+	if ((rc = dtf_cuda_host_alloc(ctx, NSETS * ex->set_bytes,
+				      (void **)&ex->h_staging)) < 0)
+		goto fail;
+	for (int s = 0; s < NSETS; s++) {
+		ex->d_sets[s] = ex->dev + off_sets + (size_t)s * ex->set_bytes;
+		char *h = ex->h_staging + (size_t)s * ex->set_bytes;
+		size_t off = 0;
+		for (int f = 0; f < o->nfeatures; f++) {
+			ex->h_feed[s][f] = h + off;
+			ex->d_feed[s][f] = ex->d_sets[s] + off;
+			off += align_up(ex->feat_bytes[f]);
+		}
+		ex->h_ids[s] = (uint64_t *)(h + ids_off);
+		ex->d_ids[s] = (uint64_t *)(ex->d_sets[s] + ids_off);
+	}
+
+	/* translate every node's buffer */
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		if (n->op == DTF_OP_INPUT) {
+			ex->x[i].d = ex->d_feed[0][n->a.in.feature];
+			continue;
+		}
+		if (n->op == DTF_OP_RESHAPE) {
+			ex->x[i].d = ex->x[n->inputs[0]].d;
+			continue;
+		}
+		ex->x[i].d = translate(ex, o, n->data, node_bytes(n));
+		if (!ex->x[i].d) {
+			rc = dtf_error(DTF_ERR_RUNTIME,
+				       "node '%s': its buffer is outside the plan (a bug)",
+				       n->name);
+			goto fail;
+		}
+	}
+	if ((rc = dtf_cuda_ctx_reserve(ctx)) < 0)
+		goto fail;
+	if (o->grads) {
+		if ((rc = dtf_cuda_host_register(ctx, o->grads,
+						 ex->ngrads * sizeof(float))) < 0)
+			goto fail;
+		ex->grads_registered = 1;
+	}
+	*out = ex;
+	return 0;
+fail:
+	dtf_cuda_exec_free(ex);
+	return rc;
+}
+
+void dtf_cuda_exec_free(struct dtf_cuda_exec *ex)
+{
+	if (!ex)
+		return;
+	if (ex->ctx && (ex->dev || ex->h_staging))
+		dtf_cuda_sync(ex->ctx);
+	if (ex->grads_registered)
+		dtf_cuda_host_unregister(ex->ctx, ex->h_grads);
+	if (ex->h_staging)
+		dtf_cuda_host_free(ex->ctx, ex->h_staging);
+	if (ex->dev)
+		dtf_cuda_free(ex->ctx, ex->dev);
+	for (int s = 0; s < NSETS; s++) {
+		dtf_free(ex->h_feed[s]);
+		dtf_free(ex->d_feed[s]);
+	}
+	dtf_free(ex->feat_bytes);
+	dtf_free(ex->x);
+	dtf_free(ex);
+}
+
+size_t dtf_cuda_exec_device_bytes(const struct dtf_cuda_exec *ex)
+{
+	return ex->dev_bytes + dtf_cuda_ctx_scratch_bytes(ex->ctx);
+}
+
+void *const *dtf_cuda_exec_feed(struct dtf_cuda_exec *ex, int set)
+{
+	return ex->h_feed[set];
+}
+
+uint64_t *dtf_cuda_exec_ids(struct dtf_cuda_exec *ex, int set)
+{
+	return ex->h_ids[set];
+}
+
+int dtf_cuda_exec_staging_ready(struct dtf_cuda_exec *ex, int set)
+{
+	if (!ex->uploaded[set])
+		return 0;
+	ex->uploaded[set] = 0;
+	return dtf_cuda_event_sync(ex->ctx, E_COPIED(set));
+}
+
+void dtf_cuda_exec_upload(struct dtf_cuda_exec *ex, int set)
+{
+	struct dtf_cuda_ctx *ctx = ex->ctx;
+	/* one copy: the set is contiguous on both sides */
+	dtf_cuda_stream_wait(ctx, DTF_CUDA_COPY, E_USED(set));
+	dtf_cuda_copy_async(ctx, DTF_CUDA_COPY, ex->d_sets[set],
+			    ex->h_staging + (size_t)set * ex->set_bytes,
+			    ex->set_bytes);
+	dtf_cuda_event_record(ctx, DTF_CUDA_COPY, E_COPIED(set));
+	ex->uploaded[set] = 1;
+}
+
+/* ---- the switch ---------------------------------------------------------------- */
+
+static float *D(const struct dtf_cuda_exec *ex, int id)
+{
+	return ex->x[id].d;
+}
+
+static void exec_node(struct dtf_cuda_exec *ex, int i,
+		      const struct dtf_exec_ctx *c, int set,
+		      enum dtf_cuda_stats stats)
+{
+	struct dtf_cuda_ctx *ctx = ex->ctx;
+	const struct dtf_graph *g = ex->g;
+	const struct dtf_node *n = &g->nodes[i];
+	const struct xnode *xn = &ex->x[i];
+	int a = n->inputs[0], b = n->inputs[1];
+	size_t numel = (size_t)dtf_shape_numel(&n->shape);
+	float *y = xn->d;
+
+	switch (n->op) {
+	case DTF_OP_INPUT:
+	case DTF_OP_VARIABLE:
+	case DTF_OP_RESHAPE:
+		break;
+	case DTF_OP_CONV2D:
+		dtf_cuda_conv2d(ctx, xn->conv, D(ex, a), D(ex, b), y);
+		break;
+	case DTF_OP_CONV2D_BACKPROP_INPUT:
+		dtf_cuda_conv2d_backprop_input(ctx, xn->conv, D(ex, a), D(ex, b),
+					       y);
+		break;
+	case DTF_OP_CONV2D_BACKPROP_FILTER:
+		dtf_cuda_conv2d_backprop_filter(ctx, xn->conv, D(ex, a),
+						D(ex, b), y);
+		break;
+	case DTF_OP_MAX_POOL2D:
+		dtf_cuda_max_pool2d(ctx, xn->pool, D(ex, a), y);
+		break;
+	case DTF_OP_MAX_POOL2D_GRAD:
+		dtf_cuda_max_pool2d_grad(ctx, xn->pool, D(ex, a), D(ex, b), y);
+		break;
+	case DTF_OP_MATMUL: {
+		const struct dtf_shape *sa = &g->nodes[a].shape;
+		int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
+		int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+		dtf_cuda_matmul(ctx, m, cols, k, D(ex, a), n->a.mm.trans_a,
+				D(ex, b), n->a.mm.trans_b, y);
+		break;
+	}
+	case DTF_OP_BIAS_ADD: {
+		int ch = (int)n->shape.d[n->shape.rank - 1];
+		dtf_cuda_bias_add(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b),
+				  y);
+		break;
+	}
+	case DTF_OP_BIAS_ADD_GRAD: {
+		const struct dtf_shape *s = &g->nodes[a].shape;
+		int ch = (int)s->d[s->rank - 1];
+		dtf_cuda_bias_add_grad(ctx, (size_t)dtf_shape_numel(s) / (size_t)ch,
+				       ch, D(ex, a), y);
+		break;
+	}
+	case DTF_OP_RELU:
+		dtf_cuda_relu(ctx, numel, D(ex, a), y);
+		break;
+	case DTF_OP_RELU_GRAD:
+		dtf_cuda_relu_grad(ctx, numel, D(ex, a), D(ex, b), y);
+		break;
+	case DTF_OP_DROPOUT:
+	case DTF_OP_DROPOUT_GRAD: {
+		size_t rows = (size_t)n->shape.d[0], cols = numel / rows;
+		float rate = c->training ? n->a.drop.rate : 0.0f;
+		uint32_t salt = dtf_exec_dropout_salt(n, c->step);
+		if (n->op == DTF_OP_DROPOUT)
+			dtf_cuda_dropout(ctx, rows, cols, rate, c->dropout_key,
+					 ex->d_ids[set], salt, D(ex, a), y);
+		else
+			dtf_cuda_dropout_grad(ctx, rows, cols, rate,
+					      c->dropout_key, ex->d_ids[set],
+					      salt, D(ex, a), y);
+		break;
+	}
+	case DTF_OP_ADD:
+		dtf_cuda_add(ctx, numel, D(ex, a), D(ex, b), y);
+		break;
+	case DTF_OP_SPARSE_SOFTMAX_XENT: {
+		const struct dtf_shape *s = &g->nodes[a].shape;
+		int step = stats == DTF_CUDA_STATS_STEP && ex->nstats >= 1;
+		dtf_cuda_sparse_softmax_xent(
+			ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
+			(const int32_t *)D(ex, b), (size_t)c->valid,
+			c->loss_scale, y, step ? ex->d_grads + ex->nparams : NULL,
+			step ? NULL : &ex->d_eval[0]);
+		break;
+	}
+	case DTF_OP_SPARSE_SOFTMAX_XENT_GRAD: {
+		const struct dtf_shape *s = &g->nodes[a].shape;
+		dtf_cuda_sparse_softmax_xent_grad(
+			ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
+			(const int32_t *)D(ex, b), (size_t)c->valid,
+			c->loss_scale, y);
+		break;
+	}
+	default:
+		DTF_ASSERT(!"op without a CUDA kernel (checked at planning)");
+	}
+}
+
+void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
+		       const struct dtf_exec_ctx *c, int backward,
+		       enum dtf_cuda_stats stats)
+{
+	struct dtf_cuda_ctx *ctx = ex->ctx;
+	const struct dtf_graph *g = ex->g;
+	/* inputs (and reshapes of them) read device set `set` */
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		if (n->op == DTF_OP_INPUT)
+			ex->x[i].d = ex->d_feed[set][n->a.in.feature];
+		else if (n->op == DTF_OP_RESHAPE)
+			ex->x[i].d = ex->x[n->inputs[0]].d;
+	}
+	dtf_cuda_stream_wait(ctx, DTF_CUDA_COMPUTE, E_COPIED(set));
+	for (int i = 0; i < ex->loss_end; i++)
+		exec_node(ex, i, c, set, stats);
+	if (backward)
+		for (int i = g->nforward; i < g->nnodes; i++)
+			exec_node(ex, i, c, set, stats);
+	if (g->logits >= 0 && g->labels >= 0) {
+		const struct dtf_shape *s = &g->nodes[g->logits].shape;
+		int step = stats == DTF_CUDA_STATS_STEP;
+		dtf_cuda_count_correct(ctx, (size_t)s->d[0], (int)s->d[1],
+				       D(ex, g->logits),
+				       (const int32_t *)D(ex, g->labels),
+				       (size_t)c->valid,
+				       step && ex->nstats >= 2
+					       ? ex->d_grads + ex->nparams + 1
+					       : NULL,
+				       step ? NULL : &ex->d_eval[1]);
+	}
+	if (stats == DTF_CUDA_STATS_STEP && ex->nstats >= 3)
+		dtf_cuda_fill(ctx, ex->d_grads + ex->nparams + 2, 1,
+			      (float)c->valid);
+	/* after the last reader of the set (count_correct reads labels) */
+	dtf_cuda_event_record(ctx, DTF_CUDA_COMPUTE, E_USED(set));
+}
+
+void dtf_cuda_exec_download_grads(struct dtf_cuda_exec *ex)
+{
+	dtf_cuda_copy_async(ex->ctx, DTF_CUDA_COMPUTE, ex->h_grads, ex->d_grads,
+			    ex->ngrads * sizeof(float));
+}
+
+void dtf_cuda_exec_upload_grads(struct dtf_cuda_exec *ex)
+{
+	dtf_cuda_copy_async(ex->ctx, DTF_CUDA_COMPUTE, ex->d_grads, ex->h_grads,
+			    ex->ngrads * sizeof(float));
+}
+
+void dtf_cuda_exec_download_stats(struct dtf_cuda_exec *ex)
+{
+	dtf_cuda_copy_async(ex->ctx, DTF_CUDA_COMPUTE, ex->h_grads + ex->nparams,
+			    ex->d_grads + ex->nparams,
+			    ex->nstats * sizeof(float));
+}
+
+float *dtf_cuda_exec_device_grads(struct dtf_cuda_exec *ex)
+{
+	return ex->d_grads;
+}
+
+int dtf_cuda_exec_wait(struct dtf_cuda_exec *ex)
+{
+	return dtf_cuda_sync(ex->ctx);
+}
+
+void dtf_cuda_exec_apply(struct dtf_cuda_exec *ex, struct dtf_optimizer *opt,
+			 double lr)
+{
+	/* optimizer.c's arithmetic: step size in double, update in float */
+	opt->iterations++;
+	size_t n = ex->nparams;
+	if (opt->kind == DTF_OPT_ADAM) {
+		double t = (double)opt->iterations;
+		float step = (float)(lr * sqrt(1.0 - pow(opt->beta_2, t)) /
+				     (1.0 - pow(opt->beta_1, t)));
+		dtf_cuda_adam(ex->ctx, n, ex->d_params, ex->d_grads, ex->d_slots,
+			      ex->d_slots + n, step, (float)opt->beta_1,
+			      (float)opt->beta_2, (float)opt->epsilon);
+	} else {
+		dtf_cuda_sgd(ex->ctx, n, ex->d_params, ex->d_grads,
+			     opt->momentum != 0.0 ? ex->d_slots : NULL,
+			     (float)lr, (float)opt->momentum, opt->nesterov);
+	}
+}
+
+int dtf_cuda_exec_upload_params(struct dtf_cuda_exec *ex)
+{
+	return dtf_cuda_upload(ex->ctx, ex->d_params, ex->h_params,
+			       ex->nparams * sizeof(float));
+}
+
+int dtf_cuda_exec_download_params(struct dtf_cuda_exec *ex)
+{
+	return dtf_cuda_download(ex->ctx, ex->h_params, ex->d_params,
+				 ex->nparams * sizeof(float));
+}
+
+int dtf_cuda_exec_eval_totals(struct dtf_cuda_exec *ex, double out[2])
+{
+	int rc = dtf_cuda_download(ex->ctx, out, ex->d_eval, 2 * sizeof(double));
+	if (rc < 0)
+		return rc;
+	static const double zeros[2] = {0.0, 0.0};
+	return dtf_cuda_upload(ex->ctx, ex->d_eval, zeros, sizeof(zeros));
+}
+
+int dtf_cuda_exec_read_node(struct dtf_cuda_exec *ex, int node, void *dst)
+{
+	return dtf_cuda_download(ex->ctx, dst, ex->x[node].d,
+				 node_bytes(&ex->g->nodes[node]));
+}

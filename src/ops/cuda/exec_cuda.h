@@ -1,0 +1,132 @@
+/*
+ * exec_cuda.h - run a planned graph on one GPU (the CUDA twin of
+ * graph/exec.h, which stays the reference).
+ *
+ * The host plan (mem/plan.h) decides where every node lives; the executor
+ * mirrors it on the device: one device allocation holds the arena at the
+ * same offsets, the parameter vector, the gradient vector (with the step
+ * statistics behind it, as on the host), the optimizer slots and two sets
+ * of input buffers.  Node pointers are translated once: host arena + off ->
+ * device arena + off, params + off -> device params + off, and so on, so a
+ * planner that reuses buffers is followed without change.  Inputs come
+ * through two pinned host staging sets: the pipeline decodes batch k+1 into
+ * one while step k runs on the other, and its copy runs on the copy stream,
+ * overlapping the step.  Planning picks every cuDNN algorithm and sizes the
+ * one workspace; a step allocates nothing.
+ *
+ * Per step (set = the staging set of this batch):
+ *   dtf_cuda_exec_upload(set)  -> H2D of the batch on the copy stream
+ *   dtf_cuda_exec_run(set, ..) -> forward [+ backward] on the compute stream
+ *                                 after that copy, then the statistics
+ *   dtf_cuda_exec_download_grads / wait
+ *   (allreduce, host-staged or on device pointers)
+ *   dtf_cuda_exec_upload_grads + dtf_cuda_exec_apply (fused update)
+ */
+#ifndef DTF_OPS_CUDA_EXEC_CUDA_H
+#define DTF_OPS_CUDA_EXEC_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/job.h"
+#include "graph/exec.h"
+#include "graph/graph.h"
+#include "mem/plan.h"
+#include "ops/cuda/cuda.h"
+#include "train/optimizer.h"
+
+struct dtf_cuda_exec;
+
+struct dtf_cuda_exec_opts {
+	const struct dtf_graph *g;  /* planned with plan, params, grads */
+	const struct dtf_plan *plan;
+	float *params;              /* host, g->nparams */
+	float *grads;               /* host, g->nparams + nstats; pinned
+				       (registered) here for async copies */
+	size_t nstats;              /* loss sum, correct, examples */
+	const struct dtf_feature_spec *features; /* the job's, every one is
+						    staged */
+	int nfeatures;
+	size_t optimizer_slots;     /* floats of optimizer state (0, n, 2n) */
+};
+
+/* Statistics the run writes. */
+enum dtf_cuda_stats {
+	DTF_CUDA_STATS_STEP = 0, /* into the gradient vector's tail */
+	DTF_CUDA_STATS_EVAL = 1, /* added to the evaluation totals */
+};
+
+/*
+ * Mirror the planned graph on ctx's device.  Every op must have a CUDA
+ * kernel and every conv2d a cuDNN plan; otherwise DTF_ERR_CONFIG naming
+ * the node and the op (the caller may fall back to the CPU).
+ * Errors: DTF_ERR_CONFIG, DTF_ERR_NOMEM (device or pinned memory),
+ * DTF_ERR_RUNTIME.
+ */
+int dtf_cuda_exec_new(struct dtf_cuda_ctx *ctx,
+		      const struct dtf_cuda_exec_opts *opts,
+		      struct dtf_cuda_exec **out);
+/* NULL is a no-op.  Unregisters the host gradient vector. */
+void dtf_cuda_exec_free(struct dtf_cuda_exec *ex);
+
+/* Device bytes held (arena, vectors, inputs, scratch). */
+size_t dtf_cuda_exec_device_bytes(const struct dtf_cuda_exec *ex);
+
+/* Staging set `set` (0 or 1): per-feature pinned host buffers (batch
+ * examples each) and example ids, for dtf_pipeline_next(). */
+void *const *dtf_cuda_exec_feed(struct dtf_cuda_exec *ex, int set);
+uint64_t *dtf_cuda_exec_ids(struct dtf_cuda_exec *ex, int set);
+
+/* Block until staging set `set` may be overwritten (its last upload is
+ * done).  Errors: DTF_ERR_RUNTIME. */
+int dtf_cuda_exec_staging_ready(struct dtf_cuda_exec *ex, int set);
+
+/* Copy staging set `set` to the device on the copy stream (after the step
+ * that last read its device buffers). */
+void dtf_cuda_exec_upload(struct dtf_cuda_exec *ex, int set);
+
+/*
+ * Run the forward pass (to the loss), and the backward pass when
+ * `backward`, on input set `set`, then the statistics of `stats`.  ctx
+ * gives training, step, valid, loss_scale and dropout_key (its workspace
+ * and example_ids are the CPU's and are not used).  Asynchronous.
+ */
+void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
+		       const struct dtf_exec_ctx *ctx, int backward,
+		       enum dtf_cuda_stats stats);
+
+/* Copy the gradient vector and statistics to the host vector given at
+ * creation (asynchronous, compute stream). */
+void dtf_cuda_exec_download_grads(struct dtf_cuda_exec *ex);
+/* Copy the host gradient vector (after a host allreduce) to the device. */
+void dtf_cuda_exec_upload_grads(struct dtf_cuda_exec *ex);
+/* Copy only the statistics behind the gradients to the host (after an
+ * allreduce on device pointers). */
+void dtf_cuda_exec_download_stats(struct dtf_cuda_exec *ex);
+/* The device gradient vector (nparams + nstats floats), for a CUDA-aware
+ * allreduce. */
+float *dtf_cuda_exec_device_grads(struct dtf_cuda_exec *ex);
+
+/* Wait for all queued work; the first failure since the last wait.
+ * Errors: DTF_ERR_RUNTIME. */
+int dtf_cuda_exec_wait(struct dtf_cuda_exec *ex);
+
+/* One optimizer update on the device (optimizer.h's formulas; advances
+ * opt->iterations as dtf_optimizer_apply does; opt's host slots unused). */
+void dtf_cuda_exec_apply(struct dtf_cuda_exec *ex, struct dtf_optimizer *opt,
+			 double lr);
+
+/* Parameters between the host vector given at creation and the device
+ * (synchronous).  Errors: DTF_ERR_RUNTIME. */
+int dtf_cuda_exec_upload_params(struct dtf_cuda_exec *ex);
+int dtf_cuda_exec_download_params(struct dtf_cuda_exec *ex);
+
+/* Evaluation totals {loss sum, correct} since the last call (synchronous;
+ * resets them).  Errors: DTF_ERR_RUNTIME. */
+int dtf_cuda_exec_eval_totals(struct dtf_cuda_exec *ex, double out[2]);
+
+/* Copy a node's output (forward values) to host memory `dst` (numel * 4
+ * bytes); for tests.  Errors: DTF_ERR_RUNTIME. */
+int dtf_cuda_exec_read_node(struct dtf_cuda_exec *ex, int node, void *dst);
+
+#endif

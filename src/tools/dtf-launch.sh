@@ -1,0 +1,170 @@
+#!/bin/sh
+# dtf-launch - run "mpirun -n N dtf-train --resume ..." and run it again
+# from the newest checkpoint when it fails or is stopped by a signal, up to
+# --max-restarts times, optionally with fewer ranks (--min-np).  See
+# dtf-train(1), section RESTARTS.
+#
+# Exit statuses of an attempt (dtf-train's, passed through by mpirun):
+#   0        done: stop, exit 0
+#   2, 3, 4  job file, input data or checkpoint error: a restart would fail
+#            the same way: stop, exit with it
+#   75       stopped by a signal after writing a checkpoint: restart, unless
+#            dtf-launch itself was signalled (then exit 75 so that a
+#            scheduler can requeue)
+#   other    a rank failed, died or hung: restart
+# A SIGTERM, SIGINT or SIGUSR1 sent to dtf-launch is passed to mpirun as
+# SIGUSR1, which Open MPI forwards to every rank: they checkpoint and stop.
+set -u
+
+prog=dtf-launch
+usage() {
+	cat <<EOF
+Usage: $prog [OPTION]... [--] [DTF-TRAIN OPTION]... JOB.yaml
+Run dtf-train under mpirun with --resume; when a run fails or exits 75,
+run it again from the newest checkpoint.
+
+Options:
+  -n, --np N            ranks (mpirun -n N; default: let mpirun decide)
+      --min-np M        after a failed attempt, use one rank fewer, down to M
+      --max-restarts K  restarts after the first attempt (default 3)
+      --mpirun CMD      launcher command and its options (default: \$DTF_MPIRUN
+                        or "mpirun"), e.g. "mpirun --hostfile hosts"
+      --dtf-train PATH  the dtf-train binary (default: next to $prog, else PATH)
+      --delay SEC       seconds to wait before a restart (default 1)
+  -h, --help            show this help and exit
+
+Exit status: 0 done; otherwise the status of the last attempt
+(2 job file, 3 data, 4 checkpoint error, 75 stopped by a signal).
+EOF
+}
+
+np=
+min_np=
+max_restarts=3
+mpirun=${DTF_MPIRUN:-mpirun}
+delay=1
+here=$(dirname "$0")
+if [ -x "$here/dtf-train" ]; then
+	train="$here/dtf-train"
+else
+	train=dtf-train
+fi
+
+need_int() { # option value
+	case $2 in
+	'' | *[!0-9]*)
+		echo "$prog: $1: expected a non-negative integer, got '$2'" >&2
+		exit 2
+		;;
+	esac
+}
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	-n | --np) [ $# -ge 2 ] || { usage >&2; exit 2; }; need_int "$1" "$2"; np=$2; shift 2 ;;
+	--min-np) [ $# -ge 2 ] || { usage >&2; exit 2; }; need_int "$1" "$2"; min_np=$2; shift 2 ;;
+	--max-restarts) [ $# -ge 2 ] || { usage >&2; exit 2; }; need_int "$1" "$2"; max_restarts=$2; shift 2 ;;
+	--mpirun) [ $# -ge 2 ] || { usage >&2; exit 2; }; mpirun=$2; shift 2 ;;
+	--dtf-train) [ $# -ge 2 ] || { usage >&2; exit 2; }; train=$2; shift 2 ;;
+	--delay) [ $# -ge 2 ] || { usage >&2; exit 2; }; need_int "$1" "$2"; delay=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	--) shift; break ;;
+	*) break ;;
+	esac
+done
+if [ $# -eq 0 ]; then
+	echo "$prog: missing the job file" >&2
+	usage >&2
+	exit 2
+fi
+if [ -n "$min_np" ] && [ -z "$np" ]; then
+	echo "$prog: --min-np needs --np" >&2
+	exit 2
+fi
+if [ -n "$min_np" ] && [ "$min_np" -gt "$np" ]; then
+	echo "$prog: --min-np $min_np is more than --np $np" >&2
+	exit 2
+fi
+
+reason() { # status -> words
+	case $1 in
+	0) echo "done" ;;
+	1) echo "a runtime failure, or another rank failed" ;;
+	2) echo "a usage or job-file error" ;;
+	3) echo "an input data error" ;;
+	4) echo "a checkpoint error" ;;
+	75) echo "stopped by a signal after writing a checkpoint" ;;
+	124) echo "timed out" ;;
+	*)
+		if [ "$1" -gt 128 ]; then
+			sig=$(($1 - 128))
+			name=$(kill -l "$sig" 2>/dev/null || echo "$sig")
+			echo "a process was killed by SIG$name"
+		else
+			echo "a failure (status $1)"
+		fi
+		;;
+	esac
+}
+
+stop=0
+child=
+forward() {
+	stop=1
+	[ -n "$child" ] && kill -USR1 "$child" 2>/dev/null
+}
+trap forward TERM INT USR1
+
+attempts=$((max_restarts + 1))
+attempt=1
+st=0
+while :; do
+	npopt=
+	[ -n "$np" ] && npopt="-n $np"
+	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt $train --resume $*" >&2
+	# shellcheck disable=SC2086 # $mpirun and $npopt are word lists
+	DTF_LAUNCH_ATTEMPT=$attempt $mpirun $npopt "$train" --resume "$@" &
+	child=$!
+	while :; do
+		wait "$child"
+		st=$?
+		# a trapped signal interrupts wait; wait again for mpirun itself
+		if [ "$st" -gt 128 ] && kill -0 "$child" 2>/dev/null; then
+			continue
+		fi
+		break
+	done
+	child=
+	why=$(reason "$st")
+	case $st in
+	0)
+		echo "$prog: attempt $attempt ended: $why" >&2
+		exit 0
+		;;
+	2 | 3 | 4)
+		echo "$prog: attempt $attempt ended with status $st ($why); a restart would fail the same way" >&2
+		exit "$st"
+		;;
+	esac
+	if [ "$stop" -eq 1 ]; then
+		echo "$prog: attempt $attempt ended with status $st ($why) after $prog was signalled; not restarting" >&2
+		[ "$st" -eq 75 ] && exit 75
+		exit "$st"
+	fi
+	if [ "$attempt" -ge "$attempts" ]; then
+		echo "$prog: giving up after $attempt attempt(s): the last ended with status $st ($why)" >&2
+		exit "$st"
+	fi
+	if [ -n "$min_np" ] && [ "$st" -ne 75 ] && [ "$np" -gt "$min_np" ]; then
+		np=$((np - 1))
+		echo "$prog: attempt $attempt ended with status $st ($why); restarting from the newest checkpoint with $np rank(s) in $delay s" >&2
+	else
+		echo "$prog: attempt $attempt ended with status $st ($why); restarting from the newest checkpoint in $delay s" >&2
+	fi
+	sleep "$delay"
+	if [ "$stop" -eq 1 ]; then
+		echo "$prog: signalled while waiting to restart; not restarting" >&2
+		exit "$st"
+	fi
+	attempt=$((attempt + 1))
+done

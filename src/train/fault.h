@@ -1,0 +1,79 @@
+/*
+ * fault.h - preemption signals, the collective watchdog, and fault
+ * injection for tests (DESIGN.md section 6).
+ *
+ * Signals: SIGTERM, SIGINT and SIGUSR1 (what Slurm sends before a job's
+ * time ends, see srun --signal) only set a flag here.  The training loop
+ * puts the flag into the per-step status agreement, so every rank learns at
+ * the same step boundary that some rank was signalled; the chief then
+ * writes a checkpoint and every rank exits 75 (EX_TEMPFAIL).  After the
+ * first SIGTERM or SIGINT the default action is restored, so a second one
+ * ends the process at once.  SIGXFSZ is ignored, so writing past
+ * RLIMIT_FSIZE fails with EFBIG (an error we report) instead of killing.
+ *
+ * Watchdog: a thread that ends the whole job (MPI_Abort through dist/)
+ * when the main thread makes no progress for fault.timeout_seconds; the
+ * loop marks progress at every step, evaluation and checkpoint.  A rank
+ * stuck in a collective because a peer hangs, or hung itself, so never
+ * waits forever.  A rank that dies is seen by mpirun, which ends the job
+ * (naming the rank, its PID and node) before the watchdog would.
+ *
+ * Fault injection: the environment variable DTF_FAULT holds one or more
+ * comma-separated specs "ACTION[:rank=R][:step=S][:attempt=A]", for tests:
+ *   kill   SIGKILL this process at the start of step S (0-based: S steps
+ *          are done)
+ *   term, int, usr1   raise that signal at the start of step S
+ *   hang   stop making progress (sleep forever) at the start of step S
+ *   exit   _exit(1) without MPI_Finalize at the start of step S
+ *   kill-in-checkpoint-write   SIGKILL half way through writing the
+ *          checkpoint of step S (any checkpoint when no step is given)
+ * rank: the rank it applies to (default every rank); attempt: applies only
+ * when DTF_LAUNCH_ATTEMPT (set by dtf-launch, default 1) equals A (default
+ * 1), so a restarted run does not fail again at the same step.
+ */
+#ifndef DTF_TRAIN_FAULT_H
+#define DTF_TRAIN_FAULT_H
+
+#include <stdint.h>
+
+struct dtf_comm;
+struct dtf_fault;
+
+/*
+ * Parse DTF_FAULT, install the signal handlers and, when timeout_seconds
+ * > 0, start the watchdog (disarmed until the first dtf_fault_progress).
+ * comm may be NULL (no watchdog abort possible: the watchdog is not
+ * started).  Errors: DTF_ERR_USAGE (a malformed DTF_FAULT, quoted),
+ * DTF_ERR_NOMEM, DTF_ERR_RUNTIME (thread creation).
+ */
+int dtf_fault_new(struct dtf_comm *comm, int rank, double timeout_seconds,
+		  struct dtf_fault **out);
+
+/* Stop the watchdog and restore the previous signal actions.  NULL is a
+ * no-op.  A pending signal stays readable until the next dtf_fault_new. */
+void dtf_fault_free(struct dtf_fault *f);
+
+/* The first of SIGTERM/SIGINT/SIGUSR1 received since dtf_fault_new, or 0.
+ * Async-signal-safe to call. */
+int dtf_fault_pending_signal(void);
+
+/* "SIGTERM" etc. */
+const char *dtf_fault_signal_name(int sig);
+
+/* Mark progress: restart the watchdog's clock for `phase` (a static
+ * string: "training step", "evaluation", "checkpoint") at global step
+ * `step`. */
+void dtf_fault_progress(struct dtf_fault *f, const char *phase, int64_t step);
+
+/* Disarm the watchdog (until the next dtf_fault_progress). */
+void dtf_fault_idle(struct dtf_fault *f);
+
+/* Injection hook at the start of global step `step` (S steps done).  May
+ * not return (kill, hang, exit). */
+void dtf_fault_at_step(struct dtf_fault *f, int64_t step);
+
+/* 1 when the checkpoint of `step` being written should be cut by SIGKILL
+ * half way (kill-in-checkpoint-write). */
+int dtf_fault_kill_in_write(const struct dtf_fault *f, int64_t step);
+
+#endif

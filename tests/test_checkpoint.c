@@ -1,0 +1,770 @@
+/*
+ * test_checkpoint.c - checkpoints, exact resume, preemption, dead and stuck
+ * ranks, dtf-launch restarts, with injected faults (DTF_FAULT).
+ *
+ * Runs the real binaries (dtf-records synth, mpirun dtf-train, dtf-launch)
+ * on 480 synthetic 8x8 records and a tiny CNN (1148 parameters, Adam,
+ * dropout, a shuffle buffer): 30 steps per epoch at global batch 16, 60
+ * steps in all.  Reference runs of 60 uninterrupted steps on 1 and on 2
+ * ranks are made once; every interrupted-and-resumed run must reproduce
+ * their final variables bit for bit.  Every mpirun is bounded by timeout(1).
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "data/crc32c.h"
+#include "data/pipeline.h"
+#include "train/checkpoint.h"
+#include "train/elastic.h"
+
+static char tmp[256];
+static const char *build_root;
+
+static const char job_text[] =
+	"name: tiny-cnn\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 2}}\n"
+	"    - flatten\n"
+	"    - {dense: {units: %d, activation: relu}}\n"
+	"    - {dropout: {rate: 0.25}}\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  max_steps: 60\n"
+	"  epochs: 5\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"checkpoint: {every_steps: 10, keep: 3}\n"
+	"logging: {every_steps: 10}\n";
+
+#define CKPT_BYTES 16128 /* one checkpoint of this model */
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* dtf-train on `np` ranks, checkpoints in TMP/<dir>, log to TMP/<log>;
+ * `extra` goes before the job file with each '@' replaced by TMP, `env`
+ * before mpirun. */
+static int train(int np, const char *env, const char *dir, const char *extra,
+		 const char *log)
+{
+	char x[1024];
+	size_t n = 0;
+	for (const char *p = extra; *p && n < sizeof(x) - sizeof(tmp) - 1; p++)
+		if (*p == '@')
+			n += (size_t)snprintf(x + n, sizeof(x) - n, "%s", tmp);
+		else
+			x[n++] = *p;
+	x[n] = 0;
+	return run("%s timeout 60 mpirun -np %d %s/dtf-train -t 1 "
+		   "--set checkpoint.dir=%s/%s %s %s/job.yaml >/dev/null 2>%s/%s",
+		   env, np, build_root, tmp, dir, x, tmp, tmp, log);
+}
+
+static char *slurp(const char *name)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "missing %s", path);
+	static char buf[1 << 16];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+static int exists(const char *name)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	return access(path, F_OK) == 0;
+}
+
+static long file_size(const char *name)
+{
+	char path[512];
+	struct stat st;
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+#define ck_assert_log(log, text)                                          \
+	do {                                                              \
+		const char *l_ = slurp(log);                              \
+		ck_assert_msg(strstr(l_, text) != NULL,                   \
+			      "no '%s' in %s:\n%s", text, log, l_);       \
+	} while (0)
+
+/* Two exported variable files are byte-identical. */
+static void assert_same_vars(const char *a, const char *b)
+{
+	char pa[512], pb[512];
+	snprintf(pa, sizeof(pa), "%s/%s", tmp, a);
+	snprintf(pb, sizeof(pb), "%s/%s", tmp, b);
+	ck_assert_msg(run("cmp -s %s %s", pa, pb) == 0,
+		      "%s and %s differ", a, b);
+	ck_assert_int_ge(file_size(a), 16 + 4 * 1148);
+}
+
+static void verify(const char *name, const char *want_error)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	struct dtf_ckpt_file f;
+	int rc = dtf_ckpt_file_read(path, &f);
+	if (!want_error) {
+		ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+		dtf_ckpt_file_deinit(&f);
+		return;
+	}
+	ck_assert_int_eq(rc, -DTF_ERR_CHECKPOINT);
+	ck_assert_msg(strstr(dtf_error_msg(), want_error) != NULL,
+		      "wanted '%s', got '%s'", want_error, dtf_error_msg());
+}
+
+static void write_job(const char *name, int units)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", tmp, name);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, job_text, tmp, units);
+	fclose(f);
+}
+
+static void setup(void)
+{
+	build_root = getenv("DTF_BUILD_ROOT");
+	if (!build_root)
+		build_root = ".";
+	const char *t = getenv("TMPDIR");
+	snprintf(tmp, sizeof(tmp), "%s/dtf-ckpt-test-XXXXXX", t ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tmp));
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
+			     "--shards 2 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
+			     build_root, tmp), 0);
+	write_job("job.yaml", 16);
+	/* the references: 60 uninterrupted steps, checkpoints on */
+	ck_assert_int_eq(train(1, "", "ref1", "--export-variables @/REF1", "ref1.log") , 0);
+}
+
+static void teardown(void)
+{
+	run("rm -rf '%s'", tmp);
+}
+
+/* ---- format ------------------------------------------------------------- */
+
+START_TEST(format_header_tensors_and_crc)
+{
+	ck_assert_int_eq(train(1, "", "fmt", "--set train.max_steps=20",
+			       "fmt.log"), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/fmt/ckpt-20.dtf", tmp);
+	ck_assert_int_eq(file_size("fmt/ckpt-20.dtf"), CKPT_BYTES);
+	/* the raw header, read here independently of the reader */
+	FILE *fp = fopen(path, "rb");
+	unsigned char *raw = malloc(CKPT_BYTES);
+	ck_assert_int_eq(fread(raw, 1, CKPT_BYTES, fp), CKPT_BYTES);
+	fclose(fp);
+	ck_assert(memcmp(raw, "DTFCKPT\0", 8) == 0);
+	uint32_t version, hbytes;
+	uint64_t fbytes, step;
+	memcpy(&version, raw + 8, 4);
+	memcpy(&hbytes, raw + 12, 4);
+	memcpy(&fbytes, raw + 16, 8);
+	memcpy(&step, raw + 24, 8);
+	ck_assert_uint_eq(version, 1);
+	ck_assert_uint_eq(fbytes, CKPT_BYTES);
+	ck_assert_uint_eq(step, 20);
+	uint32_t stored;
+	memcpy(&stored, raw + hbytes - 4, 4);
+	ck_assert_uint_eq(stored, dtf_crc32c(0, raw, hbytes - 4));
+
+	struct dtf_ckpt_file f;
+	ck_assert_msg(dtf_ckpt_file_read(path, &f) == 0, "%s", dtf_error_msg());
+	ck_assert_int_eq(f.pos.step, 20);
+	ck_assert_int_eq(f.pos.epoch, 0);
+	ck_assert_int_eq(f.pos.step_in_epoch, 20);
+	ck_assert_int_eq(f.pos.world, 1);
+	ck_assert_int_eq(f.pos.per_replica_batch, 16);
+	ck_assert_int_eq(f.pos.global_batch, 16);
+	ck_assert_uint_eq(f.pos.seed, 7);
+	/* 6 variables x (value, m, v) + 5 counter tensors */
+	ck_assert_int_eq(f.ntensors, 6 * 3 + 5);
+	const struct dtf_ckpt_tensor *k = dtf_ckpt_file_find(&f, "dense_1/kernel");
+	ck_assert_ptr_nonnull(k);
+	ck_assert_int_eq(k->rank, 2);
+	ck_assert_int_eq(k->dims[0], 64);
+	ck_assert_int_eq(k->dims[1], 16);
+	ck_assert_uint_eq(k->nbytes, 64 * 16 * 4);
+	ck_assert_uint_eq(k->offset % 64, 0);
+	ck_assert_uint_eq(k->crc, dtf_crc32c(0, raw + k->offset, k->nbytes));
+	ck_assert_ptr_nonnull(dtf_ckpt_file_find(&f, "optimizer/m/dense_1/kernel"));
+	ck_assert_ptr_nonnull(dtf_ckpt_file_find(&f, "optimizer/v/logits/bias"));
+	const struct dtf_ckpt_tensor *it =
+		dtf_ckpt_file_find(&f, "optimizer/iterations");
+	int64_t v[5];
+	memcpy(v, f.data + it->offset, 8);
+	ck_assert_int_eq(v[0], 20); /* Adam's t */
+	const struct dtf_ckpt_tensor *rng = dtf_ckpt_file_find(&f, "rng/state");
+	ck_assert_int_eq(rng->dims[0], 3);
+	memcpy(v, f.data + rng->offset, 24);
+	ck_assert_int_eq(v[0], 7);
+	ck_assert_int_eq(v[1], 20);
+	ck_assert_int_eq(v[2], 0);
+	const struct dtf_ckpt_tensor *pp =
+		dtf_ckpt_file_find(&f, "pipeline/position");
+	memcpy(v, f.data + pp->offset, 40);
+	ck_assert_int_eq(v[0], 0);
+	ck_assert_int_eq(v[1], 20);
+	ck_assert_int_eq(v[2], 320);
+	ck_assert_int_eq(v[3], 1);
+	ck_assert_int_eq(v[4], 16);
+	uint64_t koff = k->offset;
+	dtf_ckpt_file_deinit(&f);
+	ck_assert_str_eq(slurp("fmt/checkpoint"),
+			 "model_checkpoint_path: \"ckpt-20.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-10.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-20.dtf\"\n");
+
+	/* corruptions, each reported with what failed */
+	char bad[512];
+	snprintf(bad, sizeof(bad), "%s/bad.dtf", tmp);
+	raw[koff + 5] ^= 1;
+	fp = fopen(bad, "wb");
+	fwrite(raw, 1, CKPT_BYTES, fp);
+	fclose(fp);
+	verify("bad.dtf", "bad.dtf: tensor 'dense_1/kernel': CRC-32C mismatch");
+	raw[koff + 5] ^= 1;
+	raw[30] ^= 1; /* the step field */
+	fp = fopen(bad, "wb");
+	fwrite(raw, 1, CKPT_BYTES, fp);
+	fclose(fp);
+	verify("bad.dtf", "header CRC-32C mismatch");
+	raw[30] ^= 1;
+	fp = fopen(bad, "wb");
+	fwrite(raw, 1, 1000, fp);
+	fclose(fp);
+	verify("bad.dtf", "bad.dtf: truncated: 1000 of 16128 bytes");
+	fp = fopen(bad, "wb");
+	fwrite("hello", 1, 5, fp);
+	fclose(fp);
+	verify("bad.dtf", "not a checkpoint");
+	free(raw);
+}
+END_TEST
+
+START_TEST(keep_deletes_older_checkpoints)
+{
+	ck_assert_int_eq(train(1, "", "keep", "--set checkpoint.keep=2 "
+			       "--set train.max_steps=45", "keep.log"), 0);
+	/* every 10 steps and at the end: 10 20 30 40 45, the newest 2 kept */
+	ck_assert(!exists("keep/ckpt-30.dtf"));
+	verify("keep/ckpt-40.dtf", NULL);
+	verify("keep/ckpt-45.dtf", NULL);
+	ck_assert(!exists("keep/ckpt-45.dtf.tmp"));
+	ck_assert_str_eq(slurp("keep/checkpoint"),
+			 "model_checkpoint_path: \"ckpt-45.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-40.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-45.dtf\"\n");
+}
+END_TEST
+
+/* ---- exact resume ------------------------------------------------------- */
+
+START_TEST(exact_resume_one_rank)
+{
+	/* stop after 27 steps (mid-epoch), resume for the other 33 */
+	ck_assert_int_eq(train(1, "", "r1", "--set train.max_steps=27", "r1a.log"), 0);
+	ck_assert_int_eq(train(1, "", "r1", "--resume --export-variables @/RES1", "r1b.log"), 0);
+	ck_assert_log("r1b.log", "resuming from");
+	ck_assert_log("r1b.log", "/r1/ckpt-27.dtf: step 27, epoch 1, batch 27 of 30");
+	assert_same_vars("RES1", "REF1");
+}
+END_TEST
+
+START_TEST(sigterm_on_rank_1_exits_75_and_resumes_exactly)
+{
+	ck_assert_int_eq(train(2, "", "ref2", "--export-variables @/REF2", "ref2.log"), 0);
+	/* SIGTERM reaches rank 1 only, at the start of step 33 */
+	int st = train(2, "DTF_FAULT=term:rank=1:step=33", "sig", "", "siga.log");
+	ck_assert_int_eq(st, 75);
+	/* agreed at the next step boundary: both ranks stop after step 34 */
+	ck_assert_log("siga.log", "[rank 0 ");
+	ck_assert_log("siga.log", "] error: stopped by SIGTERM (received by rank 1) at step 34: saved ");
+	const char *l = slurp("siga.log");
+	ck_assert_ptr_nonnull(strstr(strstr(l, "[rank 1 "), "stopped by SIGTERM"));
+	verify("sig/ckpt-34.dtf", NULL);
+	/* the step counter and Adam's t continue from 34 */
+	ck_assert_int_eq(train(2, "", "sig", "--resume --export-variables @/RES2", "sigb.log"), 0);
+	ck_assert_log("sigb.log", "/sig/ckpt-34.dtf: step 34, epoch 2, batch 4 of 30");
+	ck_assert_log("sigb.log", "step 40/60  epoch 2");
+	ck_assert_log("sigb.log", "step 60/60  epoch 2");
+	ck_assert(strstr(slurp("sigb.log"), "step 30/60") == NULL);
+	assert_same_vars("RES2", "REF2");
+}
+END_TEST
+
+/* ---- crashes ------------------------------------------------------------ */
+
+START_TEST(sigkill_rank_1_under_dtf_launch_equals_uninterrupted)
+{
+	if (!exists("REF2"))
+		ck_assert_int_eq(train(2, "", "ref2", "--export-variables @/REF2", "ref2.log"), 0);
+	int st = run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
+		     "--np 2 --max-restarts 2 --delay 0 -- -t 1 "
+		     "--set checkpoint.dir=%s/launch --export-variables %s/LAUNCH "
+		     "%s/job.yaml >/dev/null 2>%s/launch.log",
+		     build_root, tmp, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, slurp("launch.log"));
+	ck_assert_log("launch.log", "dtf-launch: attempt 1 of 3: ");
+	ck_assert_log("launch.log", "rank 1");
+	ck_assert_log("launch.log", "attempt 1 ended with status 137 (a process was killed by SIGKILL); restarting");
+	ck_assert_log("launch.log", "dtf-launch: attempt 2 of 3: ");
+	ck_assert_log("launch.log", "dtf-launch: attempt 2 ended: done");
+	assert_same_vars("LAUNCH", "REF2");
+}
+END_TEST
+
+START_TEST(sigkill_during_checkpoint_write_keeps_previous)
+{
+	int st = train(1, "DTF_FAULT=kill-in-checkpoint-write:step=20", "kw", "",
+		       "kwa.log");
+	ck_assert_int_ne(st, 0);
+	ck_assert_int_ne(st, 75);
+	ck_assert(!exists("kw/ckpt-20.dtf"));
+	long half = file_size("kw/ckpt-20.dtf.tmp");
+	ck_assert_msg(half > 0 && half < CKPT_BYTES, "temp file of %ld bytes", half);
+	verify("kw/ckpt-10.dtf", NULL);
+	ck_assert_str_eq(slurp("kw/checkpoint"),
+			 "model_checkpoint_path: \"ckpt-10.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-10.dtf\"\n");
+	ck_assert_int_eq(train(1, "", "kw", "--resume --export-variables @/KW", "kwb.log"), 0);
+	ck_assert_log("kwb.log", "/kw/ckpt-10.dtf: step 10");
+	assert_same_vars("KW", "REF1");
+	ck_assert(!exists("kw/ckpt-20.dtf.tmp")); /* replaced, then renamed */
+}
+END_TEST
+
+START_TEST(truncated_newest_falls_back_to_previous)
+{
+	run("cp -r %s/ref1 %s/trunc", tmp, tmp);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/trunc/ckpt-60.dtf", tmp);
+	ck_assert_int_eq(truncate(path, CKPT_BYTES / 2), 0);
+	ck_assert_int_eq(train(1, "", "trunc", "--resume --export-variables @/TRUNC",
+			       "trunc.log"), 0);
+	ck_assert_log("trunc.log", "/trunc/ckpt-60.dtf: truncated: 8064 of 16128 bytes; trying the previous checkpoint");
+	ck_assert_log("trunc.log", "/trunc/ckpt-50.dtf: step 50");
+	ck_assert(exists("trunc/ckpt-60.dtf.corrupt"));
+	assert_same_vars("TRUNC", "REF1");
+	verify("trunc/ckpt-60.dtf", NULL); /* written again */
+}
+END_TEST
+
+START_TEST(no_verifying_checkpoint_exits_4_unless_fresh_start_allowed)
+{
+	run("mkdir -p %s/none && printf 'junk' > %s/none/ckpt-10.dtf && "
+	    "head -c 100 %s/ref1/ckpt-60.dtf > %s/none/ckpt-60.dtf",
+	    tmp, tmp, tmp, tmp);
+	ck_assert_int_eq(train(2, "", "none", "--resume", "none.log"), 4);
+	ck_assert_log("none.log", "/none/ckpt-60.dtf: truncated: 100 of 16128 bytes; trying the previous checkpoint");
+	ck_assert_log("none.log", "/none/ckpt-10.dtf: not a checkpoint (too short); no older checkpoint");
+	ck_assert_log("none.log", "no checkpoint in ");
+	ck_assert_log("none.log", "/none verifies (2 tried)");
+	/* the bad files were moved aside; an empty directory is a fresh start */
+	ck_assert_int_eq(train(1, "", "none", "--resume --set train.max_steps=5",
+			       "none2.log"), 0);
+	ck_assert_log("none2.log", "starting from step 0");
+	run("rm %s/none/ckpt-*.dtf && printf 'junk' > %s/none/ckpt-99.dtf", tmp,
+	    tmp);
+	ck_assert_int_eq(train(1, "", "none", "--resume --allow-fresh-start "
+			       "--set train.max_steps=5", "none3.log"), 0);
+	ck_assert_log("none3.log", "verifies: starting from step 0 (--allow-fresh-start)");
+}
+END_TEST
+
+START_TEST(model_mismatch_lists_differences)
+{
+	write_job("job32.yaml", 32);
+	int st = run("timeout 60 mpirun -np 1 %s/dtf-train -t 1 --resume "
+		     "--set checkpoint.dir=%s/ref1 %s/job32.yaml >/dev/null 2>%s/mm.log",
+		     build_root, tmp, tmp, tmp);
+	ck_assert_int_eq(st, 4);
+	ck_assert_log("mm.log", "/ref1/ckpt-60.dtf: the job's model differs from the checkpoint's (9 differences):");
+	ck_assert_log("mm.log", "\n  dense_1/kernel: shape (64, 16) in the checkpoint, (64, 32) in the job");
+	ck_assert_log("mm.log", "\n  logits/kernel: shape (16, 4) in the checkpoint, (32, 4) in the job");
+	ck_assert_log("mm.log", "\n  optimizer/m/dense_1/bias: shape (16) in the checkpoint, (32) in the job");
+	verify("ref1/ckpt-60.dtf", NULL); /* a mismatch is not corruption */
+}
+END_TEST
+
+START_TEST(full_disk_reported_previous_intact)
+{
+	run("cp -r %s/ref1 %s/full && rm %s/full/ckpt-60.dtf %s/full/ckpt-50.dtf",
+	    tmp, tmp, tmp, tmp);
+	/* RLIMIT_FSIZE of 10 blocks (5 or 10 KiB) on dtf-train only */
+	int st = run("timeout 60 mpirun -np 1 sh -c 'ulimit -f 10; exec %s/dtf-train "
+		     "-t 1 --resume --set checkpoint.dir=%s/full %s/job.yaml' "
+		     ">/dev/null 2>%s/full.log",
+		     build_root, tmp, tmp, tmp);
+	ck_assert_int_eq(st, 4);
+	ck_assert_log("full.log", "error: saving the checkpoint of step 50 failed: ");
+	ck_assert_log("full.log", "/full/ckpt-50.dtf.tmp: write failed after ");
+	ck_assert_log("full.log", "File too large; the previous checkpoint is intact: ");
+	ck_assert(!exists("full/ckpt-50.dtf"));
+	ck_assert(!exists("full/ckpt-50.dtf.tmp"));
+	verify("full/ckpt-40.dtf", NULL);
+	ck_assert_int_eq(train(1, "", "full", "--resume --export-variables @/FULL",
+			       "full2.log"), 0);
+	assert_same_vars("FULL", "REF1");
+}
+END_TEST
+
+START_TEST(stuck_rank_ends_job_within_timeout)
+{
+	int st = train(2, "DTF_FAULT=hang:rank=1:step=5", "hang",
+		       "--set fault.timeout_seconds=2", "hang.log");
+	ck_assert_msg(st != 0 && st != 124, "status %d", st);
+	ck_assert_log("hang.log", "error: no progress for 2 s (fault.timeout_seconds 2) in the training step at step 5");
+}
+END_TEST
+
+START_TEST(dead_rank_ends_job_naming_it)
+{
+	int st = train(2, "DTF_FAULT=kill:rank=1:step=5", "dead", "", "dead.log");
+	ck_assert_msg(st != 0 && st != 124 && st != 75, "status %d", st);
+	ck_assert_log("dead.log", "process rank 1 with PID");
+	ck_assert_log("dead.log", "exited on signal 9 (Killed)");
+}
+END_TEST
+
+START_TEST(every_seconds_follows_rank_0_clock)
+{
+	/* rank 1 would never see the time due on its own: only rank 0's
+	 * clock counts, through the step's status agreement */
+	ck_assert_int_eq(train(2, "", "sec", "--set checkpoint.every_steps=0 "
+			       "--set checkpoint.every_seconds=0.000001 "
+			       "--set checkpoint.keep=100 --set train.max_steps=8",
+			       "sec.log"), 0);
+	for (int s = 1; s <= 8; s++) {
+		char name[64];
+		snprintf(name, sizeof(name), "sec/ckpt-%d.dtf", s);
+		verify(name, NULL);
+	}
+}
+END_TEST
+
+START_TEST(usage_errors)
+{
+	int st = run("timeout 60 mpirun -np 1 %s/dtf-train --resume "
+		     "%s/job.yaml >/dev/null 2>%s/u1.log",
+		     build_root, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	ck_assert_log("u1.log", "resuming needs checkpoint.dir in the job file");
+	st = run("timeout 60 mpirun -np 1 %s/dtf-train --set checkpoint.every_step=3 "
+		 "%s/job.yaml >/dev/null 2>%s/u2.log", build_root, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	ck_assert_log("u2.log", "every_steps");
+	st = run("DTF_FAULT=explode timeout 60 mpirun -np 1 %s/dtf-train "
+		 "--set checkpoint.dir=%s/u %s/job.yaml >/dev/null 2>%s/u3.log",
+		 build_root, tmp, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	ck_assert_log("u3.log", "DTF_FAULT='explode': expected ACTION");
+}
+END_TEST
+
+START_TEST(config_keys_and_defaults)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmp);
+	struct dtf_job *job;
+	const char *none[] = {"checkpoint={}"};
+	ck_assert_int_eq(dtf_job_load(path, none, 1, &job), 0);
+	ck_assert_ptr_null(job->checkpoint.dir);
+	ck_assert_int_eq(job->checkpoint.every_steps, 0);
+	ck_assert(job->checkpoint.every_seconds == 0.0);
+	ck_assert_int_eq(job->checkpoint.keep, 5);
+	ck_assert_int_eq(job->checkpoint.resume, 0);
+	ck_assert(job->fault.timeout_seconds == 300.0);
+	dtf_job_free(job);
+	const char *set[] = {"checkpoint.dir=d", "checkpoint.resume=auto",
+			     "checkpoint.every_seconds=1.5",
+			     "fault.timeout_seconds=20"};
+	ck_assert_int_eq(dtf_job_load(path, set, 4, &job), 0);
+	ck_assert_str_eq(job->checkpoint.dir, "d");
+	ck_assert_int_eq(job->checkpoint.resume, 1);
+	ck_assert(job->checkpoint.every_seconds == 1.5);
+	ck_assert(job->fault.timeout_seconds == 20.0);
+	dtf_job_free(job);
+	const char *bad[] = {"checkpoint.keep=0"};
+	ck_assert_int_eq(dtf_job_load(path, bad, 1, &job), -DTF_ERR_CONFIG);
+	const char *bad2[] = {"checkpoint.resume=always"};
+	ck_assert_int_eq(dtf_job_load(path, bad2, 1, &job), -DTF_ERR_CONFIG);
+	ck_assert_msg(strstr(dtf_error_msg(), "checkpoint.resume") != NULL,
+		      "%s", dtf_error_msg());
+}
+END_TEST
+
+/* ---- elastic resume ------------------------------------------------------ */
+
+struct idset {
+	uint64_t v[1024];
+	int n;
+};
+
+static int in_set(void *ctx, uint64_t id)
+{
+	const struct idset *s = ctx;
+	for (int i = 0; i < s->n; i++)
+		if (s->v[i] == id)
+			return 1;
+	return 0;
+}
+
+/* Read `steps` batches (all when < 0) of rank `rank` of `world` in epoch 1
+ * with `skip` left out; add the ids to `into`. */
+static void read_ids(const struct dtf_job *job, int rank, int world,
+		     int batch, int steps, struct idset *skip,
+		     struct dtf_elastic *el, struct idset *into)
+{
+	char **files;
+	int nfiles;
+	ck_assert_int_eq(dtf_glob_files(job->data.train_files, &files, &nfiles), 0);
+	struct dtf_pipeline_opts po = {
+		.files = (const char *const *)files, .nfiles = nfiles,
+		.rank = rank, .world = world, .features = job->data.features,
+		.nfeatures = job->data.nfeatures, .batch = batch,
+		.shuffle_buffer = 64, .seed = job->seed};
+	struct dtf_pipeline *p;
+	ck_assert_int_eq(dtf_pipeline_open(&po, &p), 0);
+	static float img[64 * 64];
+	static int32_t lab[64];
+	void *dst[2] = {img, lab};
+	uint64_t ids[64];
+	int64_t remaining = -1;
+	if (el)
+		ck_assert_int_eq(dtf_elastic_start_epoch(el, p, 1, dst, ids, &remaining), 0);
+	else {
+		dtf_pipeline_set_exclude(p, in_set, skip);
+		ck_assert_int_eq(dtf_pipeline_begin_epoch(p, 1), 0);
+	}
+	int got = 0, count;
+	for (int s = 0; steps < 0 || s < steps; s++) {
+		ck_assert_int_eq(dtf_pipeline_next(p, dst, ids, &count), 0);
+		if (count == 0)
+			break;
+		for (int i = 0; i < count; i++)
+			into->v[into->n++] = ids[i];
+		got += count;
+	}
+	if (el)
+		ck_assert_int_eq(remaining, got);
+	dtf_pipeline_free(p);
+	dtf_free(files);
+}
+
+START_TEST(elastic_resume_reads_every_record_once)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmp);
+	struct dtf_job *job;
+	ck_assert_int_eq(dtf_job_load(path, NULL, 0, &job), 0);
+	/* epoch 2 ran 3 steps on 1 rank at batch 16, then 4 on 2 ranks at 8,
+	 * and now goes on with 3 ranks at batch 5 */
+	struct dtf_ckpt_position pos = {
+		.step = 37, .epoch = 1, .step_in_epoch = 7, .world = 2,
+		.per_replica_batch = 8, .global_batch = 16, .nprev = 1,
+		.prev = {{1, 16, 3}}};
+	ck_assert(dtf_elastic_needed(&pos, 2, 8)); /* earlier segment */
+	pos.nprev = 0;
+	ck_assert(!dtf_elastic_needed(&pos, 2, 8));
+	ck_assert(dtf_elastic_needed(&pos, 1, 16));
+	pos.nprev = 1;
+	struct dtf_elastic *el;
+	ck_assert_msg(dtf_elastic_new(job, &pos, &el) == 0, "%s", dtf_error_msg());
+	ck_assert_int_eq(dtf_elastic_consumed(el), 3 * 16 + 4 * 16);
+	/* the consumed records, replayed here segment by segment */
+	static struct idset seen, none, after;
+	seen.n = none.n = after.n = 0;
+	read_ids(job, 0, 1, 16, 3, &none, NULL, &seen);
+	struct idset first = seen;
+	read_ids(job, 0, 2, 8, 4, &first, NULL, &seen);
+	read_ids(job, 1, 2, 8, 4, &first, NULL, &seen);
+	ck_assert_int_eq(seen.n, 112);
+	for (int r = 0; r < 3; r++)
+		read_ids(job, r, 3, 5, -1, NULL, el, &after);
+	ck_assert_int_eq(after.n, 480 - 112);
+	/* nothing read twice, nothing consumed read again, all 480 seen */
+	for (int i = 0; i < after.n; i++) {
+		ck_assert(!in_set(&seen, after.v[i]));
+		for (int k = i + 1; k < after.n; k++)
+			ck_assert(after.v[i] != after.v[k]);
+	}
+	dtf_elastic_free(el);
+	dtf_job_free(job);
+}
+END_TEST
+
+START_TEST(elastic_resume_two_ranks_to_one)
+{
+	ck_assert_int_eq(train(2, "DTF_FAULT=term:rank=1:step=33", "el", "",
+			       "ela.log"), 75);
+	ck_assert_int_eq(train(1, "", "el", "--resume", "elb.log"), 0);
+	ck_assert_log("elb.log", "notice: elastic resume at step 34: the checkpoint was written by 2 rank(s) at per-replica batch 8 (global 16), "
+		      "this run has 1 at 16 (global 16); the 64 records of epoch 2 read before are left out, 26 steps remain in it");
+	ck_assert_log("elb.log", "step 40/60  epoch 2");
+	ck_assert_log("elb.log", "step 60/60  epoch 2");
+	struct dtf_ckpt_file f;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/el/ckpt-40.dtf", tmp);
+	ck_assert_int_eq(dtf_ckpt_file_read(path, &f), 0);
+	/* the first 4 steps of epoch 2 ran on 2 ranks: one earlier segment */
+	ck_assert_int_eq(f.pos.nprev, 1);
+	ck_assert_int_eq(f.pos.step_in_epoch, 10);
+	ck_assert_int_eq(f.pos.world, 1);
+	const struct dtf_ckpt_tensor *t = dtf_ckpt_file_find(&f, "pipeline/segments");
+	int64_t seg[3];
+	memcpy(seg, f.data + t->offset, sizeof(seg));
+	ck_assert_int_eq(seg[0], 2);
+	ck_assert_int_eq(seg[1], 8);
+	ck_assert_int_eq(seg[2], 4);
+	dtf_ckpt_file_deinit(&f);
+}
+END_TEST
+
+START_TEST(dtf_launch_min_np_restarts_with_fewer_ranks)
+{
+	int st = run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
+		     "--np 2 --min-np 1 --max-restarts 1 --delay 0 -- -t 1 "
+		     "--set checkpoint.dir=%s/minnp %s/job.yaml >/dev/null "
+		     "2>%s/minnp.log", build_root, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, slurp("minnp.log"));
+	ck_assert_log("minnp.log", "restarting from the newest checkpoint with 1 rank(s) in 0 s");
+	ck_assert_log("minnp.log", "dtf-launch: attempt 2 of 2: mpirun -n 1 ");
+	ck_assert_log("minnp.log", "notice: elastic resume at step 30");
+	ck_assert_log("minnp.log", "step 60/60");
+}
+END_TEST
+
+START_TEST(dtf_launch_gives_up_and_says_why)
+{
+	int st = run("DTF_FAULT=exit:rank=0:step=3,exit:rank=0:step=3:attempt=2 "
+		     "timeout 120 %s/dtf-launch --np 1 --max-restarts 1 --delay 0 "
+		     "-- -t 1 --set checkpoint.dir=%s/giveup %s/job.yaml >/dev/null "
+		     "2>%s/giveup.log", build_root, tmp, tmp, tmp);
+	ck_assert_int_ne(st, 0);
+	ck_assert_log("giveup.log", "dtf-launch: attempt 2 of 2: ");
+	ck_assert_log("giveup.log", "dtf-launch: giving up after 2 attempt(s): the last ended with status ");
+	/* a job-file error is not retried */
+	st = run("timeout 60 %s/dtf-launch --np 1 --max-restarts 3 -- "
+		 "--set train.epochs=0 %s/job.yaml >/dev/null 2>%s/nore.log",
+		 build_root, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	ck_assert_log("nore.log", "attempt 1 ended with status 2 (a usage or job-file error); a restart would fail the same way");
+}
+END_TEST
+
+START_TEST(dtf_launch_forwards_sigterm_as_usr1_and_exits_75)
+{
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "exec %s/dtf-launch --np 2 -- -t 1 --set "
+		 "checkpoint.dir=%s/fwd --set train.max_steps=0 --set "
+		 "train.epochs=100000 %s/job.yaml >/dev/null 2>%s/fwd.log",
+		 build_root, tmp, tmp, tmp);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	/* once training runs, signal dtf-launch; give it 60 s to end */
+	for (int i = 0; i < 100 && !exists("fwd/ckpt-10.dtf"); i++)
+		usleep(100000);
+	kill(pid, SIGTERM);
+	int st = 0, i;
+	for (i = 0; i < 600 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(100000);
+	if (i == 600) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		ck_abort_msg("dtf-launch did not end within 60 s");
+	}
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status 0x%x:\n%s",
+		      st, slurp("fwd.log"));
+	/* mpirun forwards it to both ranks; the first to see it is named */
+	ck_assert_log("fwd.log", "error: stopped by SIGUSR1 (received by rank ");
+	ck_assert_log("fwd.log", "attempt 1 ended with status 75 (stopped by a signal after writing a checkpoint) after dtf-launch was signalled; not restarting");
+}
+END_TEST
+
+static Suite *checkpoint_suite(void)
+{
+	Suite *s = suite_create("checkpoint");
+	TCase *tc = tcase_create("fault_tolerance");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, format_header_tensors_and_crc);
+	tcase_add_test(tc, keep_deletes_older_checkpoints);
+	tcase_add_test(tc, exact_resume_one_rank);
+	tcase_add_test(tc, sigterm_on_rank_1_exits_75_and_resumes_exactly);
+	tcase_add_test(tc, sigkill_rank_1_under_dtf_launch_equals_uninterrupted);
+	tcase_add_test(tc, sigkill_during_checkpoint_write_keeps_previous);
+	tcase_add_test(tc, truncated_newest_falls_back_to_previous);
+	tcase_add_test(tc, no_verifying_checkpoint_exits_4_unless_fresh_start_allowed);
+	tcase_add_test(tc, model_mismatch_lists_differences);
+	tcase_add_test(tc, full_disk_reported_previous_intact);
+	tcase_add_test(tc, stuck_rank_ends_job_within_timeout);
+	tcase_add_test(tc, dead_rank_ends_job_naming_it);
+	tcase_add_test(tc, every_seconds_follows_rank_0_clock);
+	tcase_add_test(tc, usage_errors);
+	tcase_add_test(tc, config_keys_and_defaults);
+	tcase_add_test(tc, elastic_resume_reads_every_record_once);
+	tcase_add_test(tc, elastic_resume_two_ranks_to_one);
+	tcase_add_test(tc, dtf_launch_min_np_restarts_with_fewer_ranks);
+	tcase_add_test(tc, dtf_launch_gives_up_and_says_why);
+	tcase_add_test(tc, dtf_launch_forwards_sigterm_as_usr1_and_exits_75);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(checkpoint_suite());
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

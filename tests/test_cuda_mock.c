@@ -1,0 +1,211 @@
+/*
+ * test_cuda_mock.c - the trainer's GPU path on a mock device.
+ *
+ * Linked with tests/mock_cuda.c instead of the CUDA backend: the mock
+ * implements ops/cuda/cuda.h with host memory and the CPU kernels, so
+ * training through the GPU path (CUDA executor: plan translation, staging
+ * sets, read-ahead across steps and epochs, statistics behind the
+ * gradients, device-side optimizer, parameter upload/download, GPU
+ * evaluation) must end with exactly the parameters, loss and accuracy of
+ * the CPU path, and allocate nothing inside steps.  It runs everywhere and
+ * tests no CUDA code; tests/test_cuda.c does that on a GPU.
+ */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "dist/comm.h"
+#include "train/train.h"
+
+unsigned long dtf_mock_cuda_kernels(void);
+
+static char tmpdir[256];
+static struct dtf_comm *comm;
+
+static const char job_text[] =
+	"name: tiny-cnn\n"
+	"seed: 11\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
+	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 2}}\n"
+	"    - {conv2d: {filters: 6, kernel: 3, padding: valid, activation: relu}}\n"
+	"    - flatten\n"
+	"    - {dense: {units: 16, activation: relu}}\n"
+	"    - {dropout: {rate: 0.25}}\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"  metrics: [accuracy]\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  epochs: 3\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"logging: {every_steps: 1000}\n";
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void setup(void)
+{
+	const char *build_root = getenv("DTF_BUILD_ROOT");
+	const char *t = getenv("TMPDIR");
+	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-mock-test-XXXXXX",
+		 t ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 488 "
+			     "--shards 3 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
+			     build_root ? build_root : ".", tmpdir), 0);
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 100 "
+			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
+			     build_root ? build_root : ".", tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, job_text, tmpdir, tmpdir);
+	fclose(f);
+	ck_assert_int_eq(dtf_comm_init(NULL, NULL, &comm), 0);
+}
+
+static void teardown(void)
+{
+	dtf_comm_finalize(comm);
+	run("rm -rf '%s'", tmpdir);
+}
+
+static float *train(const char *device, const char *extra,
+		    struct dtf_train_result *res, size_t *n)
+{
+	char path[512], out[512], dev[64];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, device);
+	snprintf(dev, sizeof(dev), "device=%s", device);
+	const char *sets[] = {dev, extra};
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load(path, sets, extra ? 2 : 1, &job), 0);
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
+				      .export_variables = out};
+	int rc = dtf_train_run(job, comm, &opts, res);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	dtf_job_free(job);
+	FILE *f = fopen(out, "rb");
+	ck_assert_ptr_nonnull(f);
+	uint64_t count;
+	ck_assert_int_eq(fseek(f, 8, SEEK_SET), 0);
+	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
+	float *p = malloc(count * sizeof(float));
+	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
+	fclose(f);
+	*n = count;
+	return p;
+}
+
+static void same_as_cpu(const char *extra)
+{
+	struct dtf_train_result rc_, rg;
+	size_t nc, ng;
+	unsigned long k0 = dtf_mock_cuda_kernels();
+	float *c = train("cpu", extra, &rc_, &nc);
+	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0); /* cpu: no device */
+	float *g = train("cuda", extra, &rg, &ng);
+	ck_assert_uint_gt(dtf_mock_cuda_kernels(), k0 + 100);
+	ck_assert_uint_eq(nc, ng);
+	ck_assert_int_eq(rc_.steps, 3 * (488 / 16));
+	ck_assert_int_eq(rg.steps, rc_.steps);
+	size_t diff = 0, moved = 0;
+	for (size_t i = 0; i < nc; i++) {
+		diff += memcmp(&c[i], &g[i], sizeof(float)) != 0;
+		moved += c[i] != 0.0f;
+	}
+	printf("%s: %zu parameters, %zu differ; eval loss cpu %.9g gpu-path %.9g, accuracy %.4f %.4f\n",
+	       extra ? extra : "adam", nc, diff, rc_.eval_loss, rg.eval_loss,
+	       rc_.eval_accuracy, rg.eval_accuracy);
+	ck_assert_uint_eq(diff, 0);
+	ck_assert_uint_gt(moved, nc / 2);
+	ck_assert(rc_.eval_loss == rg.eval_loss);
+	ck_assert(rc_.eval_accuracy == rg.eval_accuracy);
+	ck_assert_uint_eq(rg.step_allocations, 0);
+	free(c);
+	free(g);
+}
+
+START_TEST(gpu_path_equals_cpu_adam)
+{
+	same_as_cpu(NULL);
+}
+END_TEST
+
+START_TEST(gpu_path_equals_cpu_sgd_momentum)
+{
+	same_as_cpu("train.optimizer={sgd: {learning_rate: 0.05, momentum: 0.9, nesterov: true}}");
+}
+END_TEST
+
+/* An op or geometry the backend lacks: auto trains on the CPU (the same
+ * parameters, no device kernel), cuda is a job error naming the node. */
+START_TEST(unsupported_falls_back_or_fails)
+{
+	setenv("DTF_MOCK_REFUSE_CONV", "1", 1);
+	struct dtf_train_result r1, r2;
+	size_t n1, n2;
+	unsigned long k0 = dtf_mock_cuda_kernels();
+	float *c = train("cpu", NULL, &r1, &n1);
+	float *a = train("auto", NULL, &r2, &n2);
+	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0);
+	ck_assert_uint_eq(n1, n2);
+	ck_assert(memcmp(a, c, n1 * sizeof(float)) == 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	const char *sets[] = {"device=cuda"};
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load(path, sets, 1, &job), 0);
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1};
+	ck_assert_int_eq(dtf_train_run(job, comm, &opts, &r1), -DTF_ERR_CONFIG);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "node 'conv2d_1/conv2d': mock: conv2d refused");
+	dtf_job_free(job);
+	unsetenv("DTF_MOCK_REFUSE_CONV");
+	free(c);
+	free(a);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cuda_mock");
+	TCase *tc = tcase_create("trainer_gpu_path");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, gpu_path_equals_cpu_adam);
+	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
+	tcase_add_test(tc, unsupported_falls_back_or_fails);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_NOFORK); /* MPI starts once */
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
