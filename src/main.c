@@ -16,12 +16,14 @@
 #include "core/log.h"
 #include "dist/comm.h"
 #include "dtf_config.h"
+#include "obs/obs.h"
 #include "train/threads.h"
 #include "train/train.h"
 
 static const char usage[] =
 	"Usage: dtf-train [OPTION]... JOB.yaml\n"
 	"       mpirun -np N dtf-train [OPTION]... JOB.yaml\n"
+	"       dtf-train --merge-trace TRACE.json\n"
 	"Train the model described by the job file, data parallel over MPI ranks.\n"
 	"\n"
 	"Options:\n"
@@ -33,8 +35,10 @@ static const char usage[] =
 	"                           that verifies (none there: start at step 0)\n"
 	"      --allow-fresh-start  with --resume: if no checkpoint verifies, start at\n"
 	"                           step 0 instead of exiting 4\n"
-	"  -q, --quiet              no per-step progress lines\n"
-	"  -v, --verbose            more messages\n"
+	"  -q, --quiet              only warnings and errors on the console\n"
+	"  -v, --verbose            also debug messages (files opened, per-rank details)\n"
+	"      --merge-trace TRACE  merge the per-rank trace files of TRACE (left by a\n"
+	"                           stopped run) into TRACE, then exit\n"
 	"  -h, --help               show this help and exit\n"
 	"  -V, --version            show the version and exit\n"
 	"\n"
@@ -42,7 +46,7 @@ static const char usage[] =
 	"3 input data error, 4 checkpoint error, 75 stopped by a signal.\n"
 	"See dtf-train(1) and dtf-train-job(5).\n";
 
-enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH };
+enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH, OPT_MERGE_TRACE };
 
 int main(int argc, char **argv)
 {
@@ -53,6 +57,7 @@ int main(int argc, char **argv)
 		{"export-variables", required_argument, NULL, OPT_EXPORT},
 		{"resume", no_argument, NULL, OPT_RESUME},
 		{"allow-fresh-start", no_argument, NULL, OPT_FRESH},
+		{"merge-trace", required_argument, NULL, OPT_MERGE_TRACE},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verbose", no_argument, NULL, 'v'},
 		{"help", no_argument, NULL, 'h'},
@@ -93,8 +98,20 @@ int main(int argc, char **argv)
 		case OPT_FRESH:
 			opts.allow_fresh_start = 1;
 			break;
+		case OPT_MERGE_TRACE: {
+			int n = 0, mrc = dtf_obs_merge_trace(optarg, &n);
+			if (mrc < 0) {
+				fprintf(stderr, "dtf-train: %s\n", dtf_error_msg());
+				status = dtf_error_exit_status(mrc);
+			} else if (dtf_log_get_level() >= DTF_LOG_INFO) {
+				fprintf(stderr, "dtf-train: merged %d rank file(s) into %s\n",
+					n, optarg);
+			}
+			goto out;
+		}
 		case 'q':
 			opts.quiet = 1;
+			dtf_log_set_level(DTF_LOG_WARN);
 			break;
 		case 'v':
 			dtf_log_set_level(DTF_LOG_DEBUG);
@@ -137,6 +154,11 @@ int main(int argc, char **argv)
 	struct dtf_train_result result;
 	memset(&result, 0, sizeof(result));
 	rc = dtf_job_load(path, sets, nsets, &job);
+	if (rc == -DTF_ERR_IO) { /* the job file itself: a usage error */
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+		rc = dtf_error(DTF_ERR_USAGE, "%s", msg);
+	}
 	if (rc == 0)
 		rc = dtf_train_run(job, comm, &opts, &result);
 	if (rc < 0) {

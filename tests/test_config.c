@@ -464,7 +464,7 @@ START_TEST(test_missing_required)
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:7:5: data.features.image: missing "
 			 "required key 'decode' (a bytes feature needs one of "
-			 "uint8, int8, float32)");
+			 "uint8, int8, float16, float32)");
 	ck_assert_msg_is(load_fail(edit("  batch_size: 128\n", ""), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:22:1: train: missing required key "

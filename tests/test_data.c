@@ -134,6 +134,16 @@ START_TEST(crc_incremental_and_paths_agree)
 	}
 	ck_assert_uint_eq(dtf_crc32c(dtf_crc32c(0, "1234", 4), "56789", 5),
 			  0xE3069283u);
+	/* lengths around the 3-stream blocks (3 x 256, 3 x 4096 bytes) */
+	static uint8_t big[40000];
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 2654435761u >> 13);
+	static const size_t lens[] = {767, 768, 769, 1535, 1536, 2000, 3088,
+				      12287, 12288, 12289, 13056, 39990};
+	for (size_t off = 0; off < 3; off++)
+		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+			ck_assert_uint_eq(dtf_crc32c(0, big + off, lens[i]),
+					  dtf_crc32c_sw(0, big + off, lens[i]));
 }
 END_TEST
 

@@ -325,6 +325,32 @@ START_TEST(batch_not_divisible_exit_2)
 }
 END_TEST
 
+/* Mistakes found before any training: exit 2 (3 for data) and a message. */
+START_TEST(usage_errors_before_training)
+{
+	ck_assert_int_eq(run("%s/dtf-train %s/no-such-job.yaml 2>/dev/null",
+			     build_root, tmpdir), 2);
+	ck_assert_int_eq(run("mpirun -np 1 %s/dtf-train --export-variables "
+			     "%s/no-such-dir/v.bin %s/job.yaml 2>/dev/null",
+			     build_root, tmpdir, tmpdir), 2);
+	/* 8 ranks at 60 examples per replica: 480 records leave none for
+	 * rank 7 (DATA sharding of one file: 60 each, so 61 is too many) */
+	int st = run("mpirun -np 2 %s/dtf-train -q --threads 1 --set "
+		     "train.batch_size=482 "
+		     "%s/job.yaml 2>%s/short.log >/dev/null",
+		     build_root, tmpdir, tmpdir);
+	ck_assert_int_eq(st, 3);
+	char path[512], log[2048] = "";
+	snprintf(path, sizeof(path), "%s/short.log", tmpdir);
+	FILE *f = fopen(path, "r");
+	size_t got = fread(log, 1, sizeof(log) - 1, f);
+	log[got] = 0;
+	fclose(f);
+	ck_assert_msg(strstr(log, "has 240 record(s), fewer than one per-replica batch of 241"),
+		      "%s", log);
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
 	Suite *s = suite_create("train");
@@ -334,6 +360,7 @@ static Suite *train_suite(void)
 	tcase_add_test(tc, one_rank_equals_two_ranks);
 	tcase_add_test(tc, bad_job_file_exit_2);
 	tcase_add_test(tc, batch_not_divisible_exit_2);
+	tcase_add_test(tc, usage_errors_before_training);
 	tcase_add_test(tc, corrupt_record_stops_every_rank);
 	/* in process (MPI singleton) from here on */
 	tcase_add_test(tc, trains_without_step_allocations);

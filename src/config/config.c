@@ -43,7 +43,10 @@ _Static_assert(sizeof(enum dtf_layer_kind) == sizeof(int) &&
 		       sizeof(enum dtf_device_kind) == sizeof(int) &&
 		       sizeof(enum dtf_precision) == sizeof(int) &&
 		       sizeof(enum dtf_feature_type) == sizeof(int) &&
-		       sizeof(enum dtf_decode) == sizeof(int),
+		       sizeof(enum dtf_decode) == sizeof(int) &&
+		       sizeof(enum dtf_shard_policy) == sizeof(int) &&
+		       sizeof(enum dtf_compression) == sizeof(int) &&
+		       sizeof(enum dtf_on_error) == sizeof(int),
 	       "enum fields are written through int *");
 
 /* Node ids remembered during the walk for the checks that follow it. */
@@ -703,6 +706,7 @@ static const struct enum_name decodes[] = {
 	{"uint8", DTF_DECODE_UINT8},
 	{"int8", DTF_DECODE_INT8},
 	{"float32", DTF_DECODE_FLOAT32},
+	{"float16", DTF_DECODE_FLOAT16},
 	{NULL, 0},
 };
 
@@ -744,13 +748,55 @@ static int check_feature(struct ctx *c, void *base, const yaml_node_t *key,
 	if (f->type == DTF_FEATURE_BYTES && f->decode == DTF_DECODE_NONE)
 		return fail(c, key, path,
 			    "missing required key 'decode' (a bytes feature "
-			    "needs one of uint8, int8, float32)");
+			    "needs one of uint8, int8, float16, float32)");
 	if (f->type != DTF_FEATURE_BYTES && f->decode != DTF_DECODE_NONE) {
 		join_path(sub, path, "decode");
 		return fail(c, dtf_ytree_get(c->t, map, "decode"), sub,
 			    "only a bytes feature has a decode");
 	}
 	f->dtype = f->type == DTF_FEATURE_INT64 ? DTF_INT32 : DTF_FLOAT32;
+	if (f->max_length > 0) {
+		join_path(sub, path, "max_length");
+		const yaml_node_t *ml = dtf_ytree_get(c->t, map, "max_length");
+		if (f->type == DTF_FEATURE_BYTES)
+			return fail(c, ml, sub,
+				    "only a float or int64 list can have a "
+				    "variable length");
+		if (f->max_length > INT32_MAX)
+			return fail(c, ml, sub, "at most %d", INT32_MAX);
+		if (f->rank < 0) {
+			f->rank = 1;
+			f->shape[0] = f->max_length;
+		} else if (f->rank != 1 || f->shape[0] != f->max_length) {
+			join_path(sub, path, "shape");
+			return fail(c, dtf_ytree_get(c->t, map, "shape"), sub,
+				    "a variable-length feature has shape "
+				    "[max_length] ([%lld]); leave shape out",
+				    (long long)f->max_length);
+		}
+	} else if (f->rank < 0) {
+		return fail(c, key, path, "missing required key 'shape'");
+	}
+	if (f->has_default && f->type == DTF_FEATURE_INT64 &&
+	    f->default_value != (double)(int32_t)f->default_value) {
+		join_path(sub, path, "default");
+		return fail(c, dtf_ytree_get(c->t, map, "default"), sub,
+			    "an int64 feature's default must be an integer "
+			    "in the int32 range");
+	}
+	return 0;
+}
+
+static int read_default(struct ctx *c, void *base, const yaml_node_t *key,
+			const yaml_node_t *val, const char *path)
+{
+	struct dtf_feature_spec *f = base;
+	double d = 0;
+	int rc = read_num(c, val, path, 0, 1, &d);
+	if (rc)
+		return rc;
+	f->has_default = 1;
+	f->default_value = d;
 	return 0;
 }
 
@@ -759,10 +805,14 @@ static const struct field feature_fields[] = {
 	 .off = FEAT(type), .names = feature_types},
 	{.key = "decode", .type = T_ENUM, .off = FEAT(decode),
 	 .def = DTF_DECODE_NONE, .names = decodes},
-	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
-	 .read = read_shape},
+	{.key = "shape", .type = T_CUSTOM, .read = read_shape},
 	{.key = "scale", .type = T_FLOAT, .off = FEAT(scale), .def = 1.0},
 	{.key = "offset", .type = T_FLOAT, .off = FEAT(offset), .def = 0.0},
+	{.key = "max_length", .type = T_I64, .flags = F_NONNEG,
+	 .off = FEAT(max_length), .def = 0},
+	{.key = "pad_value", .type = T_FLOAT, .off = FEAT(pad_value),
+	 .def = 0.0},
+	{.key = "default", .type = T_CUSTOM, .read = read_default},
 };
 
 static const struct section feature_section = {
@@ -803,6 +853,7 @@ static int read_features(struct ctx *c, void *base, const yaml_node_t *key,
 				return fail(c, k, sub, "duplicate feature name");
 		snprintf(f->name, sizeof(f->name), "%s", name);
 		apply_defaults(&feature_section, f);
+		f->rank = -1; /* "shape not given" until read_shape */
 		rc = read_section(c, &feature_section, f, k, v, sub);
 		if (rc)
 			return rc;
@@ -1127,11 +1178,26 @@ static int check_train(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+static const struct field augment_fields[] = {
+	{.key = "feature", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(data.augment.feature), .size = DTF_NAME_MAX},
+	{.key = "crop_padding", .type = T_INT, .flags = F_NONNEG,
+	 .off = JOB(data.augment.crop_padding), .def = 0},
+	{.key = "flip_left_right", .type = T_BOOL,
+	 .off = JOB(data.augment.flip_left_right), .def = 0},
+};
+
+static const struct section augment_section = {
+	augment_fields, NFIELDS(augment_fields), -1, NULL};
+
 static const struct field data_train_fields[] = {
 	{.key = "files", .type = T_STRDUP, .flags = F_REQUIRED,
 	 .off = JOB(data.train_files)},
 	{.key = "shuffle_buffer", .type = T_I64, .flags = F_NONNEG,
 	 .off = JOB(data.shuffle_buffer), .def = 0},
+	{.key = "drop_remainder", .type = T_BOOL,
+	 .off = JOB(data.drop_remainder), .def = 1},
+	{.key = "augment", .type = T_SECTION, .sub = &augment_section},
 };
 
 static const struct field data_eval_fields[] = {
@@ -1139,14 +1205,62 @@ static const struct field data_eval_fields[] = {
 	 .off = JOB(data.eval_files)},
 };
 
+static int check_data_train(struct ctx *c, void *base, const yaml_node_t *key,
+			    const yaml_node_t *map, const char *path)
+{
+	struct dtf_job *job = base;
+	char sub[PATH_MAX_];
+	if (!job->data.drop_remainder) {
+		join_path(sub, path, "drop_remainder");
+		return fail(c, dtf_ytree_get(c->t, map, "drop_remainder"), sub,
+			    "training needs full batches: only true is "
+			    "supported (the last short batch of each epoch "
+			    "is dropped); eval batches are never dropped");
+	}
+	return 0;
+}
+
 static const struct section data_train_section = {
-	data_train_fields, NFIELDS(data_train_fields), -1, NULL};
+	data_train_fields, NFIELDS(data_train_fields), -1, check_data_train};
 static const struct section data_eval_section = {
 	data_eval_fields, NFIELDS(data_eval_fields), -1, NULL};
+
+static const struct enum_name shard_policies[] = {
+	{"auto", DTF_SHARD_AUTO},
+	{"file", DTF_SHARD_FILE},
+	{"data", DTF_SHARD_DATA},
+	{"off", DTF_SHARD_OFF},
+	{NULL, 0},
+};
+
+static const struct enum_name compressions[] = {
+	{"none", DTF_COMPRESSION_NONE},
+	{"gzip", DTF_COMPRESSION_GZIP},
+	{"zlib", DTF_COMPRESSION_ZLIB},
+	{NULL, 0},
+};
+
+static const struct enum_name on_errors[] = {
+	{"fail", DTF_ON_ERROR_FAIL},
+	{"skip", DTF_ON_ERROR_SKIP},
+	{NULL, 0},
+};
 
 static const struct field data_fields[] = {
 	{.key = "train", .type = T_SECTION, .flags = F_REQUIRED,
 	 .sub = &data_train_section},
+	{.key = "shard_policy", .type = T_ENUM, .off = JOB(data.read.shard_policy),
+	 .def = DTF_SHARD_AUTO, .names = shard_policies},
+	{.key = "cycle_length", .type = T_INT, .flags = F_POS,
+	 .off = JOB(data.read.cycle_length), .def = 1},
+	{.key = "block_length", .type = T_INT, .flags = F_POS,
+	 .off = JOB(data.read.block_length), .def = 1},
+	{.key = "compression", .type = T_ENUM, .off = JOB(data.read.compression),
+	 .def = DTF_COMPRESSION_NONE, .names = compressions},
+	{.key = "on_error", .type = T_ENUM, .off = JOB(data.read.on_error),
+	 .def = DTF_ON_ERROR_FAIL, .names = on_errors},
+	{.key = "prefetch", .type = T_INT, .flags = F_NONNEG,
+	 .off = JOB(data.read.prefetch), .def = 2},
 	{.key = "eval", .type = T_SECTION, .sub = &data_eval_section},
 	{.key = "features", .type = T_CUSTOM, .flags = F_REQUIRED,
 	 .read = read_features},
@@ -1194,6 +1308,35 @@ static const struct field strategy_fields[] = {
 	 .def = DTF_STRATEGY_MULTI_WORKER_MIRRORED, .names = strategies},
 };
 
+/* logging.trace_steps: [from, to], 1-based steps, from <= to. */
+static int read_trace_steps(struct ctx *c, void *base, const yaml_node_t *key,
+			    const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	char buf[80], ipath[PATH_MAX_];
+	int64_t v[2];
+	if (val->type != YAML_SEQUENCE_NODE ||
+	    val->data.sequence.items.top - val->data.sequence.items.start != 2)
+		return fail(c, val, path,
+			    "expected a list [from, to] of two step numbers, got %s",
+			    describe(val, buf, sizeof(buf)));
+	for (int i = 0; i < 2; i++) {
+		path_fmt(ipath, "%s[%d]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_int(c, it, ipath, F_POS, 1, INT64_MAX, &v[i]);
+		if (rc)
+			return rc;
+	}
+	if (v[1] < v[0])
+		return fail(c, val, path,
+			    "the last step %lld comes before the first %lld",
+			    (long long)v[1], (long long)v[0]);
+	job->logging.trace_steps[0] = v[0];
+	job->logging.trace_steps[1] = v[1];
+	return 0;
+}
+
 static const struct enum_name devices[] = {
 	{"auto", DTF_DEVICE_AUTO},
 	{"cpu", DTF_DEVICE_CPU},
@@ -1211,6 +1354,10 @@ static const struct field logging_fields[] = {
 	{.key = "every_steps", .type = T_I64, .flags = F_POS,
 	 .off = JOB(logging.every_steps), .def = 100},
 	{.key = "dir", .type = T_STRDUP, .off = JOB(logging.dir)},
+	{.key = "tensorboard", .type = T_BOOL, .off = JOB(logging.tensorboard),
+	 .def = 1},
+	{.key = "trace", .type = T_STRDUP, .off = JOB(logging.trace)},
+	{.key = "trace_steps", .type = T_CUSTOM, .read = read_trace_steps},
 };
 
 static const struct enum_name resume_modes[] = {
@@ -1469,6 +1616,7 @@ void dtf_job_free(struct dtf_job *job)
 	dtf_free(job->data.features);
 	dtf_free(job->model.layers);
 	dtf_free(job->logging.dir);
+	dtf_free(job->logging.trace);
 	dtf_free(job->checkpoint.dir);
 	dtf_free(job);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "data/feature.h"
+#include "data/input.h"
 
 #define DTF_WHERE_MAX 320
 
@@ -86,6 +87,11 @@ struct dtf_job {
 		int64_t shuffle_buffer; /* default 0 = no shuffle */
 		struct dtf_feature_spec *features;
 		int nfeatures;
+		/* shard_policy, cycle_length, block_length, compression,
+		 * on_error, prefetch: defaults in data/input.h */
+		struct dtf_read_spec read;
+		int drop_remainder; /* data.train.drop_remainder, default 1 */
+		struct dtf_augment_spec augment; /* data.train.augment, off */
 	} data;
 
 	struct {
@@ -130,6 +136,10 @@ struct dtf_job {
 	struct {
 		int64_t every_steps; /* default 100 */
 		char *dir;           /* default NULL: no files */
+		int tensorboard;     /* event files in dir; default 1 */
+		char *trace;         /* Chrome trace file; default NULL: none */
+		int64_t trace_steps[2]; /* [from, to], 1-based inclusive;
+					   default {0, 0}: every step */
 	} logging;
 
 	struct {

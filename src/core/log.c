@@ -12,7 +12,8 @@ static struct {
 	int rank, world;
 	char host[64];
 	enum dtf_log_level level;
-} ident = {0, 0, "", DTF_LOG_INFO};
+	int progress_open; /* a progress line is on screen, not ended */
+} ident = {0, 0, "", DTF_LOG_INFO, 0};
 
 void dtf_log_set_identity(int rank, int world, const char *host)
 {
@@ -45,6 +46,29 @@ void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
 	vsnprintf(line + off, sizeof(line) - off, fmt, ap);
 	va_end(ap);
 	/* one write per line so ranks' lines do not interleave mid-line */
-	fprintf(stderr, "%s\n", line);
+	if (ident.progress_open) {
+		fprintf(stderr, "\r\033[K%s\n", line);
+		ident.progress_open = 0;
+	} else {
+		fprintf(stderr, "%s\n", line);
+	}
 	fflush(stderr);
+}
+
+void dtf_log_progress(const char *line)
+{
+	if (ident.rank != 0 || ident.level < DTF_LOG_INFO)
+		return;
+	fprintf(stderr, "\r%s\033[K", line);
+	fflush(stderr);
+	ident.progress_open = 1;
+}
+
+void dtf_log_progress_end(void)
+{
+	if (!ident.progress_open)
+		return;
+	fputc('\n', stderr);
+	fflush(stderr);
+	ident.progress_open = 0;
 }

@@ -34,4 +34,15 @@ void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
 /* This process's rank as last set (0 before). */
 int dtf_log_rank(void);
 
+/*
+ * The progress line of a terminal (rank 0 only; a no-op on other ranks and
+ * below DTF_LOG_INFO).  dtf_log_progress() draws `line` in place: "\r",
+ * the line, then "ESC [ K" (erase to the end of the line), no newline.  Any
+ * other message first erases the open progress line, so messages never mix
+ * with it; dtf_log_progress_end() keeps the line on screen and ends it with
+ * a newline.  Callers use it only when stderr is a terminal.
+ */
+void dtf_log_progress(const char *line);
+void dtf_log_progress_end(void);
+
 #endif

@@ -10,16 +10,27 @@
  *
  * On x86-64 the crc32 instruction (SSE4.2) computes the same polynomial
  * 8 bytes at a time; __builtin_cpu_supports picks it at run time, so the
- * binary still runs on CPUs without it.
+ * binary still runs on CPUs without it.  The instruction has a latency of
+ * 3 cycles and a throughput of 1, so three independent streams run at once
+ * over three adjacent blocks, and the three CRCs are combined by "shifting"
+ * the first ones over the bytes that follow them: the raw CRC register is
+ * linear in GF(2), so appending n zero bytes is a fixed 32x32 bit matrix
+ * (the one-bit step (r >> 1) ^ (r & 1 ? poly : 0) raised to the power 8n by
+ * squaring), applied through four 256-entry tables built once (the method of
+ * Intel's "Fast CRC Computation for iSCSI Polynomial Using CRC32
+ * Instruction", 2011, with tables instead of carry-less multiplies).
  */
 #include "data/crc32c.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_X86_CRC 1
 #include <nmmintrin.h>
 #endif
+
+#define POLY 0x82F63B78u
 
 static const uint32_t crc_table[8][256] = {
 	{
@@ -416,12 +427,95 @@ uint32_t dtf_crc32c_sw(uint32_t crc, const void *data, size_t n)
 }
 
 #ifdef HAVE_X86_CRC
+/* Bytes per stream of the 3-stream loops (long and short blocks). */
+#define BLK_L 4096
+#define BLK_S 256
+
+/* shift_x[k][b]: the raw register b << 8k moved over BLK_x zero bytes. */
+static uint32_t shift_l[4][256], shift_s[4][256];
+static pthread_once_t shift_once = PTHREAD_ONCE_INIT;
+
+/* m is a 32x32 GF(2) matrix as the images of the 32 unit vectors. */
+static uint32_t gf2_apply(const uint32_t *m, uint32_t v)
+{
+	uint32_t r = 0;
+	for (int i = 0; v; i++, v >>= 1)
+		if (v & 1)
+			r ^= m[i];
+	return r;
+}
+
+/* out = a after b (out may be a or b). */
+static void gf2_compose(uint32_t *out, const uint32_t *a, const uint32_t *b)
+{
+	uint32_t t[32];
+	for (int i = 0; i < 32; i++)
+		t[i] = gf2_apply(a, b[i]);
+	memcpy(out, t, sizeof(t));
+}
+
+static void build_shift(uint32_t tab[4][256], size_t nbytes)
+{
+	uint32_t step[32], op[32];
+	step[0] = POLY; /* one zero bit: (r >> 1) ^ (r & 1 ? POLY : 0) */
+	for (int i = 1; i < 32; i++)
+		step[i] = 1u << (i - 1);
+	for (int i = 0; i < 32; i++)
+		op[i] = 1u << i;
+	for (size_t bits = nbytes * 8; bits; bits >>= 1) {
+		if (bits & 1)
+			gf2_compose(op, step, op);
+		gf2_compose(step, step, step);
+	}
+	for (int k = 0; k < 4; k++)
+		for (uint32_t b = 0; b < 256; b++)
+			tab[k][b] = gf2_apply(op, b << (8 * k));
+}
+
+static void build_shifts(void)
+{
+	build_shift(shift_l, BLK_L);
+	build_shift(shift_s, BLK_S);
+}
+
+static uint32_t shift(const uint32_t tab[4][256], uint32_t c)
+{
+	return tab[0][c & 0xff] ^ tab[1][(c >> 8) & 0xff] ^
+	       tab[2][(c >> 16) & 0xff] ^ tab[3][c >> 24];
+}
+
+/* Three streams over p[0..blk), p[blk..2blk), p[2blk..3blk), combined. */
+__attribute__((target("sse4.2"))) static uint32_t
+crc_hw_3way(uint32_t c, const uint8_t *p, size_t blk,
+	    const uint32_t tab[4][256])
+{
+	uint64_t c0 = c, c1 = 0, c2 = 0;
+	for (size_t i = 0; i < blk; i += 8) {
+		uint64_t w0, w1, w2;
+		memcpy(&w0, p + i, 8);
+		memcpy(&w1, p + blk + i, 8);
+		memcpy(&w2, p + 2 * blk + i, 8);
+		c0 = _mm_crc32_u64(c0, w0);
+		c1 = _mm_crc32_u64(c1, w1);
+		c2 = _mm_crc32_u64(c2, w2);
+	}
+	c = shift(tab, (uint32_t)c0) ^ (uint32_t)c1;
+	return shift(tab, c) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t
 crc_hw_raw(uint32_t c, const uint8_t *p, size_t n)
 {
 	while (n && ((uintptr_t)p & 7)) {
 		c = _mm_crc32_u8(c, *p++);
 		n--;
+	}
+	if (n >= 3 * BLK_S) {
+		pthread_once(&shift_once, build_shifts);
+		for (; n >= 3 * BLK_L; p += 3 * BLK_L, n -= 3 * BLK_L)
+			c = crc_hw_3way(c, p, BLK_L, shift_l);
+		for (; n >= 3 * BLK_S; p += 3 * BLK_S, n -= 3 * BLK_S)
+			c = crc_hw_3way(c, p, BLK_S, shift_s);
 	}
 	uint64_t c64 = c;
 	while (n >= 8) {

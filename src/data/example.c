@@ -131,6 +131,7 @@ static const char *decode_name(enum dtf_decode d)
 	case DTF_DECODE_UINT8: return "uint8";
 	case DTF_DECODE_INT8: return "int8";
 	case DTF_DECODE_FLOAT32: return "float32";
+	case DTF_DECODE_FLOAT16: return "float16";
 	case DTF_DECODE_NONE: break;
 	}
 	return "none";
@@ -138,7 +139,29 @@ static const char *decode_name(enum dtf_decode d)
 
 static size_t decode_size(enum dtf_decode d)
 {
-	return d == DTF_DECODE_FLOAT32 ? 4 : 1;
+	return d == DTF_DECODE_FLOAT32 ? 4 : d == DTF_DECODE_FLOAT16 ? 2 : 1;
+}
+
+/* IEEE 754 binary16 (little-endian bytes) to float, exactly: normals,
+ * subnormals, infinities and NaNs. */
+static float load_f16le(const uint8_t *p)
+{
+	uint32_t h = (uint32_t)p[0] | (uint32_t)p[1] << 8;
+	uint32_t sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f,
+		 m = h & 0x3ff, u;
+	if (e == 0x1f) {
+		u = sign | 0x7f800000u | m << 13;
+	} else if (e) {
+		u = sign | (e + 112) << 23 | m << 13;
+	} else if (m) { /* subnormal: m * 2^-24 */
+		float f = (float)m * (1.0f / 16777216.0f);
+		return sign ? -f : f;
+	} else {
+		u = sign;
+	}
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
 }
 
 /* "[28, 28, 1]" into buf. */
@@ -168,11 +191,60 @@ static int count_error(const struct dtf_feature_spec *s, int64_t got,
 		       int64_t numel)
 {
 	char sh[128];
+	if (s->max_length > 0)
+		return dtf_error(DTF_ERR_DATA,
+				 "feature '%s' has %" PRId64 " values, more "
+				 "than its max_length %" PRId64,
+				 s->name, got, s->max_length);
 	return dtf_error(DTF_ERR_DATA,
 			 "feature '%s' has %" PRId64 " values but the job "
 			 "declares shape %s (%" PRId64 " value%s)",
 			 s->name, got, shape_str(s, sh, sizeof(sh)), numel,
 			 numel == 1 ? "" : "s");
+}
+
+/* The hot loops of image decoding, written so the compiler vectorizes
+ * them (restrict: the output never overlaps the record).  On x86-64 the
+ * uint8 loop also has an AVX2 build chosen at run time: the output is
+ * four times the input, so wide stores matter. */
+#define U8_TO_F32_BODY                                                   \
+	for (size_t i = 0; i < n; i++)                                   \
+		out[i] = (float)in[i] * sc + off;
+
+__attribute__((noinline)) static void
+u8_to_f32_base(float *restrict out, const uint8_t *restrict in, size_t n,
+	       float sc, float off)
+{
+	U8_TO_F32_BODY
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((noinline, target("avx2"))) static void
+u8_to_f32_avx2(float *restrict out, const uint8_t *restrict in, size_t n,
+	       float sc, float off)
+{
+	U8_TO_F32_BODY
+}
+#endif
+
+static void u8_to_f32(float *restrict out, const uint8_t *restrict in,
+		      size_t n, float sc, float off)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (__builtin_cpu_supports("avx2")) { /* a load of libgcc's flags */
+		u8_to_f32_avx2(out, in, n, sc, off);
+		return;
+	}
+#endif
+	u8_to_f32_base(out, in, n, sc, off);
+}
+
+__attribute__((noinline)) static void
+i8_to_f32(float *restrict out, const int8_t *restrict in, size_t n,
+	  float sc, float off)
+{
+	for (size_t i = 0; i < n; i++)
+		out[i] = (float)in[i] * sc + off;
 }
 
 static int decode_bytes(const struct dtf_feature_spec *s, struct rd list,
@@ -214,16 +286,18 @@ static int decode_bytes(const struct dtf_feature_spec *s, struct rd list,
 	float sc = s->scale, off = s->offset;
 	switch (s->decode) {
 	case DTF_DECODE_UINT8:
-		for (int64_t i = 0; i < numel; i++)
-			out[i] = (float)p[i] * sc + off;
+		u8_to_f32(out, p, (size_t)numel, sc, off);
 		break;
 	case DTF_DECODE_INT8:
-		for (int64_t i = 0; i < numel; i++)
-			out[i] = (float)(int8_t)p[i] * sc + off;
+		i8_to_f32(out, (const int8_t *)p, (size_t)numel, sc, off);
 		break;
 	case DTF_DECODE_FLOAT32:
 		for (int64_t i = 0; i < numel; i++)
 			out[i] = load_f32le(p + 4 * i) * sc + off;
+		break;
+	case DTF_DECODE_FLOAT16:
+		for (int64_t i = 0; i < numel; i++)
+			out[i] = load_f16le(p + 2 * i) * sc + off;
 		break;
 	case DTF_DECODE_NONE:
 		break;
@@ -260,7 +334,25 @@ static int decode_floats(const struct dtf_feature_spec *s, struct rd list,
 			return malformed(s, "bad field in float_list");
 		}
 	}
+	if (n < numel && s->max_length > 0) {
+		for (int64_t i = n; i < numel; i++)
+			out[i] = s->pad_value;
+		return 0;
+	}
 	return n == numel ? 0 : count_error(s, n, numel);
+}
+
+/* Fill elements [from, numel) of a feature's output with `v` (an output
+ * value: padding or a default). */
+static void fill_value(const struct dtf_feature_spec *s, void *dst,
+		       int64_t from, int64_t numel, double v)
+{
+	if (s->dtype == DTF_INT32)
+		for (int64_t i = from; i < numel; i++)
+			((int32_t *)dst)[i] = (int32_t)v;
+	else
+		for (int64_t i = from; i < numel; i++)
+			((float *)dst)[i] = (float)v;
 }
 
 static int put_int64(const struct dtf_feature_spec *s, void *dst, int64_t i,
@@ -313,6 +405,10 @@ static int decode_int64s(const struct dtf_feature_spec *s, struct rd list,
 		} else if (skip_field(&list, wt)) {
 			return malformed(s, "bad field in int64_list");
 		}
+	}
+	if (n < numel && s->max_length > 0) {
+		fill_value(s, dst, n, numel, s->pad_value);
+		return 0;
 	}
 	return n == numel ? 0 : count_error(s, n, numel);
 }
@@ -371,6 +467,9 @@ static int check_specs(const struct dtf_feature_spec *specs, int nspecs)
 			       s->dtype != DTF_FLOAT32;
 		if (s->type == DTF_FEATURE_FLOAT)
 			bad |= s->dtype != DTF_FLOAT32;
+		if (s->max_length > 0)
+			bad |= s->type == DTF_FEATURE_BYTES || s->rank != 1 ||
+			       s->shape[0] != s->max_length;
 		if (bad)
 			return dtf_error(DTF_ERR_CONFIG,
 					 "feature '%s': inconsistent spec "
@@ -450,12 +549,17 @@ int dtf_example_decode(const uint8_t *buf, size_t len,
 			}
 		}
 	}
-	for (int i = 0; i < nspecs; i++)
-		if (!(found & ((uint64_t)1 << i)))
+	for (int i = 0; i < nspecs; i++) {
+		if (found & ((uint64_t)1 << i))
+			continue;
+		if (!specs[i].has_default)
 			return dtf_error(DTF_ERR_DATA,
 					 "feature '%s' is missing from the "
 					 "Example",
 					 specs[i].name);
+		fill_value(&specs[i], dst[i], 0, dtf_feature_numel(&specs[i]),
+			   specs[i].default_value);
+	}
 	return 0;
 }
 

@@ -24,6 +24,7 @@ enum dtf_decode {
 	DTF_DECODE_UINT8 = 1,
 	DTF_DECODE_INT8 = 2,
 	DTF_DECODE_FLOAT32 = 3,
+	DTF_DECODE_FLOAT16 = 4, /* IEEE 754 binary16, little-endian */
 };
 
 /* Element type of the decoded tensor. */
@@ -43,6 +44,17 @@ struct dtf_feature_spec {
 	/* Output dtype: int64 features decode to DTF_INT32 (labels; values
 	 * outside int32 are a data error), everything else to DTF_FLOAT32. */
 	enum dtf_dtype dtype;
+	/* > 0: a variable-length float or int64 list of at most max_length
+	 * values (shape [max_length]), padded with pad_value after the last
+	 * value (tf.io.FixedLenSequenceFeature / RaggedFeature.to_tensor);
+	 * more values is a data error.  0: exactly numel values. */
+	int64_t max_length;
+	float pad_value; /* output value (scale and offset not applied) */
+	/* A missing feature fills every element with default_value (an
+	 * output value, as tf.io.FixedLenFeature's default_value) instead of
+	 * being an error. */
+	int has_default;
+	double default_value;
 };
 
 /* Number of elements of one example of the feature (product of shape). */

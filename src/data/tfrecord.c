@@ -4,15 +4,19 @@
  * Design: the reader keeps one growing record buffer and one stdio buffer,
  * both kept across dtf_tfrecord_reader_reopen(), so reading many files
  * costs no allocation per record or per file in steady state.  Bytes come
- * through `struct source`, a read/skip/rewind/close table: the plain file
- * source is the only one today, and a gzip source (zlib gzread/gzseek) would
- * be a second table.  The reader tracks the byte offset itself, so messages
- * need no tell() from the source.
+ * through `struct source`, a read/skip/rewind/close table: a plain file, or
+ * a zlib inflate stream over the file (gzip or zlib wrapper; a gzip member
+ * that ends with more input behind it is followed by the next member, as
+ * gzip(1) does).  The z_stream lives in the reader and is reset, not
+ * reallocated, per file.  The reader tracks the byte offset (of the
+ * uncompressed stream) itself, so messages need no tell() from the source.
  *
  * Checks are ordered so corrupt input never drives an allocation: the
  * length is used only after its CRC matches, and for regular files a length
  * running past the end of the file is reported as truncation before the
- * buffer grows.
+ * buffer grows.  Where the size is unknown (compressed streams) the record
+ * buffer grows geometrically as bytes actually arrive, so it never exceeds
+ * twice the data present.
  */
 #include "data/tfrecord.h"
 
@@ -21,10 +25,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
 #include "data/crc32c.h"
+#include "data/input.h"
 
 /* stdio buffer of readers and writers, bytes. */
 #define IO_BUFFER (64 * 1024)
@@ -80,17 +86,129 @@ static const struct source file_source = {
 	file_read, file_skip, file_rewind, file_size, file_close,
 };
 
+/* Inflate state of a compressed reader (kept across files). */
+struct zin {
+	z_stream zs;
+	int inited;     /* inflateInit2 done */
+	FILE *f;        /* the compressed file, unbuffered */
+	uint8_t *in;    /* IO_BUFFER bytes of compressed input */
+	int wbits;      /* 15 + 16 gzip, 15 zlib */
+	int file_eof;   /* no more compressed bytes */
+	int ended;      /* the last member ended and nothing follows */
+	char msg[128];  /* what zlib said about corrupt input */
+};
+
+/* Read up to n uncompressed bytes; -1 with errno on an I/O error, -2 with
+ * z->msg set on corrupt compressed data. */
+static long long z_read(void *ctx, void *buf, size_t n)
+{
+	struct zin *z = ctx;
+	size_t got = 0;
+	while (got < n && !z->ended) {
+		if (z->zs.avail_in == 0 && !z->file_eof) {
+			size_t k = fread(z->in, 1, IO_BUFFER, z->f);
+			if (k < IO_BUFFER) {
+				if (ferror(z->f))
+					return -1;
+				z->file_eof = 1;
+			}
+			z->zs.next_in = z->in;
+			z->zs.avail_in = (uInt)k;
+		}
+		size_t want = n - got;
+		if (want > (1u << 30))
+			want = 1u << 30;
+		z->zs.next_out = (Bytef *)buf + got;
+		z->zs.avail_out = (uInt)want;
+		int ret = inflate(&z->zs, Z_NO_FLUSH);
+		got += want - z->zs.avail_out;
+		if (ret == Z_STREAM_END) {
+			/* Another member behind this one? */
+			if (z->zs.avail_in == 0 && !z->file_eof) {
+				size_t k = fread(z->in, 1, IO_BUFFER, z->f);
+				if (k < IO_BUFFER) {
+					if (ferror(z->f))
+						return -1;
+					z->file_eof = 1;
+				}
+				z->zs.next_in = z->in;
+				z->zs.avail_in = (uInt)k;
+			}
+			if (z->zs.avail_in == 0)
+				z->ended = 1;
+			else
+				inflateReset(&z->zs);
+			continue;
+		}
+		if (ret == Z_OK)
+			continue;
+		if (ret == Z_BUF_ERROR && z->zs.avail_in == 0 && z->file_eof)
+			break; /* compressed stream cut short: fewer bytes */
+		if (ret == Z_BUF_ERROR)
+			continue;
+		snprintf(z->msg, sizeof(z->msg), "%s",
+			 ret == Z_MEM_ERROR ? "out of memory"
+			 : z->zs.msg        ? z->zs.msg
+					    : "corrupt data");
+		return -2;
+	}
+	return (long long)got;
+}
+
+static int z_skip(void *ctx, uint64_t n)
+{
+	(void)ctx;
+	(void)n;
+	errno = ESPIPE; /* never called: the size is unknown */
+	return -1;
+}
+
+static int z_rewind(void *ctx)
+{
+	struct zin *z = ctx;
+	clearerr(z->f);
+	if (fseeko(z->f, 0, SEEK_SET) != 0)
+		return -1;
+	inflateReset2(&z->zs, z->wbits);
+	z->zs.avail_in = 0;
+	z->file_eof = 0;
+	z->ended = 0;
+	return 0;
+}
+
+static long long z_size(void *ctx)
+{
+	(void)ctx;
+	return -1;
+}
+
+static void z_close(void *ctx)
+{
+	struct zin *z = ctx;
+	if (z->f)
+		fclose(z->f);
+	z->f = NULL;
+}
+
+static const struct source zlib_source = {
+	z_read, z_skip, z_rewind, z_size, z_close,
+};
+
 struct dtf_tfrecord_reader {
 	const struct source *src;
-	void *ctx;          /* the source's state (FILE * here) */
+	void *ctx;          /* the source's state (FILE * or &z) */
 	char *path;         /* for messages */
 	size_t path_cap;    /* bytes allocated for path */
-	char *iobuf;        /* IO_BUFFER bytes of stdio buffer */
+	char *iobuf;        /* IO_BUFFER bytes: stdio or compressed input */
 	uint8_t *buf;       /* record data */
 	size_t cap;         /* bytes allocated for buf */
 	int64_t index;      /* next record */
 	uint64_t offset;    /* byte offset of the next record */
 	long long size;     /* file size in bytes, -1 if unknown */
+	enum dtf_compression compression;
+	struct zin z;       /* compressed sources */
+	int resumable;      /* the last error left the reader at the next
+			       record (a data CRC mismatch) */
 };
 
 static uint64_t load_le64(const uint8_t *p)
@@ -123,9 +241,17 @@ static void store_le32(uint8_t *p, uint32_t v)
 #define REC_FMT "%s: record %" PRId64 " at byte offset %" PRIu64 ": "
 #define REC_ARGS(r) (r)->path, (r)->index, (r)->offset
 
-static int io_error(const struct dtf_tfrecord_reader *r, const char *what)
+/* A failed source read: got is -1 (errno) or -2 (corrupt compressed data,
+ * the message in r->z.msg). */
+static int read_error(const struct dtf_tfrecord_reader *r, long long got)
 {
-	return dtf_error(DTF_ERR_DATA, REC_FMT "%s: %s", REC_ARGS(r), what,
+	if (got == -2)
+		return dtf_error(DTF_ERR_DATA,
+				 REC_FMT "corrupt %s stream (zlib: %s)",
+				 REC_ARGS(r),
+				 dtf_compression_name(r->compression),
+				 r->z.msg);
+	return dtf_error(DTF_ERR_DATA, REC_FMT "read error: %s", REC_ARGS(r),
 			 strerror(errno));
 }
 
@@ -166,27 +292,61 @@ int dtf_tfrecord_reader_reopen(struct dtf_tfrecord_reader *r,
 	if (!f)
 		return dtf_error(DTF_ERR_DATA, "%s: cannot open: %s", path,
 				 strerror(errno));
-	setvbuf(f, r->iobuf, _IOFBF, IO_BUFFER);
-	r->src = &file_source;
-	r->ctx = f;
-	r->size = r->src->size(f);
+	if (r->compression == DTF_COMPRESSION_NONE) {
+		setvbuf(f, r->iobuf, _IOFBF, IO_BUFFER);
+		r->src = &file_source;
+		r->ctx = f;
+		r->size = r->src->size(f);
+		return 0;
+	}
+	struct zin *z = &r->z;
+	setvbuf(f, NULL, _IONBF, 0); /* z->in is the buffer */
+	z->wbits = r->compression == DTF_COMPRESSION_GZIP ? 15 + 16 : 15;
+	int zr;
+	if (!z->inited) {
+		memset(&z->zs, 0, sizeof(z->zs));
+		zr = inflateInit2(&z->zs, z->wbits);
+		z->inited = zr == Z_OK;
+	} else {
+		zr = inflateReset2(&z->zs, z->wbits);
+	}
+	if (zr != Z_OK) {
+		fclose(f);
+		return dtf_error(DTF_ERR_NOMEM, "%s: cannot start zlib: %s",
+				 path, zr == Z_MEM_ERROR ? "out of memory"
+							  : "bad parameters");
+	}
+	z->in = (uint8_t *)r->iobuf;
+	z->f = f;
+	z->zs.avail_in = 0;
+	z->file_eof = 0;
+	z->ended = 0;
+	z->msg[0] = 0;
+	r->src = &zlib_source;
+	r->ctx = z;
 	return 0;
 }
 
-int dtf_tfrecord_reader_open(const char *path,
-			     struct dtf_tfrecord_reader **out)
+int dtf_tfrecord_reader_open_c(const char *path,
+			       enum dtf_compression compression,
+			       struct dtf_tfrecord_reader **out)
 {
 	int rc;
 	*out = NULL;
+	const char *name = path ? path : "(reader)";
+	if ((unsigned)compression > DTF_COMPRESSION_ZLIB)
+		return dtf_error(DTF_ERR_USAGE, "%s: unknown compression %d",
+				 name, (int)compression);
 	struct dtf_tfrecord_reader *r = dtf_calloc(1, sizeof(*r));
 	if (!r)
-		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", name);
+	r->compression = compression;
 	r->iobuf = dtf_malloc(IO_BUFFER);
 	if (!r->iobuf) {
-		rc = dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+		rc = dtf_error(DTF_ERR_NOMEM, "%s: out of memory", name);
 		goto out_free;
 	}
-	rc = dtf_tfrecord_reader_reopen(r, path);
+	rc = path ? dtf_tfrecord_reader_reopen(r, path) : 0;
 	if (rc)
 		goto out_free;
 	*out = r;
@@ -194,6 +354,30 @@ int dtf_tfrecord_reader_open(const char *path,
 out_free:
 	dtf_tfrecord_reader_free(r);
 	return rc;
+}
+
+int dtf_tfrecord_reader_open(const char *path,
+			     struct dtf_tfrecord_reader **out)
+{
+	return dtf_tfrecord_reader_open_c(path, DTF_COMPRESSION_NONE, out);
+}
+
+int dtf_tfrecord_reader_reserve_path(struct dtf_tfrecord_reader *r,
+				     size_t len)
+{
+	if (len + 1 <= r->path_cap)
+		return 0;
+	char *p = dtf_malloc(len + 1);
+	if (!p)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if (r->path)
+		memcpy(p, r->path, strlen(r->path) + 1);
+	else
+		p[0] = 0;
+	dtf_free(r->path);
+	r->path = p;
+	r->path_cap = len + 1;
+	return 0;
 }
 
 int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes)
@@ -210,6 +394,24 @@ int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes)
 	return 0;
 }
 
+/* The hint for a compressed file read as uncompressed (first header). */
+static const char *compression_hint(const struct dtf_tfrecord_reader *r,
+				    const uint8_t *h)
+{
+	if (r->compression != DTF_COMPRESSION_NONE || r->offset != 0)
+		return "";
+	if (h[0] == 0x1f && h[1] == 0x8b)
+		return "\nHINT: the file starts with the gzip magic bytes "
+		       "(1f 8b): set `compression: gzip` in the job's data "
+		       "section (dtf-records: --compression gzip)";
+	if ((h[0] & 0x0f) == 8 && (h[0] >> 4) <= 7 &&
+	    ((unsigned)h[0] << 8 | h[1]) % 31 == 0)
+		return "\nHINT: the file starts with a zlib header: set "
+		       "`compression: zlib` in the job's data section "
+		       "(dtf-records: --compression zlib)";
+	return "";
+}
+
 /*
  * Read and check the 12-byte header of the next record: 1 with *len set,
  * 0 at a clean end of file, or a negative error.  Also rejects a length
@@ -223,20 +425,21 @@ static int read_header(struct dtf_tfrecord_reader *r, uint64_t *len)
 				 r->path ? r->path : "(none)");
 	long long got = r->src->read(r->ctx, h, sizeof(h));
 	if (got < 0)
-		return io_error(r, "read error");
+		return read_error(r, got);
 	if (got == 0)
 		return 0;
 	if (got < (long long)sizeof(h))
 		return dtf_error(DTF_ERR_DATA,
 				 REC_FMT "truncated record header (%lld of %d "
-					 "bytes)",
-				 REC_ARGS(r), got, DTF_TFRECORD_HEADER);
+					 "bytes)%s",
+				 REC_ARGS(r), got, DTF_TFRECORD_HEADER,
+				 got >= 2 ? compression_hint(r, h) : "");
 	uint32_t want = load_le32(h + 8);
 	if (dtf_crc32c_mask(dtf_crc32c(0, h, 8)) != want)
 		return dtf_error(DTF_ERR_DATA,
 				 REC_FMT "length CRC mismatch (corrupt length "
-					 "field)",
-				 REC_ARGS(r));
+					 "field)%s",
+				 REC_ARGS(r), compression_hint(r, h));
 	*len = load_le64(h);
 	if (r->size >= 0) {
 		uint64_t end = r->offset + sizeof(h);
@@ -253,29 +456,56 @@ static int read_header(struct dtf_tfrecord_reader *r, uint64_t *len)
 	return 1;
 }
 
+/* First growth step of the record buffer for a stream of unknown size. */
+#define STREAM_CHUNK ((size_t)1 << 20)
+
 int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 			     const uint8_t **data, size_t *len)
 {
 	uint64_t n;
+	r->resumable = 0;
 	int rc = read_header(r, &n);
 	if (rc <= 0)
 		return rc;
-	if (n > SIZE_MAX - 4)
+	if (n > SIZE_MAX / 2 - 4)
 		return dtf_error(DTF_ERR_DATA,
 				 REC_FMT "record length %" PRIu64 " too large",
 				 REC_ARGS(r), n);
-	/* Never zero-size: a 0-byte record still needs a valid pointer. */
-	rc = dtf_tfrecord_reader_reserve(r, n ? (size_t)n : 1);
-	if (rc)
-		return rc;
 	uint8_t c[4];
-	long long got = r->src->read(r->ctx, r->buf, (size_t)n);
-	if (got < 0)
-		return io_error(r, "read error");
+	long long got = 0;
+	if (r->size >= 0 || n <= r->cap || n <= STREAM_CHUNK) {
+		/* Never zero-size: a 0-byte record needs a valid pointer. */
+		rc = dtf_tfrecord_reader_reserve(r, n ? (size_t)n : 1);
+		if (rc)
+			return rc;
+		got = r->src->read(r->ctx, r->buf, (size_t)n);
+		if (got < 0)
+			return read_error(r, got);
+	} else {
+		/* Unknown size: grow only as bytes arrive, so a length that
+		 * lies costs at most twice what the stream holds. */
+		while ((uint64_t)got < n) {
+			size_t want = r->cap > (size_t)got ? r->cap
+							   : 2 * (size_t)got;
+			if (want < STREAM_CHUNK)
+				want = STREAM_CHUNK;
+			if (want > n)
+				want = (size_t)n;
+			if ((rc = dtf_tfrecord_reader_reserve(r, want)))
+				return rc;
+			long long k = r->src->read(r->ctx, r->buf + got,
+						   want - (size_t)got);
+			if (k < 0)
+				return read_error(r, k);
+			got += k;
+			if ((size_t)got < want)
+				break;
+		}
+	}
 	if ((uint64_t)got == n) {
 		long long gc = r->src->read(r->ctx, c, 4);
 		if (gc < 0)
-			return io_error(r, "read error");
+			return read_error(r, gc);
 		got += gc;
 	}
 	if ((uint64_t)got < n + 4)
@@ -283,10 +513,16 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 				 REC_FMT "truncated record data (%lld of %" PRIu64
 					 " bytes)",
 				 REC_ARGS(r), got, n + 4);
-	if (dtf_crc32c_mask(dtf_crc32c(0, r->buf, (size_t)n)) != load_le32(c))
-		return dtf_error(DTF_ERR_DATA,
-				 REC_FMT "data CRC mismatch (corrupt record)",
-				 REC_ARGS(r));
+	if (dtf_crc32c_mask(dtf_crc32c(0, r->buf, (size_t)n)) != load_le32(c)) {
+		rc = dtf_error(DTF_ERR_DATA,
+			       REC_FMT "data CRC mismatch (corrupt record)",
+			       REC_ARGS(r));
+		/* The framing held: the next record can still be read. */
+		r->index++;
+		r->offset += n + DTF_TFRECORD_OVERHEAD;
+		r->resumable = 1;
+		return rc;
+	}
 	*data = r->buf;
 	*len = (size_t)n;
 	r->index++;
@@ -294,9 +530,20 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 	return 1;
 }
 
+int dtf_tfrecord_reader_resumable(const struct dtf_tfrecord_reader *r)
+{
+	return r->resumable;
+}
+
+long long dtf_tfrecord_reader_size(const struct dtf_tfrecord_reader *r)
+{
+	return r->size;
+}
+
 int dtf_tfrecord_reader_skip(struct dtf_tfrecord_reader *r, uint64_t *len)
 {
 	uint64_t n;
+	r->resumable = 0;
 	int rc = read_header(r, &n);
 	if (rc <= 0)
 		return rc;
@@ -309,7 +556,7 @@ int dtf_tfrecord_reader_skip(struct dtf_tfrecord_reader *r, uint64_t *len)
 							 : sizeof(tmp);
 			long long got = r->src->read(r->ctx, tmp, want);
 			if (got < 0)
-				return io_error(r, "read error");
+				return read_error(r, got);
 			if ((size_t)got < want)
 				return dtf_error(
 					DTF_ERR_DATA,
@@ -320,7 +567,8 @@ int dtf_tfrecord_reader_skip(struct dtf_tfrecord_reader *r, uint64_t *len)
 			left -= (uint64_t)got;
 		}
 	} else if (r->src->skip(r->ctx, n + 4) != 0) {
-		return io_error(r, "seek error");
+		return dtf_error(DTF_ERR_DATA, REC_FMT "seek error: %s",
+				 REC_ARGS(r), strerror(errno));
 	}
 	if (len)
 		*len = n;
@@ -362,17 +610,20 @@ void dtf_tfrecord_reader_free(struct dtf_tfrecord_reader *r)
 	if (!r)
 		return;
 	close_source(r); /* before iobuf goes: stdio may flush into it */
+	if (r->z.inited)
+		inflateEnd(&r->z.zs);
 	dtf_free(r->iobuf);
 	dtf_free(r->buf);
 	dtf_free(r->path);
 	dtf_free(r);
 }
 
-int dtf_tfrecord_scan(const char *path, struct dtf_tfrecord_stats *stats)
+int dtf_tfrecord_scan_c(const char *path, enum dtf_compression compression,
+			struct dtf_tfrecord_stats *stats)
 {
 	struct dtf_tfrecord_reader *r;
 	memset(stats, 0, sizeof(*stats));
-	int rc = dtf_tfrecord_reader_open(path, &r);
+	int rc = dtf_tfrecord_reader_open_c(path, compression, &r);
 	if (rc)
 		return rc;
 	uint64_t len;
@@ -386,26 +637,55 @@ int dtf_tfrecord_scan(const char *path, struct dtf_tfrecord_stats *stats)
 	return rc;
 }
 
+int dtf_tfrecord_scan(const char *path, struct dtf_tfrecord_stats *stats)
+{
+	return dtf_tfrecord_scan_c(path, DTF_COMPRESSION_NONE, stats);
+}
+
 struct dtf_tfrecord_writer {
 	FILE *f;
 	char *path;
 	char *iobuf;
 	int failed; /* errno of the first failed write, or 0 */
+	enum dtf_compression compression;
+	int zinit;       /* deflateInit2 done */
+	z_stream zs;
+	uint8_t *zout;   /* IO_BUFFER bytes of compressed output */
 };
 
-int dtf_tfrecord_writer_open(const char *path,
-			     struct dtf_tfrecord_writer **out)
+int dtf_tfrecord_writer_open_c(const char *path,
+			       enum dtf_compression compression,
+			       struct dtf_tfrecord_writer **out)
 {
 	int rc;
 	*out = NULL;
+	if ((unsigned)compression > DTF_COMPRESSION_ZLIB)
+		return dtf_error(DTF_ERR_USAGE, "%s: unknown compression %d",
+				 path, (int)compression);
 	struct dtf_tfrecord_writer *w = dtf_calloc(1, sizeof(*w));
 	if (!w)
 		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
+	w->compression = compression;
 	w->path = dtf_strdup(path);
 	w->iobuf = dtf_malloc(WRITE_BUFFER);
-	if (!w->path || !w->iobuf) {
+	if (compression != DTF_COMPRESSION_NONE)
+		w->zout = dtf_malloc(IO_BUFFER);
+	if (!w->path || !w->iobuf ||
+	    (compression != DTF_COMPRESSION_NONE && !w->zout)) {
 		rc = dtf_error(DTF_ERR_NOMEM, "%s: out of memory", path);
 		goto out_free;
+	}
+	if (compression != DTF_COMPRESSION_NONE) {
+		/* TensorFlow's ZlibCompressionOptions: level
+		 * Z_DEFAULT_COMPRESSION, window 15 (+16 for gzip). */
+		int wbits = compression == DTF_COMPRESSION_GZIP ? 15 + 16 : 15;
+		if (deflateInit2(&w->zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED,
+				 wbits, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+			rc = dtf_error(DTF_ERR_NOMEM, "%s: cannot start zlib",
+				       path);
+			goto out_free;
+		}
+		w->zinit = 1;
 	}
 	w->f = fopen(path, "wb");
 	if (!w->f) {
@@ -417,10 +697,54 @@ int dtf_tfrecord_writer_open(const char *path,
 	*out = w;
 	return 0;
 out_free:
+	if (w->zinit)
+		deflateEnd(&w->zs);
+	dtf_free(w->zout);
 	dtf_free(w->iobuf);
 	dtf_free(w->path);
 	dtf_free(w);
 	return rc;
+}
+
+int dtf_tfrecord_writer_open(const char *path,
+			     struct dtf_tfrecord_writer **out)
+{
+	return dtf_tfrecord_writer_open_c(path, DTF_COMPRESSION_NONE, out);
+}
+
+/* Append n bytes to the file, through deflate when compressing; `flush`
+ * is Z_NO_FLUSH or Z_FINISH.  0 or -1 (w->failed set). */
+static int put(struct dtf_tfrecord_writer *w, const void *data, size_t n,
+	       int flush)
+{
+	if (!w->zinit) {
+		if (n && fwrite(data, 1, n, w->f) != n) {
+			w->failed = errno ? errno : EIO;
+			return -1;
+		}
+		return 0;
+	}
+	const uint8_t *p = data;
+	do {
+		uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+		w->zs.next_in = (Bytef *)p;
+		w->zs.avail_in = chunk;
+		int last = flush == Z_FINISH && chunk == n;
+		int ret;
+		do {
+			w->zs.next_out = w->zout;
+			w->zs.avail_out = IO_BUFFER;
+			ret = deflate(&w->zs, last ? Z_FINISH : Z_NO_FLUSH);
+			size_t k = IO_BUFFER - w->zs.avail_out;
+			if (k && fwrite(w->zout, 1, k, w->f) != k) {
+				w->failed = errno ? errno : EIO;
+				return -1;
+			}
+		} while (w->zs.avail_out == 0 || (last && ret != Z_STREAM_END));
+		p += chunk;
+		n -= chunk;
+	} while (n);
+	return 0;
 }
 
 int dtf_tfrecord_writer_write(struct dtf_tfrecord_writer *w, const void *data,
@@ -433,13 +757,20 @@ int dtf_tfrecord_writer_write(struct dtf_tfrecord_writer *w, const void *data,
 	store_le64(h, (uint64_t)len);
 	store_le32(h + 8, dtf_crc32c_mask(dtf_crc32c(0, h, 8)));
 	store_le32(c, dtf_crc32c_mask(dtf_crc32c(0, data, len)));
-	if (fwrite(h, 1, sizeof(h), w->f) != sizeof(h) ||
-	    (len && fwrite(data, 1, len, w->f) != len) ||
-	    fwrite(c, 1, 4, w->f) != 4) {
-		w->failed = errno ? errno : EIO;
+	if (put(w, h, sizeof(h), Z_NO_FLUSH) || put(w, data, len, Z_NO_FLUSH) ||
+	    put(w, c, 4, Z_NO_FLUSH))
 		return dtf_error(DTF_ERR_IO, "%s: write error: %s", w->path,
 				 strerror(w->failed));
-	}
+	return 0;
+}
+
+int dtf_tfrecord_writer_flush(struct dtf_tfrecord_writer *w)
+{
+	if (!w->failed && fflush(w->f) != 0)
+		w->failed = errno ? errno : EIO;
+	if (w->failed)
+		return dtf_error(DTF_ERR_IO, "%s: write error: %s", w->path,
+				 strerror(w->failed));
 	return 0;
 }
 
@@ -448,6 +779,11 @@ int dtf_tfrecord_writer_close(struct dtf_tfrecord_writer *w)
 	if (!w)
 		return 0;
 	int rc = 0;
+	if (w->zinit) {
+		if (!w->failed)
+			put(w, "", 0, Z_FINISH);
+		deflateEnd(&w->zs);
+	}
 	if (fflush(w->f) != 0 && !w->failed)
 		w->failed = errno ? errno : EIO;
 	if (ferror(w->f) && !w->failed)
@@ -457,6 +793,7 @@ int dtf_tfrecord_writer_close(struct dtf_tfrecord_writer *w)
 	if (w->failed)
 		rc = dtf_error(DTF_ERR_IO, "%s: write error: %s", w->path,
 			       strerror(w->failed));
+	dtf_free(w->zout);
 	dtf_free(w->iobuf);
 	dtf_free(w->path);
 	dtf_free(w);

@@ -8,9 +8,15 @@
  *     byte    data[length]
  *     uint32  masked CRC-32C of data
  *
- * (CRC-32C and masking in data/crc32c.h).  Uncompressed files only for now;
- * the reader pulls bytes through a small source interface (read / skip /
- * rewind) so a zlib-backed source can slot in without touching the framing.
+ * (CRC-32C and masking in data/crc32c.h).  A file may be compressed as a
+ * whole (TFRecordOptions compression_type GZIP or ZLIB, via zlib): the
+ * framing is then that of the uncompressed stream, offsets in messages
+ * count uncompressed bytes, and gzip members written one after another
+ * read as one stream (as gzip -d does).  Corrupt compressed data reads as
+ * "<path>: record <i> at byte offset <o>: corrupt gzip stream (zlib: <msg>)";
+ * a compressed stream cut short reads as truncated record data.  A gzip or
+ * zlib file read as uncompressed fails on its first header with a second
+ * line "HINT: ... set `compression: gzip` ...".
  *
  * Every reader error is DTF_ERR_DATA and its message reads
  * "<path>: record <i> at byte offset <o>: <what>", where i is the 0-based
@@ -30,6 +36,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "data/input.h"
+
 /* Bytes of framing around each record: 8 length + 4 + 4 CRCs. */
 #define DTF_TFRECORD_HEADER 12
 #define DTF_TFRECORD_OVERHEAD 16
@@ -45,6 +53,16 @@ struct dtf_tfrecord_reader;
 int dtf_tfrecord_reader_open(const char *path,
 			     struct dtf_tfrecord_reader **out);
 
+/* As dtf_tfrecord_reader_open() for a file compressed as `compression`
+ * (every file the reader is reopened on is read the same way); a NULL path
+ * makes a reader with no file yet (for dtf_tfrecord_reader_reopen()).  The
+ * inflate state is allocated by zlib at the first open and reset, not
+ * reallocated, by reopen.  Errors as open, DTF_ERR_USAGE for an unknown
+ * compression. */
+int dtf_tfrecord_reader_open_c(const char *path,
+			       enum dtf_compression compression,
+			       struct dtf_tfrecord_reader **out);
+
 /*
  * Close the current file and open `path` in the same reader, keeping the
  * record buffer (no dtf_ allocation unless the path is longer than any
@@ -52,6 +70,11 @@ int dtf_tfrecord_reader_open(const char *path,
  */
 int dtf_tfrecord_reader_reopen(struct dtf_tfrecord_reader *r,
 			       const char *path);
+
+/* Make room for paths of up to `len` bytes, so reopen allocates nothing
+ * (e.g. on another thread, later).  Errors: DTF_ERR_NOMEM. */
+int dtf_tfrecord_reader_reserve_path(struct dtf_tfrecord_reader *r,
+				     size_t len);
 
 /* Grow the record buffer to at least `bytes`.  Errors: DTF_ERR_NOMEM. */
 int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes);
@@ -64,6 +87,18 @@ int dtf_tfrecord_reader_reserve(struct dtf_tfrecord_reader *r, size_t bytes);
  */
 int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 			     const uint8_t **data, size_t *len);
+
+/*
+ * 1 if the last failed dtf_tfrecord_reader_next() was a data CRC mismatch:
+ * the framing held and the reader stands at the next record (its index and
+ * offset were advanced past the bad one), so a caller that skips bad records
+ * may go on reading.  0 after any other error: the framing cannot be
+ * trusted from there on.
+ */
+int dtf_tfrecord_reader_resumable(const struct dtf_tfrecord_reader *r);
+
+/* Size of the open file in bytes, or -1 when unknown (compressed). */
+long long dtf_tfrecord_reader_size(const struct dtf_tfrecord_reader *r);
 
 /*
  * Step over the next record checking only its length CRC (the data is
@@ -89,7 +124,9 @@ void dtf_tfrecord_reader_free(struct dtf_tfrecord_reader *r);
 /* What a framing scan of one file found. */
 struct dtf_tfrecord_stats {
 	int64_t records;     /* number of records */
-	uint64_t bytes;      /* file size in bytes (framing included) */
+	uint64_t bytes;      /* bytes of records, framing included (of the
+				uncompressed stream: the file size when the
+				file is not compressed) */
 	uint64_t max_record; /* largest record data, bytes */
 };
 
@@ -101,6 +138,10 @@ struct dtf_tfrecord_stats {
  */
 int dtf_tfrecord_scan(const char *path, struct dtf_tfrecord_stats *stats);
 
+/* dtf_tfrecord_scan() of a compressed file (which is read through). */
+int dtf_tfrecord_scan_c(const char *path, enum dtf_compression compression,
+			struct dtf_tfrecord_stats *stats);
+
 struct dtf_tfrecord_writer;
 
 /*
@@ -110,9 +151,22 @@ struct dtf_tfrecord_writer;
 int dtf_tfrecord_writer_open(const char *path,
 			     struct dtf_tfrecord_writer **out);
 
+/* As dtf_tfrecord_writer_open(), compressing the whole file as one gzip or
+ * zlib stream (zlib level Z_DEFAULT_COMPRESSION, window 15, as
+ * TensorFlow's writer). Errors: also DTF_ERR_USAGE (unknown compression). */
+int dtf_tfrecord_writer_open_c(const char *path,
+			       enum dtf_compression compression,
+			       struct dtf_tfrecord_writer **out);
+
 /* Append one record of `len` bytes (0 allowed).  Errors: DTF_ERR_IO. */
 int dtf_tfrecord_writer_write(struct dtf_tfrecord_writer *w, const void *data,
 			      size_t len);
+
+/*
+ * Push buffered records to the file (fflush), so a reader that follows the
+ * file (TensorBoard) sees them.  Errors: DTF_ERR_IO.
+ */
+int dtf_tfrecord_writer_flush(struct dtf_tfrecord_writer *w);
 
 /*
  * Flush, close and free the writer (NULL is a no-op returning 0).  Returns

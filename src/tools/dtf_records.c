@@ -1,13 +1,17 @@
 /*
- * dtf_records.c - dtf-records: convert, inspect, verify and synthesize
+ * dtf_records.c - dtf-records: convert, inspect, verify, shard and synthesize
  * TFRecord files of tf.train.Example records.
  *
  *     dtf-records convert-idx --images IMG.gz --labels LBL.gz --out PREFIX
- *                             [--shards N]
- *     dtf-records inspect FILE...
- *     dtf-records verify FILE...
+ *                             [--shards N] [--compression C]
+ *     dtf-records inspect [--compression C] [--records N] FILE...
+ *     dtf-records verify [--compression C] FILE...
+ *     dtf-records shard --out PREFIX --shards N [--compression C]
+ *                       [--out-compression C] FILE...
  *     dtf-records synth --out PREFIX --count N [--shards S] [--shape H,W,C]
- *                       [--classes K] [--seed X]
+ *                       [--classes K] [--seed X] [--compression C]
+ *
+ * C is none, gzip or zlib (TFRecordOptions compression_type).
  *
  * Shards are named PREFIX-iiiii-of-nnnnn.tfrecord (TensorFlow's style) and
  * hold contiguous blocks of records; each is written to a temporary name
@@ -47,14 +51,19 @@ static const char usage_text[] =
 	"        convert gzipped IDX image/label files (MNIST format) to\n"
 	"        PREFIX-iiiii-of-nnnnn.tfrecord shards of tf.train.Example\n"
 	"        (image: bytes of rows*cols uint8, label: int64)\n"
-	"  inspect FILE...\n"
-	"        record count, size, features of the first record, CRC check\n"
+	"  inspect [--records N] FILE...\n"
+	"        record count, size, CRC check, and the feature schema\n"
+	"        inferred from the first N records (default 100)\n"
 	"  verify FILE...\n"
 	"        check every record's CRCs; stop at the first bad record\n"
+	"  shard --out PREFIX --shards N [--out-compression C] FILE...\n"
+	"        split or merge the records of FILE... in order into N shards\n"
 	"  synth --out PREFIX --count N [--shards S] [--shape H,W,C]\n"
 	"        [--classes K] [--seed X]\n"
 	"        write learnable synthetic image/label data\n"
 	"\n"
+	"Every command takes --compression none|gzip|zlib: of the files read\n"
+	"(inspect, verify, shard) or written (convert-idx, synth).\n"
 	"Options: --help (also after a command), --version.\n"
 	"Exit status: 0 ok, 1 other failure, 2 usage error, 3 data error.\n"
 	"See dtf-records(1).\n";
@@ -64,6 +73,21 @@ static int usage_error(const char *fmt, const char *arg)
 	char msg[512];
 	snprintf(msg, sizeof(msg), fmt, arg ? arg : "");
 	return dtf_error(DTF_ERR_USAGE, "%s (try '" PROG " --help')", msg);
+}
+
+static int parse_compression(const char *opt, const char *s,
+			     enum dtf_compression *out)
+{
+	if (!strcmp(s, "none"))
+		*out = DTF_COMPRESSION_NONE;
+	else if (!strcmp(s, "gzip"))
+		*out = DTF_COMPRESSION_GZIP;
+	else if (!strcmp(s, "zlib"))
+		*out = DTF_COMPRESSION_ZLIB;
+	else
+		return dtf_error(DTF_ERR_USAGE,
+				 "%s: '%s' is not none, gzip or zlib", opt, s);
+	return 0;
 }
 
 static int parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi,
@@ -98,6 +122,7 @@ static char *shard_name(const char *prefix, int i, int n, const char *suffix)
  */
 struct sharder {
 	const char *prefix;
+	enum dtf_compression compression;
 	int nshards, cur;
 	int64_t total, written;
 	int64_t end; /* first record of the next shard */
@@ -133,7 +158,7 @@ static int sharder_open(struct sharder *s, int i)
 	s->final = shard_name(s->prefix, i, s->nshards, "");
 	if (!s->tmp || !s->final)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
-	return dtf_tfrecord_writer_open(s->tmp, &s->w);
+	return dtf_tfrecord_writer_open_c(s->tmp, s->compression, &s->w);
 }
 
 static int sharder_write(struct sharder *s, const uint8_t *d, size_t n)
@@ -150,10 +175,11 @@ static int sharder_write(struct sharder *s, const uint8_t *d, size_t n)
 }
 
 static int sharder_begin(struct sharder *s, const char *prefix, int nshards,
-			 int64_t total)
+			 int64_t total, enum dtf_compression compression)
 {
 	memset(s, 0, sizeof(*s));
 	s->prefix = prefix;
+	s->compression = compression;
 	s->nshards = nshards;
 	s->total = total;
 	return sharder_open(s, 0);
@@ -216,10 +242,12 @@ static int cmd_convert_idx(int argc, char **argv)
 		{"labels", required_argument, NULL, 'l'},
 		{"out", required_argument, NULL, 'o'},
 		{"shards", required_argument, NULL, 's'},
+		{"compression", required_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *images = NULL, *labels = NULL, *prefix = NULL;
+	enum dtf_compression comp = DTF_COMPRESSION_NONE;
 	int64_t nshards = 1;
 	int c, rc;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -230,6 +258,11 @@ static int cmd_convert_idx(int argc, char **argv)
 		case 's':
 			if ((rc = parse_i64("--shards", optarg, 1, 99999,
 					    &nshards)))
+				return rc;
+			break;
+		case 'c':
+			if ((rc = parse_compression("--compression", optarg,
+						    &comp)))
 				return rc;
 			break;
 		case 'h': fputs(usage_text, stdout); return 0;
@@ -303,7 +336,7 @@ static int cmd_convert_idx(int argc, char **argv)
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = sharder_begin(&sh, prefix, (int)nshards, n)))
+	if ((rc = sharder_begin(&sh, prefix, (int)nshards, n, comp)))
 		goto out;
 	char what[64];
 	for (uint32_t r = 0; r < n; r++) {
@@ -342,35 +375,18 @@ out:
 	return rc;
 }
 
-/* ---- inspect / verify ---- */
-
-static int print_feature(void *ctx, const struct dtf_example_feature_info *f)
-{
-	static const char *const names[] = {"bytes_list", "float_list",
-					    "int64_list"};
-	(void)ctx;
-	printf("  feature %.*s: ", (int)f->name_len, f->name);
-	if (!f->has_list) {
-		printf("no list (empty Feature)\n");
-		return 0;
-	}
-	printf("%s, %" PRId64 " value%s", names[f->type], f->count,
-	       f->count == 1 ? "" : "s");
-	if (f->type == DTF_FEATURE_BYTES)
-		printf(", %" PRIu64 " bytes", f->bytes);
-	printf("\n");
-	return 0;
-}
+/* ---- inspect / verify / shard ---- */
 
 /* Read every record of `path` checking both CRCs; *records counts the
  * good ones. */
-static int read_all(const char *path, int64_t *records)
+static int read_all(const char *path, enum dtf_compression comp,
+		    int64_t *records)
 {
 	struct dtf_tfrecord_reader *r;
 	const uint8_t *d;
 	size_t n;
 	*records = 0;
-	int rc = dtf_tfrecord_reader_open(path, &r);
+	int rc = dtf_tfrecord_reader_open_c(path, comp, &r);
 	if (rc)
 		return rc;
 	while ((rc = dtf_tfrecord_reader_next(r, &d, &n)) > 0)
@@ -379,35 +395,198 @@ static int read_all(const char *path, int64_t *records)
 	return rc;
 }
 
-/* Print the features of the first record of `path` (if it reads). */
-static int show_first(const char *path)
+#define SCHEMA_MAX 64
+
+/* What the first records say about one feature. */
+struct schema_entry {
+	char name[DTF_NAME_MAX];
+	int types;            /* bit per enum dtf_feature_type seen */
+	int64_t min_count, max_count;
+	uint64_t min_bytes, max_bytes; /* bytes_list: bytes of one value */
+	int64_t records;      /* records that have it */
+};
+
+struct schema {
+	struct schema_entry e[SCHEMA_MAX];
+	int n;
+	int overflow;
+};
+
+static int schema_visit(void *ctx, const struct dtf_example_feature_info *f)
+{
+	struct schema *sc = ctx;
+	char name[DTF_NAME_MAX];
+	snprintf(name, sizeof(name), "%.*s", (int)f->name_len, f->name);
+	struct schema_entry *e = NULL;
+	for (int i = 0; i < sc->n; i++)
+		if (!strcmp(sc->e[i].name, name))
+			e = &sc->e[i];
+	if (!e) {
+		if (sc->n == SCHEMA_MAX) {
+			sc->overflow = 1;
+			return 0;
+		}
+		e = &sc->e[sc->n++];
+		memset(e, 0, sizeof(*e));
+		snprintf(e->name, sizeof(e->name), "%s", name);
+		e->min_count = INT64_MAX;
+		e->min_bytes = UINT64_MAX;
+	}
+	if (!f->has_list)
+		return 0;
+	e->types |= 1 << f->type;
+	e->records++;
+	if (f->count < e->min_count)
+		e->min_count = f->count;
+	if (f->count > e->max_count)
+		e->max_count = f->count;
+	if (f->type == DTF_FEATURE_BYTES && f->count == 1) {
+		if (f->bytes < e->min_bytes)
+			e->min_bytes = f->bytes;
+		if (f->bytes > e->max_bytes)
+			e->max_bytes = f->bytes;
+	}
+	return 0;
+}
+
+/* One line of the job file's data.features for an inferred feature. */
+static void print_schema(const struct schema *sc, int64_t nrec)
+{
+	static const char *const types[] = {"bytes", "float", "int64"};
+	printf("  schema (first %" PRId64 " record%s):\n", nrec,
+	       nrec == 1 ? "" : "s");
+	for (int i = 0; i < sc->n; i++) {
+		const struct schema_entry *e = &sc->e[i];
+		printf("    %s: ", e->name);
+		if (!e->types) {
+			printf("# no value list in any record\n");
+			continue;
+		}
+		if (e->types & (e->types - 1)) {
+			printf("# mixed list types (bytes %d, float %d, int64 "
+			       "%d)\n",
+			       !!(e->types & 1), !!(e->types & 2),
+			       !!(e->types & 4));
+			continue;
+		}
+		int t = e->types == 1 ? 0 : e->types == 2 ? 1 : 2;
+		const char *opt = e->records < nrec ? ", default: 0" : "";
+		if (t == 0) {
+			if (e->max_count != 1 || e->min_count != 1)
+				printf("{type: bytes}  # %" PRId64 " to %" PRId64
+				       " values: only one value of raw bytes is "
+				       "decoded\n",
+				       e->min_count, e->max_count);
+			else if (e->min_bytes == e->max_bytes) {
+				uint64_t b = e->min_bytes;
+				printf("{type: bytes, decode: uint8, shape: "
+				       "[%" PRIu64 "]%s}  # %" PRIu64 " bytes",
+				       b, opt, b);
+				if (b % 2 == 0)
+					printf("; or float16 [%" PRIu64 "]",
+					       b / 2);
+				if (b % 4 == 0)
+					printf("; or float32 [%" PRIu64 "]",
+					       b / 4);
+				printf("\n");
+			}
+			else
+				printf("{type: bytes}  # %" PRIu64 " to %" PRIu64
+				       " bytes: not a fixed shape\n",
+				       e->min_bytes, e->max_bytes);
+		} else if (e->min_count == e->max_count) {
+			if (e->min_count == 1)
+				printf("{type: %s, shape: []%s}\n", types[t], opt);
+			else
+				printf("{type: %s, shape: [%" PRId64 "]%s}\n",
+				       types[t], e->min_count, opt);
+		} else {
+			printf("{type: %s, max_length: %" PRId64 "%s}  # %" PRId64
+			       " to %" PRId64 " values\n",
+			       types[t], e->max_count, opt, e->min_count,
+			       e->max_count);
+		}
+	}
+	if (sc->overflow)
+		printf("    # more than %d features: the rest not shown\n",
+		       SCHEMA_MAX);
+}
+
+/* Infer the schema from the first `limit` records of `path`. */
+static int show_schema(const char *path, enum dtf_compression comp,
+		       int64_t limit)
 {
 	struct dtf_tfrecord_reader *r;
 	const uint8_t *d;
 	size_t n;
-	int rc = dtf_tfrecord_reader_open(path, &r);
+	int rc = dtf_tfrecord_reader_open_c(path, comp, &r);
 	if (rc)
 		return rc;
-	rc = dtf_tfrecord_reader_next(r, &d, &n);
-	if (rc > 0) {
-		rc = dtf_example_walk(d, n, print_feature, NULL);
-		if (rc)
-			printf("  first record: %s\n", dtf_error_msg());
+	static struct schema sc;
+	memset(&sc, 0, sizeof(sc));
+	int64_t k = 0;
+	while (k < limit && (rc = dtf_tfrecord_reader_next(r, &d, &n)) > 0) {
+		int wr = dtf_example_walk(d, n, schema_visit, &sc);
+		if (wr) {
+			printf("  record %" PRId64 ": %s\n", k, dtf_error_msg());
+			rc = wr;
+			break;
+		}
+		k++;
 	}
 	dtf_tfrecord_reader_free(r);
+	if (k)
+		print_schema(&sc, k);
 	return rc < 0 ? rc : 0;
+}
+
+static const struct option read_opts[] = {
+	{"compression", required_argument, NULL, 'c'},
+	{"records", required_argument, NULL, 'r'},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+/* Options of inspect and verify; *first gets the index of the first
+ * FILE.  Returns 1 after --help. */
+static int parse_read_opts(int argc, char **argv, const char *cmd,
+			   enum dtf_compression *comp, int64_t *records,
+			   int *first)
+{
+	int c, rc;
+	while ((c = getopt_long(argc, argv, "", read_opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			if ((rc = parse_compression("--compression", optarg,
+						    comp)))
+				return rc;
+			break;
+		case 'r':
+			if (!records)
+				return usage_error("%s: bad option", cmd);
+			if ((rc = parse_i64("--records", optarg, 1, INT64_MAX,
+					    records)))
+				return rc;
+			break;
+		case 'h': fputs(usage_text, stdout); return 1;
+		default: return usage_error("%s: bad option", cmd);
+		}
+	}
+	if (optind >= argc)
+		return usage_error("%s needs at least one FILE", cmd);
+	*first = optind;
+	return 0;
 }
 
 static int cmd_inspect(int argc, char **argv)
 {
-	int nbad = 0, last = 0;
-	if (argc < 2)
-		return usage_error("inspect needs at least one FILE", NULL);
-	if (!strcmp(argv[1], "--help")) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
-	for (int i = 1; i < argc; i++) {
+	int nbad = 0, last = 0, first;
+	enum dtf_compression comp = DTF_COMPRESSION_NONE;
+	int64_t limit = 100;
+	int rc = parse_read_opts(argc, argv, "inspect", &comp, &limit, &first);
+	if (rc)
+		return rc < 0 ? rc : 0;
+	for (int i = first; i < argc; i++) {
 		const char *path = argv[i];
 		int64_t n;
 		printf("%s\n", path);
@@ -422,15 +601,16 @@ static int cmd_inspect(int argc, char **argv)
 		if (fseeko(f, 0, SEEK_END) == 0)
 			size = (long long)ftello(f);
 		fclose(f);
-		int rc = read_all(path, &n);
+		rc = read_all(path, comp, &n);
 		char check[1024];
 		snprintf(check, sizeof(check), "%s",
 			 rc ? dtf_error_msg() : "all CRCs OK");
 		printf("  records: %" PRId64 "%s\n", n,
 		       rc ? " readable before the first error" : "");
-		printf("  bytes: %lld\n", size);
-		int frc = show_first(path);
+		printf("  bytes: %lld%s\n", size,
+		       comp ? " (compressed)" : "");
 		printf("  check: %s\n", check);
+		int frc = show_schema(path, comp, limit);
 		if (rc || frc) {
 			nbad++;
 			last = rc ? rc : frc;
@@ -440,31 +620,115 @@ static int cmd_inspect(int argc, char **argv)
 		return dtf_error(last == -DTF_ERR_NOMEM ? DTF_ERR_NOMEM
 							: DTF_ERR_DATA,
 				 "inspect: %d of %d file%s failed the check",
-				 nbad, argc - 1, argc - 1 == 1 ? "" : "s");
+				 nbad, argc - first,
+				 argc - first == 1 ? "" : "s");
 	return 0;
 }
 
 static int cmd_verify(int argc, char **argv)
 {
-	if (argc < 2)
-		return usage_error("verify needs at least one FILE", NULL);
-	if (!strcmp(argv[1], "--help")) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
+	int first;
+	enum dtf_compression comp = DTF_COMPRESSION_NONE;
+	int rc = parse_read_opts(argc, argv, "verify", &comp, NULL, &first);
+	if (rc)
+		return rc < 0 ? rc : 0;
 	int64_t total = 0;
-	for (int i = 1; i < argc; i++) {
+	for (int i = first; i < argc; i++) {
 		int64_t n;
-		int rc = read_all(argv[i], &n);
+		rc = read_all(argv[i], comp, &n);
 		if (rc)
 			return rc;
 		printf("%s: %" PRId64 " records, all CRCs OK\n", argv[i], n);
 		total += n;
 	}
-	if (argc > 2)
+	if (argc - first > 1)
 		printf("total: %" PRId64 " records in %d files\n", total,
-		       argc - 1);
+		       argc - first);
 	return 0;
+}
+
+static int cmd_shard(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"out", required_argument, NULL, 'o'},
+		{"shards", required_argument, NULL, 's'},
+		{"compression", required_argument, NULL, 'c'},
+		{"out-compression", required_argument, NULL, 'C'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *prefix = NULL;
+	enum dtf_compression in = DTF_COMPRESSION_NONE, out = in;
+	int out_set = 0;
+	int64_t nshards = 0;
+	int c, rc = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 'o': prefix = optarg; break;
+		case 's': rc = parse_i64("--shards", optarg, 1, 99999, &nshards); break;
+		case 'c': rc = parse_compression("--compression", optarg, &in); break;
+		case 'C':
+			rc = parse_compression("--out-compression", optarg, &out);
+			out_set = 1;
+			break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		default: return usage_error("shard: bad option", NULL);
+		}
+		if (rc)
+			return rc;
+	}
+	if (!prefix || !nshards || optind >= argc)
+		return usage_error("shard needs --out, --shards and at least "
+				   "one FILE",
+				   NULL);
+	if (!out_set)
+		out = in;
+	/* count first (framing), so the blocks can be cut evenly */
+	int64_t total = 0;
+	for (int i = optind; i < argc; i++) {
+		struct dtf_tfrecord_stats st;
+		if ((rc = dtf_tfrecord_scan_c(argv[i], in, &st)))
+			return rc;
+		total += st.records;
+	}
+	struct sharder sh;
+	memset(&sh, 0, sizeof(sh));
+	struct dtf_tfrecord_reader *r = NULL;
+	if ((rc = sharder_begin(&sh, prefix, (int)nshards, total, out)))
+		goto out;
+	for (int i = optind; i < argc; i++) {
+		if (r)
+			rc = dtf_tfrecord_reader_reopen(r, argv[i]);
+		else
+			rc = dtf_tfrecord_reader_open_c(argv[i], in, &r);
+		if (rc)
+			goto out;
+		const uint8_t *d;
+		size_t n;
+		while ((rc = dtf_tfrecord_reader_next(r, &d, &n)) > 0)
+			if ((rc = sharder_write(&sh, d, n)))
+				goto out;
+		if (rc < 0)
+			goto out;
+	}
+	if (sh.written != total) {
+		rc = dtf_error(DTF_ERR_DATA,
+			       "shard: the input changed while reading (%" PRId64
+			       " records counted, %" PRId64 " read)",
+			       total, sh.written);
+		goto out;
+	}
+	if ((rc = sharder_finish(&sh)))
+		goto out;
+	printf("%s: wrote %" PRId64 " records from %d file%s in %d shard%s: "
+	       "%s-*-of-%05d.tfrecord\n",
+	       PROG, total, argc - optind, argc - optind == 1 ? "" : "s",
+	       (int)nshards, nshards == 1 ? "" : "s", prefix, (int)nshards);
+out:
+	if (rc)
+		sharder_abort(&sh);
+	dtf_tfrecord_reader_free(r);
+	return rc;
 }
 
 /* ---- synth ---- */
@@ -497,10 +761,12 @@ static int cmd_synth(int argc, char **argv)
 		{"shape", required_argument, NULL, 'p'},
 		{"classes", required_argument, NULL, 'k'},
 		{"seed", required_argument, NULL, 'x'},
+		{"compression", required_argument, NULL, 'c'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	const char *prefix = NULL;
+	enum dtf_compression comp = DTF_COMPRESSION_NONE;
 	int64_t count = -1, nshards = 1, classes = 10, seed = 1;
 	int64_t shape[3] = {28, 28, 1};
 	int c, rc;
@@ -512,6 +778,7 @@ static int cmd_synth(int argc, char **argv)
 		case 'p': rc = parse_shape(optarg, shape); break;
 		case 'k': rc = parse_i64("--classes", optarg, 1, 1 << 20, &classes); break;
 		case 'x': rc = parse_i64("--seed", optarg, 0, INT64_MAX, &seed); break;
+		case 'c': rc = parse_compression("--compression", optarg, &comp); break;
 		case 'h': fputs(usage_text, stdout); return 0;
 		default: return usage_error("synth: bad option", NULL);
 		}
@@ -541,7 +808,7 @@ static int cmd_synth(int argc, char **argv)
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = sharder_begin(&sh, prefix, (int)nshards, count)))
+	if ((rc = sharder_begin(&sh, prefix, (int)nshards, count, comp)))
 		goto out;
 	for (int64_t r = 0; r < count; r++) {
 		uint32_t w[4];
@@ -614,6 +881,8 @@ int main(int argc, char **argv)
 		rc = cmd_verify(argc - 1, argv + 1);
 	else if (!strcmp(cmd, "synth"))
 		rc = cmd_synth(argc - 1, argv + 1);
+	else if (!strcmp(cmd, "shard"))
+		rc = cmd_shard(argc - 1, argv + 1);
 	else
 		rc = usage_error("unknown command '%s'", cmd);
 	if (rc < 0) {

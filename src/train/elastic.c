@@ -60,6 +60,10 @@ static int replay(const struct dtf_job *job, char **files, int nfiles,
 		  int epoch, const struct dtf_ckpt_segment *sg, int rank,
 		  void **dst, uint64_t *batch_ids, struct dtf_elastic *el)
 {
+	/* the training pipeline's reading options (the order depends on
+	 * them), on this thread: the filter reads el->ids as they grow */
+	struct dtf_read_spec rd = job->data.read;
+	rd.prefetch = 0;
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = (int)sg->world,
@@ -67,7 +71,8 @@ static int replay(const struct dtf_job *job, char **files, int nfiles,
 		.nfeatures = job->data.nfeatures,
 		.batch = (int)sg->per_replica_batch,
 		.shuffle_buffer = (size_t)job->data.shuffle_buffer,
-		.seed = job->seed};
+		.seed = job->seed, .read = &rd,
+		.drop_remainder = job->data.drop_remainder};
 	struct dtf_pipeline *p = NULL;
 	int rc = dtf_pipeline_open(&po, &p);
 	if (rc < 0)

@@ -30,6 +30,7 @@
 #include "graph/fast_exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
+#include "obs/obs.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
@@ -184,11 +185,20 @@ int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 
 static int per_replica_batch(const struct dtf_job *job, int world, int *out)
 {
+	if (job->train.per_replica_batch_size > (1 << 24))
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s: train.per_replica_batch_size: %lld is more than %d",
+				 job->train.where,
+				 (long long)job->train.per_replica_batch_size, 1 << 24);
 	if (job->train.per_replica_batch_size > 0) {
 		*out = (int)job->train.per_replica_batch_size;
 		return 0;
 	}
 	int64_t global = job->train.batch_size;
+	if (global > (1 << 24) * (int64_t)world)
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s: train.batch_size: %lld is more than %d examples per replica",
+				 job->train.where, (long long)global, 1 << 24);
 	if (global % world != 0)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s: train.batch_size: the global batch %lld is not divisible by the %d replicas\n"
@@ -274,20 +284,30 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 /* ---- the loop ---------------------------------------------------------- */
 
 static int open_pipeline(const struct dtf_job *job, const char *pattern,
-			 int rank, int world, int batch, size_t shuffle,
+			 int rank, int world, int batch, int training,
 			 struct dtf_pipeline **out)
 {
 	char **files = NULL;
 	int nfiles = 0;
 	int rc = dtf_glob_files(pattern, &files, &nfiles);
-	if (rc < 0)
-		return rc;
+	if (rc < 0) {
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+		return dtf_error(DTF_ERR_DATA,
+				 "data.%s.files: %s (relative patterns are read from the current directory)",
+				 pattern == job->data.train_files ? "train" : "eval",
+				 msg);
+	}
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = world,
 		.features = job->data.features,
 		.nfeatures = job->data.nfeatures, .batch = batch,
-		.shuffle_buffer = shuffle, .seed = job->seed};
+		.shuffle_buffer = training ? (size_t)job->data.shuffle_buffer : 0,
+		.seed = job->seed, .read = &job->data.read,
+		.drop_remainder = training ? job->data.drop_remainder : 0,
+		.augment = training ? &job->data.augment : NULL,
+		.label = training ? "data.train" : "data.eval"};
 	rc = dtf_pipeline_open(&po, out);
 	dtf_free(files);
 	return rc;
@@ -360,6 +380,7 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
  */
 static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct dtf_checkpointer *ck, struct dtf_fault *fault,
+		      struct dtf_obs *obs,
 		      const struct dtf_ckpt_position *pos, int agreed,
 		      int last, struct dtf_train_result *result)
 {
@@ -372,9 +393,12 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 	char path[512] = "no checkpoint.dir: nothing saved";
 	if (ck) {
 		dtf_fault_progress(fault, "checkpoint", pos->step);
+		double t0 = now_seconds();
 		int rc = dtf_checkpointer_save(ck, pos);
 		if (rc == 0 && (sig || last))
 			rc = dtf_checkpointer_wait(ck);
+		dtf_obs_span(obs, DTF_OBS_CHECKPOINT, pos->step, -1, t0,
+			     now_seconds());
 		if ((rc = agree(comm, rc, "saving the checkpoint after", pos->step,
 				result)) < 0)
 			return rc;
@@ -403,7 +427,7 @@ static void add_times(struct dtf_step_times *sum,
 /* Labels outside [0, classes) would make the loss NaN: a data error naming
  * the file and record of the example. */
 static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
-			int count)
+			int count, const char *logits_layer)
 {
 	const struct dtf_graph *g = &r->g;
 	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
@@ -413,10 +437,10 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 	for (int i = 0; i < count; i++)
 		if (labels[i] < 0 || labels[i] >= classes)
 			return dtf_error(DTF_ERR_DATA,
-					 "%s: record %llu: label %d is outside [0, %d), the classes of '%s'",
+					 "%s: record %llu: label %d is outside [0, %d), the classes of layer '%s'",
 					 dtf_pipeline_file(p, (int)(r->ids[i] >> 40)),
 					 (unsigned long long)(r->ids[i] & ((1ull << 40) - 1)),
-					 labels[i], classes, g->nodes[g->logits].name);
+					 labels[i], classes, logits_layer);
 	return 0;
 }
 
@@ -430,6 +454,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct replica *r, struct dtf_pipeline *train,
 		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
 		      int64_t step, int read_ahead, struct dtf_step_times *t,
+		      struct dtf_obs *obs,
 		      struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
@@ -445,7 +470,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 			       job->data.train_files, count, batch,
 			       (long long)step);
 	if (rc == 0)
-		rc = check_labels(r, train, count);
+		rc = check_labels(r, train, count, job->model.loss_logits);
 	double t1 = now_seconds();
 	t->data_wait += t1 - t0;
 	if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for", step,
@@ -477,6 +502,13 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	t->backward += t4 - t3;
 	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
 	t->mark = t5;
+	if (dtf_obs_tracing(obs, step + 1)) {
+		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
+		dtf_obs_span(obs, DTF_OBS_AGREE, step + 1, -1, t1, t2);
+		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
+		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
+		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+	}
 	return rc;
 }
 
@@ -561,6 +593,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int batch = 0, rc;
 	struct replica r;
 	struct dtf_pipeline *train = NULL, *eval = NULL;
+	struct dtf_obs *obs = NULL;
 	struct dtf_fault *fault = NULL;
 	struct dtf_checkpointer *ck = NULL;
 	struct start st = {0};
@@ -574,6 +607,16 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				 job->path);
 	if ((rc = per_replica_batch(job, world, &batch)) < 0)
 		return rc;
+	if (!opts->dry_run && opts->export_variables && rank == 0) {
+		/* find out now, not after the training, that it cannot be
+		 * written */
+		FILE *f = fopen(opts->export_variables, "ab");
+		if (!f)
+			return dtf_error(DTF_ERR_USAGE,
+					 "--export-variables %s: cannot write: %m",
+					 opts->export_variables);
+		fclose(f);
+	}
 	if ((rc = build(job, batch, 1, &r)) < 0)
 		goto out;
 	result->num_params = dtf_graph_num_params(&r.g);
@@ -624,22 +667,23 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 					  rank == 0, fault, &ck);
 	if (rc == 0)
 		rc = open_pipeline(job, job->data.train_files, rank, world,
-				   batch, (size_t)job->data.shuffle_buffer,
-				   &train);
+				   batch, 1, &train);
 	if (rc == 0 && job->data.eval_files)
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
-	int64_t steps_per_epoch[2] = {dtf_pipeline_num_records(train) / batch,
-				      -dtf_pipeline_num_records(train) / batch};
-	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 2)) < 0)
+	int64_t steps_per_epoch[3] = {dtf_pipeline_num_records(train) / batch,
+				      -dtf_pipeline_num_records(train) / batch,
+				      dtf_pipeline_num_records(train)};
+	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 3)) < 0)
 		goto out;
 	int64_t most = -steps_per_epoch[1];
 	if (steps_per_epoch[0] == 0) {
 		rc = dtf_error(DTF_ERR_DATA,
-			       "%s: a replica has fewer than %d records (one per-replica batch)",
-			       job->data.train_files, batch);
+			       "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
+			       "HINT: use fewer ranks, a smaller batch, or more data",
+			       world, (long long)steps_per_epoch[2], batch);
 		goto out;
 	}
 	if (most > steps_per_epoch[0])
@@ -677,12 +721,6 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		.workspace = r.plan.workspace,
 		.fast = r.use_fast ? &r.fast : NULL};
 	size_t np = r.g.nparams;
-	double t_start = now_seconds(), t_log = t_start, t_epoch = t_start;
-	struct {
-		int64_t steps;
-		double loss, correct, count;
-		struct dtf_step_times t;
-	} win = {0};
 	/* where to start: step 0, or the checkpoint's position, re-sharded
 	 * when the world size or per-replica batch changed */
 	st.epoch_end = steps_per_epoch[0];
@@ -709,8 +747,21 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 	const int64_t every = job->train.eval_every_steps;
 
+	/* console, metrics, events, trace (obs/obs.h); a collective, after
+	 * the restore so steps continue from the checkpoint's */
+	struct dtf_obs_config oc = {
+		.job = job, .quiet = opts->quiet, .start_step = step,
+		.total_steps = total_steps, .steps_per_epoch = steps_per_epoch[0],
+		.global_batch = global_batch};
+	rc = dtf_obs_open(comm, &oc, &obs);
+	if ((rc = agree(comm, rc, "opening logging files before", step,
+			result)) < 0)
+		goto out;
+	if (ck)
+		dtf_obs_set_checkpoint_dir(obs, job->checkpoint.dir);
+	double t_start = now_seconds();
+
 	for (int epoch = st.epoch; step < total_steps; epoch++) {
-		t_epoch = now_seconds();
 		rc = dtf_pipeline_begin_epoch(train, epoch);
 		int64_t s = 0, end = steps_per_epoch[0];
 		if (epoch == st.epoch) {
@@ -729,6 +780,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		}
 		for (; s < end && step < total_steps; s++) {
 			uint64_t allocs_before = dtf_alloc_count();
+			struct dtf_step_times stt = {0};
+			double t_begin = now_seconds();
 			ctx.step = (uint64_t)step;
 			dtf_fault_progress(fault, "training step", step);
 			dtf_fault_at_step(fault, step);
@@ -739,7 +792,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			int read_ahead = s + 1 < steps_per_epoch[0] &&
 					 step + 1 < total_steps;
 			rc = train_step(job, comm, &r, train, &ctx, rc, vote,
-					&agreed, step, read_ahead, &win.t, result);
+					&agreed, step, read_ahead, &stt, obs,
+					result);
 			if (rc < 0)
 				goto out;
 			if (r.gpu)
@@ -747,38 +801,23 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			else
 				dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
 			double t_end = now_seconds();
-			win.t.optimizer += t_end - win.t.mark;
+			stt.optimizer += t_end - stt.mark;
 			step++;
+			add_times(&result->times, &stt);
+			dtf_obs_span(obs, DTF_OBS_OPTIMIZER, step, -1, stt.mark, t_end);
+			dtf_obs_step(obs, &(struct dtf_obs_step){
+				.step = step, .epoch = epoch,
+				.loss_sum = r.grads[np], .correct = r.grads[np + 1],
+				.count = r.grads[np + 2], .learning_rate = lr,
+				.times = stt, .t_begin = t_begin, .t_end = t_end});
 			pos.step = step;
 			pos.epoch = epoch;
 			pos.step_in_epoch = s + 1;
-			if ((rc = after_step(job, comm, ck, fault, &pos, agreed,
+			if ((rc = after_step(job, comm, ck, fault, obs, &pos, agreed,
 					     step == total_steps, result)) < 0)
 				goto out;
-			win.steps++;
-			win.loss += r.grads[np];
-			win.correct += r.grads[np + 1];
-			win.count += r.grads[np + 2];
 			if (step > 1)
 				step_allocs += dtf_alloc_count() - allocs_before;
-			if (!opts->quiet && job->logging.every_steps > 0 &&
-			    (step % job->logging.every_steps == 0 ||
-			     step == total_steps)) {
-				double per = 1e3 / (double)win.steps;
-				dtf_info("step %lld/%lld  epoch %d  loss %.4f  accuracy %.4f  lr %.3g  %.0f samples/s  "
-					 "(ms/step: data %.1f fwd %.1f bwd %.1f comm %.1f opt %.1f)",
-					 (long long)step, (long long)total_steps,
-					 epoch + 1, win.loss / win.count,
-					 win.correct / win.count, lr,
-					 (double)win.steps * (double)global_batch /
-						 (t_end - t_log),
-					 win.t.data_wait * per, win.t.forward * per,
-					 win.t.backward * per, win.t.comm * per,
-					 win.t.optimizer * per);
-				t_log = t_end;
-				add_times(&result->times, &win.t);
-				memset(&win, 0, sizeof(win));
-			}
 			if (eval && every && step % every == 0) {
 				/* train.eval_every_steps; all ranks see the same
 				 * (allreduced) accuracy, so all stop together */
@@ -786,10 +825,14 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				if ((rc = average_nontrainable(comm, &r)) < 0)
 					goto out;
 				dtf_fault_progress(fault, "evaluation", step);
+				double te = now_seconds();
 				if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 					goto out;
 				result->eval_loss = tot.loss_sum / tot.count;
 				result->eval_accuracy = tot.correct / tot.count;
+				dtf_obs_eval(obs, step, epoch, result->eval_loss,
+					     result->eval_accuracy, tot.count, te,
+					     now_seconds());
 				dtf_info("step %lld: %.1f s since the start; test loss %.4f  accuracy %.4f  (%.0f examples)",
 					 (long long)step, now_seconds() - t_start,
 					 result->eval_loss, result->eval_accuracy,
@@ -805,19 +848,20 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		}
 		if (rc < 0)
 			goto out;
+		dtf_pipeline_log_skipped(train, epoch);
 		if ((rc = average_nontrainable(comm, &r)) < 0)
 			goto out;
 		if (eval && (!every || (step == total_steps && step % every))) {
 			struct eval_totals tot;
 			dtf_fault_progress(fault, "evaluation", step);
+			double te = now_seconds();
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
 			result->eval_accuracy = tot.correct / tot.count;
-			dtf_info("epoch %d: %.1f s; test loss %.4f  accuracy %.4f  (%.0f examples)",
-				 epoch + 1, now_seconds() - t_epoch,
-				 result->eval_loss, result->eval_accuracy,
-				 tot.count);
+			dtf_obs_eval(obs, step, epoch, result->eval_loss,
+				     result->eval_accuracy, tot.count, te,
+				     now_seconds());
 			if (job->train.stop_at_accuracy > 0 &&
 			    result->eval_accuracy >= job->train.stop_at_accuracy) {
 				dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
@@ -828,7 +872,6 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	}
 stopped:
 	dtf_fault_idle(fault);
-	add_times(&result->times, &win.t);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;
 	result->samples_per_second = (double)(step - first_step) *
@@ -837,17 +880,14 @@ stopped:
 	if (step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
 			 (unsigned long long)step_allocs);
-	dtf_info("done: %lld steps in %.1f s, %.0f samples/s (global batch %lld, %d replica(s))",
-		 (long long)step, result->wall_seconds,
-		 result->samples_per_second, (long long)global_batch, world);
-	if (result->eval_accuracy >= 0)
-		dtf_info("final test loss %.4f, test accuracy %.4f",
-			 result->eval_loss, result->eval_accuracy);
 	if (r.gpu && (rc = dtf_gpu_download_params(r.gpu)) < 0)
+		goto out;
+	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
 		goto out;
 	if (opts->export_variables && rank == 0)
 		rc = write_variables(opts->export_variables, r.params, np);
 out:
+	dtf_obs_free(obs);
 	dtf_elastic_free(st.el);
 	dtf_checkpointer_free(ck);
 	dtf_fault_free(fault);

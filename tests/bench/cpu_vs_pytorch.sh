@@ -97,7 +97,7 @@ echo "model: $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e6 }') MFLOP per ex
 # steps; drop the first window, average the rest (equal windows: total
 # samples over total time = harmonic mean of the rates).
 dtf_rate() {
-	awk '/samples\/s  \(ms\/step/ {
+	awk '/samples\/s.*\(ms\/step/ {
 		for (i = 1; i <= NF; i++) if ($(i + 1) == "samples/s") r = $i
 		n++; if (n > 1) { inv += 1 / r; m++ } }
 		END { if (m) printf "%.1f", m / inv; else print "nan" }' "$1"

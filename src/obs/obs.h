@@ -1,0 +1,149 @@
+/*
+ * obs.h - what a person watching training sees: the console progress, the
+ * metrics file, TensorBoard event files, the timeline trace and the
+ * end-of-run summary.  The training loop calls it with a few lines; it owns
+ * every file it writes.
+ *
+ * Who writes what (the chief is rank 0):
+ *   console      the chief, on stderr: a progress line redrawn in place
+ *                when stderr is a terminal (epoch, step/total, loss,
+ *                accuracy, samples/s, ETA), else a plain line every
+ *                logging.every_steps steps with no control characters;
+ *                nothing per step with `quiet`.
+ *   metrics      the chief: <logging.dir>/metrics.jsonl, one JSON object
+ *                per line (kind "start", "train" every logging.every_steps
+ *                steps, "eval", "summary"), opened for append so a resumed
+ *                run continues the same file; locked (flock) so a second
+ *                run writing to the same directory fails at start.
+ *   events       the chief, when logging.dir is set and logging.tensorboard
+ *                (default true): <dir>/train/events.out.tfevents.* and
+ *                <dir>/eval/events.out.tfevents.* (obs/tfevents.h).
+ *   trace        every rank, when logging.trace is set, for the steps in
+ *                logging.trace_steps: its own file (obs/trace.h), merged by
+ *                the chief into logging.trace at the end of a run.
+ *   summary      the chief, on stderr at the end, and a "summary" line in
+ *                metrics.jsonl.
+ *
+ * Steps are numbered from 1: step N is the N-th update, counted over
+ * resumes (the trainer passes the step it starts from).  Clocks: every time
+ * argument is dtf_obs_now() (CLOCK_MONOTONIC seconds); dtf_obs_open() lines
+ * the ranks' timelines up with a barrier and takes the origin right after it,
+ * so trace timestamps agree across ranks on a node to within the barrier's
+ * exit skew (microseconds on shared memory).
+ *
+ * Files fail softly once open: a write error (a full disk) is reported once
+ * as a warning and that output stops; training goes on.  Only opening fails
+ * the run.  Nothing is allocated after dtf_obs_open().  Not thread-safe:
+ * call from the training thread.
+ */
+#ifndef DTF_OBS_OBS_H
+#define DTF_OBS_OBS_H
+
+#include <stdint.h>
+
+#include "config/job.h"
+#include "train/train.h"
+
+struct dtf_comm;
+struct dtf_obs;
+
+/* Spans of the timeline; tid 1 (communication) for the collectives. */
+enum dtf_obs_phase {
+	DTF_OBS_STEP,       /* a whole step, around the others */
+	DTF_OBS_DATA_WAIT,  /* waiting for the input pipeline */
+	DTF_OBS_AGREE,      /* the per-step status agreement */
+	DTF_OBS_FORWARD,
+	DTF_OBS_BACKWARD,
+	DTF_OBS_ALLREDUCE,  /* one call per bucket: pass its index */
+	DTF_OBS_OPTIMIZER,
+	DTF_OBS_EVALUATION,
+	DTF_OBS_CHECKPOINT, /* hook for the checkpoint writer */
+	DTF_OBS_PHASE_COUNT_
+};
+
+struct dtf_obs_config {
+	const struct dtf_job *job;
+	int quiet;              /* no progress or per-step console lines */
+	int64_t start_step;     /* steps done before this run (resume), >= 0 */
+	int64_t total_steps;    /* the run ends at this step */
+	int64_t steps_per_epoch;
+	int64_t global_batch;   /* examples per step over all replicas */
+};
+
+/*
+ * Collective: every rank calls it.  Barrier, clock origin, then the chief
+ * creates logging.dir (and parents), opens metrics.jsonl (append) and the
+ * event files, and each rank opens its trace file.  On error *out is NULL
+ * and nothing is left open; the caller must agree on the status with the
+ * other ranks before the next collective.
+ * Errors: DTF_ERR_IO naming the path (cannot create, locked by another
+ * run), DTF_ERR_NOMEM, DTF_ERR_MPI.
+ */
+int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
+		 struct dtf_obs **out);
+
+/* The clock of every time argument: CLOCK_MONOTONIC, seconds. */
+double dtf_obs_now(void);
+
+/* 1 when step `step` is inside logging.trace_steps and a trace is open
+ * (0 for o == NULL): guard span calls with it. */
+int dtf_obs_tracing(const struct dtf_obs *o, int64_t step);
+
+/*
+ * A span of the timeline from t0 to t1 for step `step`; `index` >= 0 adds
+ * "index" to the event's args (an allreduce bucket), -1 for none.  Does
+ * nothing when the step is not traced.  o may be NULL.
+ */
+void dtf_obs_span(struct dtf_obs *o, enum dtf_obs_phase phase, int64_t step,
+		  int index, double t0, double t1);
+
+/* One finished training step, as the loop saw it. */
+struct dtf_obs_step {
+	int64_t step;         /* 1-based, after the update */
+	int epoch;            /* 0-based */
+	double loss_sum;      /* summed over the global batch */
+	double correct;       /* correct predictions over the global batch */
+	double count;         /* examples in the global batch */
+	double learning_rate; /* the rate this step used */
+	struct dtf_step_times times; /* this rank's seconds per phase */
+	double t_begin, t_end; /* dtf_obs_now() around the step */
+};
+
+/* Account one step: progress line, and every logging.every_steps steps
+ * (and at the last) a console line, a metrics line and train events.  o may
+ * be NULL. */
+void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s);
+
+/* An evaluation after `step` (epoch 0-based): console line, metrics line,
+ * eval events, evaluation span from t0 to t1.  o may be NULL. */
+void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
+		  double accuracy, double count, double t0, double t1);
+
+/* Where checkpoints go, for the summary (copied; NULL: none).  Hook for the
+ * checkpoint writer, with dtf_obs_span(DTF_OBS_CHECKPOINT) around a save. */
+void dtf_obs_set_checkpoint_dir(struct dtf_obs *o, const char *dir);
+
+/*
+ * Collective, at the end of a successful run on every rank: gather the peak
+ * resident memory of each rank (getrusage) to the chief, flush and close
+ * the trace files and let the chief merge them into logging.trace, print
+ * the summary block and write the summary line.  `r` is this rank's result
+ * (steps, wall time, samples/s, step times, eval).  o may be NULL on no rank
+ * or on every rank.  Errors: DTF_ERR_MPI; output errors are warnings.
+ */
+int dtf_obs_finish(struct dtf_obs *o, struct dtf_comm *comm,
+		   const struct dtf_train_result *r);
+
+/*
+ * Merge the per-rank files of the trace `path` ("<stem>.rank*.json", as a
+ * killed run leaves them) into `path`, keeping the rank files; *nfiles gets
+ * how many were merged.  For `dtf-train --merge-trace`.
+ * Errors: DTF_ERR_DATA (none found, or not a trace), DTF_ERR_IO, DTF_ERR_NOMEM.
+ */
+int dtf_obs_merge_trace(const char *path, int *nfiles);
+
+/* Close everything without collectives (after an error too; the trace
+ * files stay valid, unmerged).  NULL is a no-op. */
+void dtf_obs_free(struct dtf_obs *o);
+
+#endif

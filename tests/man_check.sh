@@ -1,0 +1,42 @@
+#!/bin/sh
+# Man pages: every option that `dtf-train --help` and `dtf-records --help`
+# print appears in the page of that command, and every page in man/
+# formats without a warning (groff -ww; also mandoc -T lint when it is
+# installed).  Exit 77 (skip) without groff.
+set -u
+src=${DTF_SOURCE_ROOT:?}
+build=${DTF_BUILD_ROOT:?}
+command -v groff >/dev/null 2>&1 || { echo "groff not installed: skip"; exit 77; }
+fail=0
+for tool in dtf-train dtf-records; do
+	page="$src/man/$tool.1"
+	# the page's text with roff's \- as plain -
+	text=$(sed 's/\\-/-/g' "$page")
+	opts=$("$build/$tool" --help | grep -o -- '--[a-z][a-z-]*' | sort -u)
+	[ -n "$opts" ] || { echo "$tool --help printed no options"; fail=1; }
+	for o in $opts; do
+		if ! printf '%s\n' "$text" | grep -q -- "$o"; then
+			echo "$page: option $o of '$tool --help' is missing"
+			fail=1
+		fi
+	done
+	echo "$tool: $(echo "$opts" | wc -l) options of --help checked against $tool.1"
+done
+for page in "$src"/man/*.[1-9]; do
+	w=$(groff -ww -man -Tutf8 "$page" 2>&1 >/dev/null)
+	if [ -n "$w" ]; then
+		echo "$page: groff warnings:"
+		echo "$w"
+		fail=1
+	fi
+	if command -v mandoc >/dev/null 2>&1; then
+		w=$(mandoc -T lint -W warning "$page" 2>&1)
+		if [ -n "$w" ]; then
+			echo "$page: mandoc lint:"
+			echo "$w"
+			fail=1
+		fi
+	fi
+done
+[ $fail = 0 ] && echo "man pages: no warnings"
+exit $fail

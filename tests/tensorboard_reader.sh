@@ -1,0 +1,63 @@
+#!/bin/sh
+# TensorBoard reads what dtf-train writes: train 1 rank on synthetic data
+# with logging.dir set, then load train/ and eval/ with TensorBoard's own
+# EventAccumulator and check tags, steps and the loss against
+# metrics.jsonl.  Exit 77 (skip) when the Python interpreter
+# ($DTF_PYTHON, default python3) cannot import tensorboard
+# (pip install tensorboard).
+set -eu
+py=${DTF_PYTHON:-python3}
+"$py" -c "import tensorboard" 2>/dev/null || { echo "tensorboard not installed: skip"; exit 77; }
+build=${DTF_BUILD_ROOT:?}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtf-tb-test-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+"$build/dtf-records" synth --out "$tmp/train" --count 320 --shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null
+"$build/dtf-records" synth --out "$tmp/test" --count 100 --shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null
+cat >"$tmp/job.yaml" <<JOB
+name: tb-reader
+data:
+  train: {files: "$tmp/train-*.tfrecord"}
+  eval: {files: "$tmp/test-*.tfrecord"}
+  features:
+    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}
+    label: {type: int64, shape: []}
+model:
+  input: image
+  layers:
+    - flatten
+    - {dense: {units: 4, name: logits}}
+  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}
+  metrics: [accuracy]
+train: {batch_size: 16, epochs: 2, optimizer: {sgd: {learning_rate: 0.1}}}
+logging: {every_steps: 5, dir: "$tmp/run"}
+JOB
+mpirun -np 1 "$build/dtf-train" -q --threads 1 "$tmp/job.yaml"
+"$py" - "$tmp/run" <<'PY'
+import json, math, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+run = sys.argv[1]
+def load(sub):
+    acc = ea.EventAccumulator(f"{run}/{sub}", size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    return acc
+train, ev = load("train"), load("eval")
+want = {"loss", "accuracy", "learning_rate", "samples_per_second",
+        "step_time_ms/data_wait", "step_time_ms/forward",
+        "step_time_ms/backward", "step_time_ms/comm", "step_time_ms/optimizer"}
+tags = set(train.Tags()["scalars"])
+assert tags == want, tags
+# 320 / 16 = 20 steps per epoch, 2 epochs, logged every 5 steps
+for t in want:
+    steps = [e.step for e in train.Scalars(t)]
+    assert steps == list(range(5, 41, 5)), (t, steps)
+assert set(ev.Tags()["scalars"]) == {"loss", "accuracy"}, ev.Tags()
+assert [e.step for e in ev.Scalars("loss")] == [20, 40]
+lines = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+by_step = {l["step"]: l for l in lines if l["kind"] == "train"}
+for e in train.Scalars("loss"):
+    assert math.isclose(e.value, by_step[e.step]["loss"], rel_tol=1e-5), e
+for e in train.Scalars("learning_rate"):
+    assert math.isclose(e.value, 0.1, rel_tol=1e-6), e
+print("tensorboard", __import__("tensorboard").__version__, "read",
+      len(want), "train tags x 8 steps and 2 eval tags x 2 steps")
+PY

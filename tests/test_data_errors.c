@@ -1,0 +1,507 @@
+/*
+ * test_data_errors.c - bad input data end to end: `mpirun -np 2 dtf-train`
+ * on damaged TFRecord files, each case checking the exit status and the
+ * exact message (file, record index, byte offset), every run under
+ * `timeout` so a hang fails instead of blocking.  Also: a 0-byte file among
+ * good ones, a glob matching nothing, a float_list where int64 is declared,
+ * FILE sharding with too few files, on_error skip, uneven shards (3 and 10
+ * records) and a gzip file read as uncompressed.
+ *
+ * This process never starts MPI itself (mpirun inside an MPI singleton
+ * fails), so each test may fork.  The binaries come from DTF_BUILD_ROOT.
+ */
+#include <check.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "data/example.h"
+#include "data/tfrecord.h"
+
+static char tmpdir[512];
+static const char *build_root;
+
+/* 2 shards of 20 synthetic 8x8x1 records, 4 classes; global batch 8. */
+static const char job_text[] =
+	"name: bad-data\n"
+	"seed: 3\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 16}\n"
+	"  prefetch: 2\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - flatten\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: %d\n"
+	"  epochs: 1\n"
+	"  optimizer: {sgd: {learning_rate: 0.1}}\n"
+	"logging: {every_steps: 1000}\n";
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void write_job(const char *dir, int batch)
+{
+	char path[1100];
+	snprintf(path, sizeof(path), "%s/job.yaml", dir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, job_text, dir, batch);
+	fclose(f);
+}
+
+/* A fresh case directory with the two good shards and a job file. */
+static const char *case_dir(const char *name, char *buf, size_t n)
+{
+	snprintf(buf, n, "%s/%s", tmpdir, name);
+	ck_assert_int_eq(run("mkdir -p '%s' && cp %s/good/*.tfrecord '%s'/",
+			     buf, tmpdir, buf),
+			 0);
+	write_job(buf, 8);
+	return buf;
+}
+
+static void setup(void)
+{
+	build_root = getenv("DTF_BUILD_ROOT");
+	if (!build_root)
+		build_root = ".";
+	const char *t = getenv("TMPDIR");
+	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-data-errors-XXXXXX",
+		 t ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(run("mkdir -p %s/good && %s/dtf-records synth --out "
+			     "%s/good/train --count 40 --shards 2 --shape 8,8,1 "
+			     "--classes 4 --seed 1 >/dev/null",
+			     tmpdir, build_root, tmpdir),
+			 0);
+}
+
+static void teardown(void) { run("rm -rf '%s'", tmpdir); }
+
+/* Bytes of one record of the synthetic shards (all the same size). */
+static long record_bytes(const char *dir)
+{
+	char path[1100];
+	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
+	FILE *f = fopen(path, "rb");
+	ck_assert_ptr_nonnull(f);
+	uint8_t l[8];
+	ck_assert_int_eq(fread(l, 1, 8, f), 8);
+	fclose(f);
+	return (long)(l[0] | l[1] << 8) + 16;
+}
+
+/* Run 2 ranks on dir/job.yaml with extra args; return the exit status and
+ * the log (stderr) in log. */
+static int train2(const char *dir, const char *args, char *log, size_t n)
+{
+	int st = run("timeout 120 mpirun -np 2 %s/dtf-train --threads 1 %s "
+		     "%s/job.yaml >/dev/null 2>%s/log",
+		     build_root, args, dir, dir);
+	char path[1100];
+	snprintf(path, sizeof(path), "%s/log", dir);
+	FILE *f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	size_t got = fread(log, 1, n - 1, f);
+	log[got] = 0;
+	fclose(f);
+	return st;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+	int k = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		k++;
+	return k;
+}
+
+/* Expect exit `status` and `error: <path>: record R at byte offset O:
+ * <what>` in the log. */
+static void expect_record_error(const char *dir, int status, long rec,
+				long off, const char *what)
+{
+	static char log[65536];
+	int st = train2(dir, "", log, sizeof(log));
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "error: %s/train-00001-of-00002.tfrecord: record %ld at byte "
+		 "offset %ld: %s\n",
+		 dir, rec, off, what);
+	ck_assert_msg(st == status, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+}
+
+START_TEST(cut_inside_length)
+{
+	char dir[1024];
+	case_dir("cut-length", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	ck_assert_int_eq(run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
+			     7 * rec + 5, dir),
+			 0);
+	expect_record_error(dir, 3, 7, 7 * rec,
+			    "truncated record header (5 of 12 bytes)");
+}
+END_TEST
+
+START_TEST(cut_after_length_crc)
+{
+	char dir[1024];
+	case_dir("cut-crc", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	ck_assert_int_eq(run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
+			     7 * rec + 12, dir),
+			 0);
+	char what[128];
+	snprintf(what, sizeof(what), "truncated record data (0 of %ld bytes)",
+		 rec - 12);
+	expect_record_error(dir, 3, 7, 7 * rec, what);
+}
+END_TEST
+
+START_TEST(cut_inside_data)
+{
+	char dir[1024];
+	case_dir("cut-data", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	ck_assert_int_eq(run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
+			     7 * rec + 12 + 30, dir),
+			 0);
+	char what[128];
+	snprintf(what, sizeof(what), "truncated record data (30 of %ld bytes)",
+		 rec - 12);
+	expect_record_error(dir, 3, 7, 7 * rec, what);
+}
+END_TEST
+
+static void patch(const char *path, long off, const void *b, size_t n)
+{
+	FILE *f = fopen(path, "r+b");
+	ck_assert_ptr_nonnull(f);
+	fseek(f, off, SEEK_SET);
+	ck_assert_int_eq(fwrite(b, 1, n, f), n);
+	fclose(f);
+}
+
+START_TEST(flipped_data_byte)
+{
+	char dir[1024], path[1100];
+	case_dir("flip", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
+	FILE *f = fopen(path, "rb");
+	fseek(f, 3 * rec + 12 + 40, SEEK_SET);
+	uint8_t c = (uint8_t)(fgetc(f) ^ 0x20);
+	fclose(f);
+	patch(path, 3 * rec + 12 + 40, &c, 1);
+	static char log[65536];
+	int st = train2(dir, "", log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "error: %s: record 3 at byte offset %ld: data CRC mismatch "
+		 "(corrupt record)\n",
+		 path, 3 * rec);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+	/* rank 0 says why it stopped too */
+	ck_assert_msg(strstr(log, "error: stopping: rank 1 failed reading data "
+				  "for step 0\n"),
+		      "%s", log);
+}
+END_TEST
+
+START_TEST(huge_length)
+{
+	char dir[1024], path[1100];
+	case_dir("huge", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
+	uint8_t huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+	patch(path, 5 * rec, huge, 8);
+	expect_record_error(dir, 3, 5, 5 * rec,
+			    "length CRC mismatch (corrupt length field)");
+}
+END_TEST
+
+START_TEST(empty_file_among_good)
+{
+	char dir[1024];
+	case_dir("empty", dir, sizeof(dir));
+	ck_assert_int_eq(run(": > %s/train-00002-of-00003.tfrecord", dir), 0);
+	static char log[65536];
+	int st = train2(dir, "", log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "%s/train-00002-of-00003.tfrecord: empty file (0 records); "
+		 "reading on\n",
+		 dir);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+	ck_assert_msg(strstr(log, "data.train: 3 files for 2 ranks: "
+				  "shard_policy auto shards by file"),
+		      "%s", log);
+}
+END_TEST
+
+START_TEST(glob_matches_nothing)
+{
+	char dir[1024];
+	case_dir("noglob", dir, sizeof(dir));
+	ck_assert_int_eq(run("rm %s/*.tfrecord", dir), 0);
+	static char log[65536];
+	int st = train2(dir, "", log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "error: data.train.files: no files match '%s/train-*.tfrecord' "
+		 "(relative patterns are read from the current directory)\n",
+		 dir);
+	/* every rank finds it by itself, before any collective */
+	ck_assert_msg(count_of(log, want) == 2, "not twice '%s' in:\n%s",
+		      want, log);
+}
+END_TEST
+
+START_TEST(float_list_declared_int64)
+{
+	char dir[1024], path[1100];
+	case_dir("float-label", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
+	struct dtf_tfrecord_writer *w;
+	ck_assert_int_eq(dtf_tfrecord_writer_open(path, &w), 0);
+	struct dtf_example_builder b;
+	dtf_example_builder_init(&b);
+	uint8_t img[64] = {0};
+	for (int i = 0; i < 20; i++) {
+		float lab = (float)(i % 4);
+		const uint8_t *d;
+		size_t n;
+		dtf_example_builder_reset(&b);
+		dtf_example_builder_add_bytes(&b, "image", img, 64);
+		dtf_example_builder_add_floats(&b, "label", &lab, 1);
+		ck_assert_int_eq(dtf_example_builder_finish(&b, &d, &n), 0);
+		ck_assert_int_eq(dtf_tfrecord_writer_write(w, d, n), 0);
+	}
+	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
+	dtf_example_builder_deinit(&b);
+	expect_record_error(dir, 3, 0, 0,
+			    "feature 'label' is a float_list but the job "
+			    "declares int64");
+}
+END_TEST
+
+START_TEST(file_policy_too_few_files)
+{
+	char dir[1024];
+	case_dir("file-policy", dir, sizeof(dir));
+	ck_assert_int_eq(run("rm %s/train-00001-of-00002.tfrecord", dir), 0);
+	static char log[65536];
+	int st = train2(dir, "--set data.shard_policy=file", log, sizeof(log));
+	ck_assert_msg(st == 2, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log,
+			     "error: data.shard_policy: file: 1 file for 2 "
+			     "ranks: every rank needs at least one file\n"
+			     "HINT: use shard_policy: auto or data (every rank "
+			     "reads every file and keeps every 2nd record), or "
+			     "split the data into at least 2 files "
+			     "(dtf-records shard --shards 2)\n"),
+		      "%s", log);
+	/* auto falls back to record sharding and trains */
+	st = train2(dir, "", log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "data.train: 1 file for 2 ranks: shard_policy "
+				  "auto shards by record"),
+		      "%s", log);
+}
+END_TEST
+
+START_TEST(skip_bad_records)
+{
+	char dir[1024], path[1100];
+	case_dir("skip", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
+	uint8_t c = 0x55;
+	patch(path, 2 * rec + 12 + 9, &c, 1); /* record 2: data CRC */
+	ck_assert_int_eq(run("truncate -s %ld %s", 15 * rec + 3, path), 0);
+	static char log[65536];
+	int st = train2(dir, "--set data.on_error=skip", log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "warning: skipping a bad record (data.on_error: skip): %s: "
+		 "record 2 at byte offset %ld: data CRC mismatch (corrupt "
+		 "record)\n",
+		 path, 2 * rec);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+	snprintf(want, sizeof(want),
+		 "warning: skipping the rest of the file (data.on_error: skip): "
+		 "%s: record 15 at byte offset %ld: truncated record header (3 "
+		 "of 12 bytes)\n",
+		 path, 15 * rec);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+	ck_assert_msg(strstr(log, "epoch 1: data.train: 1 bad record skipped, "
+				  "the rest of 1 file (3 bytes) skipped "
+				  "(data.on_error: skip)\n"),
+		      "%s", log);
+	/* 14 good records on rank 1: 3 steps of 4; rank 0 has 5 */
+	ck_assert_msg(strstr(log, "shards are uneven: 3 to 5 steps per rank"),
+		      "%s", log);
+}
+END_TEST
+
+START_TEST(uneven_shards_3_and_10)
+{
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s/uneven", tmpdir);
+	ck_assert_int_eq(run("mkdir -p %s && %s/dtf-records synth --out %s/a "
+			     "--count 3 --shape 8,8,1 --classes 4 >/dev/null && "
+			     "%s/dtf-records synth --out %s/b --count 10 --shape "
+			     "8,8,1 --classes 4 >/dev/null && "
+			     "mv %s/a-00000-of-00001.tfrecord "
+			     "%s/train-00000-of-00002.tfrecord && "
+			     "mv %s/b-00000-of-00001.tfrecord "
+			     "%s/train-00001-of-00002.tfrecord",
+			     dir, build_root, dir, build_root, dir, dir, dir,
+			     dir, dir),
+		 0);
+	write_job(dir, 4); /* global batch 4: 2 per replica */
+	static char log[65536];
+	int st = train2(dir, "", log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "shards are uneven: 1 to 5 steps per rank; "
+				  "every rank runs 1 steps per epoch\n"),
+		      "%s", log);
+	ck_assert_msg(strstr(log, "done: 1 steps"), "%s", log);
+}
+END_TEST
+
+START_TEST(gzip_read_as_none)
+{
+	char dir[1024];
+	case_dir("gzip", dir, sizeof(dir));
+	ck_assert_int_eq(run("cd %s && for f in *.tfrecord; do gzip \"$f\" && "
+			     "mv \"$f.gz\" \"$f\"; done",
+			     dir),
+			 0);
+	static char log[65536];
+	int st = train2(dir, "", log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "record 0 at byte offset 0: length CRC "
+				  "mismatch (corrupt length field)\nHINT: the "
+				  "file starts with the gzip magic bytes (1f "
+				  "8b): set `compression: gzip`"),
+		      "%s", log);
+	st = train2(dir, "--set data.compression=gzip", log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+}
+END_TEST
+
+/* dtf-records: synth gzip, merge 3 shards into 2 (zlib), verify, inspect
+ * with the inferred schema. */
+START_TEST(records_tool_shard_and_inspect)
+{
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s/tool", tmpdir);
+	ck_assert_int_eq(run("mkdir -p %s && cd %s && %s/dtf-records synth "
+			     "--out s --count 50 --shards 3 --shape 4,4,2 "
+			     "--compression gzip >/dev/null && %s/dtf-records "
+			     "shard --compression gzip --out-compression zlib "
+			     "--out m --shards 2 s-*.tfrecord >/dev/null && "
+			     "%s/dtf-records verify --compression zlib "
+			     "m-*.tfrecord >verify.txt && %s/dtf-records "
+			     "inspect --compression zlib --records 10 "
+			     "m-00001-of-00002.tfrecord >inspect.txt",
+			     dir, dir, build_root, build_root, build_root,
+			     build_root),
+			 0);
+	char path[1100], buf[4096];
+	snprintf(path, sizeof(path), "%s/verify.txt", dir);
+	FILE *f = fopen(path, "r");
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	ck_assert_str_eq(buf, "m-00000-of-00002.tfrecord: 25 records, all CRCs "
+			      "OK\nm-00001-of-00002.tfrecord: 25 records, all "
+			      "CRCs OK\ntotal: 50 records in 2 files\n");
+	snprintf(path, sizeof(path), "%s/inspect.txt", dir);
+	f = fopen(path, "r");
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	ck_assert_msg(strstr(buf, "  schema (first 10 records):\n"
+				  "    image: {type: bytes, decode: uint8, "
+				  "shape: [32]}  # 32 bytes; or float16 [16]; "
+				  "or float32 [8]\n"
+				  "    label: {type: int64, shape: []}\n"),
+		      "%s", buf);
+	/* reading the zlib shards as gzip fails with a data error */
+	ck_assert_int_eq(run("%s/dtf-records verify --compression gzip "
+			     "%s/m-00000-of-00002.tfrecord 2>/dev/null",
+			     build_root, dir),
+			 3);
+}
+END_TEST
+
+static Suite *errors_suite(void)
+{
+	Suite *s = suite_create("data_errors");
+	TCase *tc = tcase_create("framing");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, cut_inside_length);
+	tcase_add_test(tc, cut_after_length_crc);
+	tcase_add_test(tc, cut_inside_data);
+	tcase_add_test(tc, flipped_data_byte);
+	tcase_add_test(tc, huge_length);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("files");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, empty_file_among_good);
+	tcase_add_test(tc, glob_matches_nothing);
+	tcase_add_test(tc, float_list_declared_int64);
+	tcase_add_test(tc, file_policy_too_few_files);
+	tcase_add_test(tc, gzip_read_as_none);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("recovery");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, skip_bad_records);
+	tcase_add_test(tc, uneven_shards_3_and_10);
+	tcase_add_test(tc, records_tool_shard_and_inspect);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(errors_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

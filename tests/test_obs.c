@@ -1,0 +1,747 @@
+/*
+ * test_obs.c - what training shows: event files, trace, metrics, console.
+ *
+ * Event files are decoded here with the project's TFRecord reader and a
+ * protobuf walker written for this test from event.proto / summary.proto
+ * (not the writer's code), so a wrong field number or wire type fails.
+ * The end-to-end cases run mpirun dtf-train on synthetic data with
+ * logging.dir and logging.trace set and check every output against the
+ * others: the loss in the event file equals the loss in metrics.jsonl, the
+ * trace parses as JSON (python3's json module) with one process per rank.
+ * The build directory comes from DTF_BUILD_ROOT (set by meson).
+ */
+#include <check.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "data/tfrecord.h"
+#include "obs/tfevents.h"
+#include "obs/trace.h"
+
+static char tmpdir[256];
+static const char *build_root;
+
+static const char job_text[] =
+	"name: tiny-obs\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\"}\n"
+	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 2}}\n"
+	"    - flatten\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"  metrics: [accuracy]\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  epochs: 2\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"logging: {every_steps: 10, dir: \"%s/run\", trace: \"%s/run/trace.json\",\n"
+	"          trace_steps: [5, 12]}\n";
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	char *p = malloc((size_t)n + 1);
+	ck_assert_int_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+	p[n] = 0;
+	fclose(f);
+	if (len)
+		*len = (size_t)n;
+	return p;
+}
+
+static int count_str(const char *hay, const char *needle)
+{
+	int n = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* ---- a protobuf walker for Event / Summary / Value ------------------------ */
+
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	*v = 0;
+	for (int s = 0; s < 64 && *p < end; s += 7) {
+		uint8_t b = *(*p)++;
+		*v |= (uint64_t)(b & 0x7f) << s;
+		if (!(b & 0x80))
+			return 0;
+	}
+	return -1;
+}
+
+/* Next field: number, wire type, and its payload (varint value, or the
+ * bytes of a fixed or length-delimited field). */
+struct field {
+	int num, wt;
+	uint64_t v;
+	const uint8_t *data;
+	size_t len;
+};
+
+static int next_field(const uint8_t **p, const uint8_t *end, struct field *f)
+{
+	uint64_t key;
+	if (get_varint(p, end, &key) < 0)
+		return -1;
+	f->num = (int)(key >> 3);
+	f->wt = (int)(key & 7);
+	switch (f->wt) {
+	case 0:
+		return get_varint(p, end, &f->v);
+	case 1:
+	case 5: {
+		size_t n = f->wt == 1 ? 8 : 4;
+		if ((size_t)(end - *p) < n)
+			return -1;
+		f->data = *p;
+		f->len = n;
+		*p += n;
+		return 0;
+	}
+	case 2:
+		if (get_varint(p, end, &f->v) < 0 || f->v > (uint64_t)(end - *p))
+			return -1;
+		f->data = *p;
+		f->len = (size_t)f->v;
+		*p += f->len;
+		return 0;
+	}
+	return -1;
+}
+
+struct scalar {
+	int64_t step;
+	char tag[64];
+	float value;
+};
+
+struct event_file {
+	char version[32];
+	double first_wall;
+	int nevents, session_starts;
+	int64_t start_step;
+	struct scalar s[512];
+	int n;
+};
+
+static double le_double(const uint8_t *b)
+{
+	uint64_t u = 0;
+	for (int i = 7; i >= 0; i--)
+		u = u << 8 | b[i];
+	double d;
+	memcpy(&d, &u, 8);
+	return d;
+}
+
+static float le_float(const uint8_t *b)
+{
+	uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
+		     (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void decode_value(const uint8_t *p, const uint8_t *end, int64_t step,
+			 struct event_file *ef)
+{
+	struct field f;
+	struct scalar *s = &ef->s[ef->n];
+	int have_tag = 0, have_value = 0;
+	while (p < end) {
+		ck_assert_int_eq(next_field(&p, end, &f), 0);
+		if (f.num == 1 && f.wt == 2) {
+			ck_assert_uint_lt(f.len, sizeof(s->tag));
+			memcpy(s->tag, f.data, f.len);
+			s->tag[f.len] = 0;
+			have_tag = 1;
+		} else if (f.num == 2 && f.wt == 5) {
+			s->value = le_float(f.data);
+			have_value = 1;
+		}
+	}
+	ck_assert(have_tag && have_value);
+	s->step = step;
+	ck_assert_int_lt(ef->n, 511);
+	ef->n++;
+}
+
+static void decode_event(const uint8_t *p, size_t len, struct event_file *ef)
+{
+	const uint8_t *end = p + len;
+	struct field f;
+	double wall = 0;
+	int64_t step = 0;
+	const uint8_t *summary = NULL;
+	size_t slen = 0;
+	while (p < end) {
+		ck_assert_int_eq(next_field(&p, end, &f), 0);
+		if (f.num == 1 && f.wt == 1)
+			wall = le_double(f.data);
+		else if (f.num == 2 && f.wt == 0)
+			step = (int64_t)f.v;
+		else if (f.num == 3 && f.wt == 2) {
+			ck_assert_int_eq(ef->nevents, 0); /* first record only */
+			ck_assert_uint_lt(f.len, sizeof(ef->version));
+			memcpy(ef->version, f.data, f.len);
+			ef->version[f.len] = 0;
+		} else if (f.num == 5 && f.wt == 2) {
+			summary = f.data;
+			slen = f.len;
+		} else if (f.num == 7 && f.wt == 2) {
+			const uint8_t *q = f.data;
+			struct field g;
+			ck_assert_int_eq(next_field(&q, f.data + f.len, &g), 0);
+			ck_assert_int_eq(g.num, 1); /* status */
+			ck_assert_uint_eq(g.v, 1);  /* START */
+			ef->session_starts++;
+			ef->start_step = step;
+		}
+	}
+	ck_assert_msg(wall > 1e9, "wall_time %f", wall); /* seconds since 1970 */
+	if (ef->nevents == 0)
+		ef->first_wall = wall;
+	ef->nevents++;
+	if (summary) {
+		const uint8_t *q = summary, *qend = summary + slen;
+		while (q < qend) {
+			ck_assert_int_eq(next_field(&q, qend, &f), 0);
+			ck_assert_int_eq(f.num, 1); /* Summary.value */
+			ck_assert_int_eq(f.wt, 2);
+			decode_value(f.data, f.data + f.len, step, ef);
+		}
+	}
+}
+
+static void read_events(const char *path, struct event_file *ef)
+{
+	memset(ef, 0, sizeof(*ef));
+	struct dtf_tfrecord_reader *r;
+	ck_assert_msg(dtf_tfrecord_reader_open(path, &r) == 0, "%s",
+		      dtf_error_msg());
+	const uint8_t *data;
+	size_t len;
+	int rc;
+	while ((rc = dtf_tfrecord_reader_next(r, &data, &len)) == 1)
+		decode_event(data, len, ef);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	dtf_tfrecord_reader_free(r);
+	ck_assert_str_eq(ef->version, "brain.Event:2");
+}
+
+static const struct scalar *find_scalar(const struct event_file *ef,
+					int64_t step, const char *tag)
+{
+	for (int i = 0; i < ef->n; i++)
+		if (ef->s[i].step == step && strcmp(ef->s[i].tag, tag) == 0)
+			return &ef->s[i];
+	return NULL;
+}
+
+/* The only file matching pattern. */
+static void one_file(const char *pattern, char *out, size_t size)
+{
+	glob_t g;
+	ck_assert_msg(glob(pattern, 0, NULL, &g) == 0, "no %s", pattern);
+	ck_assert_msg(g.gl_pathc == 1, "%zu files match %s", g.gl_pathc,
+		      pattern);
+	snprintf(out, size, "%s", g.gl_pathv[0]);
+	globfree(&g);
+}
+
+static int count_files(const char *pattern)
+{
+	glob_t g;
+	int n = glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+	globfree(&g);
+	return n;
+}
+
+/* ---- fixtures ---------------------------------------------------------------- */
+
+static void setup_tmp(void)
+{
+	build_root = getenv("DTF_BUILD_ROOT");
+	if (!build_root)
+		build_root = ".";
+	const char *t = getenv("TMPDIR");
+	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-obs-test-XXXXXX",
+		 t ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown_tmp(void)
+{
+	run("rm -rf '%s'", tmpdir);
+}
+
+static void setup_job(void)
+{
+	setup_tmp();
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
+			     "--shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
+			     build_root, tmpdir), 0);
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
+			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
+			     build_root, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, job_text, tmpdir, tmpdir, tmpdir, tmpdir);
+	fclose(f);
+}
+
+/* ---- unit: event file writer ------------------------------------------------ */
+
+START_TEST(event_file_decodes_to_what_was_written)
+{
+	struct dtf_tfevents *w;
+	ck_assert_int_eq(dtf_tfevents_open(tmpdir, "hostA", 1700000000.25, &w), 0);
+	char want[512];
+	snprintf(want, sizeof(want), "%s/events.out.tfevents.1700000000.hostA",
+		 tmpdir);
+	ck_assert_str_eq(dtf_tfevents_path(w), want);
+	struct dtf_tfevents_scalar v[3] = {
+		{"loss", 0.5f}, {"accuracy", 0.875f}, {"step_time_ms/forward", 12.25f}};
+	ck_assert_int_eq(dtf_tfevents_scalars(w, 100, 1700000001.5, v, 3), 0);
+	ck_assert_int_eq(dtf_tfevents_session_start(w, 300, 1700000002.0), 0);
+	/* a step past 2^31 needs a 5-byte varint */
+	ck_assert_int_eq(dtf_tfevents_scalars(w, 5000000000LL, 1700000003.0,
+					      v, 1), 0);
+	ck_assert_int_eq(dtf_tfevents_close(w), 0);
+
+	struct event_file *ef = malloc(sizeof(*ef));
+	read_events(want, ef);
+	ck_assert_double_eq(ef->first_wall, 1700000000.25);
+	ck_assert_int_eq(ef->nevents, 4);
+	ck_assert_int_eq(ef->n, 4);
+	ck_assert_float_eq(find_scalar(ef, 100, "loss")->value, 0.5f);
+	ck_assert_float_eq(find_scalar(ef, 100, "accuracy")->value, 0.875f);
+	ck_assert_float_eq(find_scalar(ef, 100, "step_time_ms/forward")->value,
+			   12.25f);
+	ck_assert_ptr_nonnull(find_scalar(ef, 5000000000LL, "loss"));
+	ck_assert_int_eq(ef->session_starts, 1);
+	ck_assert_int_eq(ef->start_step, 300);
+	free(ef);
+}
+END_TEST
+
+START_TEST(event_file_never_overwrites_an_earlier_one)
+{
+	struct dtf_tfevents *a, *b;
+	ck_assert_int_eq(dtf_tfevents_open(tmpdir, "h", 1700000000.0, &a), 0);
+	ck_assert_int_eq(dtf_tfevents_open(tmpdir, "h", 1700000000.9, &b), 0);
+	ck_assert_str_ne(dtf_tfevents_path(a), dtf_tfevents_path(b));
+	char want[512];
+	snprintf(want, sizeof(want), "%s/events.out.tfevents.1700000000.h.1",
+		 tmpdir);
+	ck_assert_str_eq(dtf_tfevents_path(b), want);
+	ck_assert_int_eq(dtf_tfevents_close(a), 0);
+	ck_assert_int_eq(dtf_tfevents_close(b), 0);
+	char pattern[512];
+	snprintf(pattern, sizeof(pattern), "%s/events.out.tfevents.*", tmpdir);
+	ck_assert_int_eq(count_files(pattern), 2);
+}
+END_TEST
+
+START_TEST(event_file_in_missing_directory_is_io_error)
+{
+	struct dtf_tfevents *w = (void *)1;
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/no/such/dir", tmpdir);
+	ck_assert_int_eq(dtf_tfevents_open(dir, "h", 1.7e9, &w), -DTF_ERR_IO);
+	ck_assert_ptr_null(w);
+	ck_assert_msg(strstr(dtf_error_msg(), "no/such/dir/events.out.tfevents.") != NULL,
+		      "%s", dtf_error_msg());
+}
+END_TEST
+
+/* ---- unit: trace -------------------------------------------------------------- */
+
+static int json_ok(const char *path)
+{
+	return run("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '%s' 2>/dev/null",
+		   path);
+}
+
+START_TEST(trace_is_valid_json_after_a_kill)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/t.rank0.json", tmpdir);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct dtf_trace *t;
+		if (dtf_trace_open(path, 0, "h", 10.0, &t) < 0)
+			_exit(3);
+		for (int s = 1; s <= 50; s++) {
+			dtf_trace_span(t, "forward", 0, 10.0 + s, 10.5 + s, s, -1);
+			dtf_trace_span(t, "allreduce", 1, 10.5 + s, 10.6 + s, s, 2);
+			dtf_trace_flush(t);
+		}
+		/* spans buffered but never flushed, then killed */
+		dtf_trace_span(t, "backward", 0, 70.0, 71.0, 51, -1);
+		raise(SIGKILL);
+		_exit(4);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	ck_assert_int_eq(json_ok(path), 0);
+	char *text = slurp(path, NULL);
+	ck_assert_int_eq(count_str(text, "\"name\":\"forward\""), 50);
+	ck_assert_int_eq(count_str(text, "\"name\":\"allreduce\""), 50);
+	ck_assert_int_eq(count_str(text, "\"index\":2"), 50);
+	ck_assert_int_eq(count_str(text, "\"name\":\"backward\""), 0);
+	/* ts in microseconds from the origin (10 s): step 1 starts at 1 s */
+	ck_assert_ptr_nonnull(strstr(text, "\"ts\":1000000.000,\"dur\":500000.000"));
+	free(text);
+}
+END_TEST
+
+START_TEST(trace_merge_joins_ranks)
+{
+	char p0[512], p1[512], out[512];
+	snprintf(out, sizeof(out), "%s/m.json", tmpdir);
+	dtf_trace_rank_path(out, 0, p0, sizeof(p0));
+	dtf_trace_rank_path(out, 1, p1, sizeof(p1));
+	char want[512];
+	snprintf(want, sizeof(want), "%s/m.rank1.json", tmpdir);
+	ck_assert_str_eq(p1, want);
+	const char *in[3] = {p0, p1, "/nonexistent/m.rank2.json"};
+	for (int r = 0; r < 2; r++) {
+		struct dtf_trace *t;
+		ck_assert_int_eq(dtf_trace_open(r ? p1 : p0, r, "h", 0, &t), 0);
+		dtf_trace_span(t, "forward", 0, 1, 2, 1, -1);
+		ck_assert_int_eq(dtf_trace_close(t), 0);
+	}
+	int missing = -1;
+	ck_assert_int_eq(dtf_trace_merge(out, in, 3, &missing), 0);
+	ck_assert_int_eq(missing, 1);
+	ck_assert_int_eq(json_ok(out), 0);
+	char *text = slurp(out, NULL);
+	ck_assert_int_eq(count_str(text, "\"name\":\"forward\""), 2);
+	ck_assert_int_eq(count_str(text, "\"name\":\"process_name\""), 2);
+	ck_assert_ptr_nonnull(strstr(text, "\"pid\":1"));
+	free(text);
+	/* a file that is not an array is named */
+	FILE *f = fopen(p1, "w");
+	fputs("{\"traceEvents\": []}", f);
+	fclose(f);
+	ck_assert_int_eq(dtf_trace_merge(out, in, 2, NULL), -DTF_ERR_DATA);
+	ck_assert_ptr_nonnull(strstr(dtf_error_msg(), "m.rank1.json"));
+}
+END_TEST
+
+/* ---- end to end ------------------------------------------------------------------ */
+
+static void check_events_match_metrics(const char *metrics)
+{
+	char pattern[512], path[512];
+	struct event_file *ef = malloc(sizeof(*ef));
+	snprintf(pattern, sizeof(pattern), "%s/run/train/events.out.tfevents.*",
+		 tmpdir);
+	one_file(pattern, path, sizeof(path));
+	read_events(path, ef);
+	static const char *const tags[] = {
+		"loss", "accuracy", "learning_rate", "samples_per_second",
+		"step_time_ms/data_wait", "step_time_ms/forward",
+		"step_time_ms/backward", "step_time_ms/comm",
+		"step_time_ms/optimizer"};
+	/* 480 / 16 = 30 steps per epoch, 2 epochs, logged every 10 */
+	for (int64_t step = 10; step <= 60; step += 10)
+		for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++)
+			ck_assert_msg(find_scalar(ef, step, tags[i]) != NULL,
+				      "no %s at step %lld", tags[i], (long long)step);
+	ck_assert_int_eq(ef->n, 6 * 9);
+	ck_assert_float_eq(find_scalar(ef, 30, "learning_rate")->value, 0.01f);
+	/* the loss at step 60 is the one metrics.jsonl has */
+	const char *line = strstr(metrics, "{\"kind\":\"train\",\"step\":60,");
+	ck_assert_ptr_nonnull(line);
+	double loss = atof(strstr(line, "\"loss\":") + 7);
+	ck_assert_float_eq_tol(find_scalar(ef, 60, "loss")->value, loss,
+			       1e-5 * fabs(loss) + 1e-7);
+	float first = find_scalar(ef, 10, "loss")->value;
+	ck_assert_msg(loss < first, "loss did not fall: %g -> %g", first, loss);
+
+	snprintf(pattern, sizeof(pattern), "%s/run/eval/events.out.tfevents.*",
+		 tmpdir);
+	one_file(pattern, path, sizeof(path));
+	read_events(path, ef);
+	ck_assert_int_eq(ef->n, 4);
+	ck_assert_ptr_nonnull(find_scalar(ef, 30, "loss"));
+	ck_assert_ptr_nonnull(find_scalar(ef, 60, "accuracy"));
+	ck_assert_int_eq(ef->session_starts, 0);
+	free(ef);
+}
+
+START_TEST(fashion_style_run_writes_metrics_events_trace)
+{
+	char path[512];
+	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train --threads 1 %s/job.yaml "
+			     ">%s/out.txt 2>%s/err.txt",
+			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	/* console: plain lines, no control characters when not a terminal */
+	snprintf(path, sizeof(path), "%s/err.txt", tmpdir);
+	size_t len;
+	char *err = slurp(path, &len);
+	for (size_t i = 0; i < len; i++)
+		ck_assert_msg(err[i] == '\n' || (unsigned char)err[i] >= 0x20,
+			      "control character %#x at byte %zu:\n%s",
+			      (unsigned char)err[i], i, err);
+	ck_assert_ptr_nonnull(strstr(err, "step 10/60  epoch 1/2  loss "));
+	ck_assert_ptr_nonnull(strstr(err, "step 60/60  epoch 2/2"));
+	ck_assert_ptr_nonnull(strstr(err, "ETA "));
+	ck_assert_ptr_nonnull(strstr(err, "done: 60 steps in "));
+	ck_assert_ptr_nonnull(strstr(err, "peak memory   rank 0 "));
+	ck_assert_ptr_nonnull(strstr(err, ", rank 1 "));
+	ck_assert_ptr_nonnull(strstr(err, "trace.json (2 rank(s))"));
+	free(err);
+
+	/* metrics.jsonl: start, 6 train lines, 2 evals, summary */
+	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
+	char *m = slurp(path, NULL);
+	ck_assert_int_eq(count_str(m, "\n"), 10);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":0,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\","), 6);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"eval\",\"step\":30,\"epoch\":1,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"eval\",\"step\":60,\"epoch\":2,"), 1);
+	ck_assert_int_eq(count_str(m, "\"step_time_ms\":{\"data_wait\":"), 6);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\",\"step\":60,"), 1);
+	ck_assert_int_eq(count_str(m, "\"peak_rss_mb\":["), 1);
+	ck_assert_int_eq(run("python3 -c 'import json,sys\n"
+			     "for l in open(sys.argv[1]): json.loads(l)' '%s'",
+			     path), 0);
+	check_events_match_metrics(m);
+	free(m);
+
+	/* trace: merged, valid, both ranks, steps 5..12 only, rank files gone */
+	snprintf(path, sizeof(path), "%s/run/trace.json", tmpdir);
+	ck_assert_int_eq(run("python3 - '%s' <<'EOF'\n"
+			     "import json, sys\n"
+			     "ev = json.load(open(sys.argv[1]))\n"
+			     "x = [e for e in ev if e['ph'] == 'X']\n"
+			     "assert {e['pid'] for e in ev} == {0, 1}, 'pids'\n"
+			     "steps = {e['args']['step'] for e in x}\n"
+			     "assert steps == set(range(5, 13)), steps\n"
+			     "names = {e['name'] for e in x}\n"
+			     "want = {'step', 'data_wait', 'agree', 'forward', 'backward', 'allreduce', 'optimizer'}\n"
+			     "assert names == want, names\n"
+			     "assert len(x) == 2 * 8 * 7, len(x)\n"
+			     "for e in x:\n"
+			     "    assert e['dur'] >= 0 and e['ts'] >= 0, e\n"
+			     "EOF",
+			     path), 0);
+	snprintf(path, sizeof(path), "%s/run/trace.rank*.json", tmpdir);
+	ck_assert_int_eq(count_files(path), 0);
+
+	/* a second run appends to metrics.jsonl and adds an event file */
+	ck_assert_int_eq(run("mpirun -np 1 %s/dtf-train -q --threads 1 "
+			     "--set train.max_steps=10 %s/job.yaml >/dev/null 2>%s/err2.txt",
+			     build_root, tmpdir, tmpdir), 0);
+	snprintf(path, sizeof(path), "%s/err2.txt", tmpdir);
+	char *err2 = slurp(path, &len);
+	ck_assert_msg(len == 0, "--quiet printed:\n%s", err2);
+	free(err2);
+	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
+	m = slurp(path, NULL);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\","), 2);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\","), 2);
+	free(m);
+	snprintf(path, sizeof(path), "%s/run/train/events.out.tfevents.*", tmpdir);
+	ck_assert_int_eq(count_files(path), 2);
+}
+END_TEST
+
+/* A resumed run continues the step numbers in metrics.jsonl and starts a
+ * new event file whose SessionLog START tells TensorBoard where. */
+START_TEST(resume_continues_metrics_and_events)
+{
+	char path[512];
+	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 "
+			     "--set checkpoint.dir=%s/ckpt --set train.max_steps=20 "
+			     "%s/job.yaml >/dev/null 2>&1",
+			     build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 --resume "
+			     "--set checkpoint.dir=%s/ckpt --set train.max_steps=40 "
+			     "%s/job.yaml >/dev/null 2>%s/resume.txt",
+			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
+	char *m = slurp(path, NULL);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":0,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":20,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":10,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":20,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":30,"), 1);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":40,"), 1);
+	/* 20 steps this run: the summary counts the run's own steps */
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\",\"step\":40,"), 1);
+	ck_assert_ptr_nonnull(strstr(strstr(m, "{\"kind\":\"summary\",\"step\":40,"),
+				     "\"steps\":20,"));
+	free(m);
+	snprintf(path, sizeof(path), "%s/run/train/events.out.tfevents.*", tmpdir);
+	glob_t g;
+	ck_assert_int_eq(glob(path, 0, NULL, &g), 0);
+	ck_assert_uint_eq(g.gl_pathc, 2);
+	struct event_file *ef = malloc(sizeof(*ef));
+	int starts = 0;
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		read_events(g.gl_pathv[i], ef);
+		if (ef->session_starts) {
+			starts++;
+			ck_assert_int_eq(ef->start_step, 20);
+			ck_assert_ptr_nonnull(find_scalar(ef, 30, "loss"));
+			ck_assert_ptr_nonnull(find_scalar(ef, 40, "loss"));
+			ck_assert_ptr_null(find_scalar(ef, 20, "loss"));
+		}
+	}
+	ck_assert_int_eq(starts, 1);
+	globfree(&g);
+	free(ef);
+}
+END_TEST
+
+START_TEST(locked_logging_dir_fails_the_run)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/run", tmpdir);
+	mkdir(path, 0777);
+	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(flock(fd, LOCK_EX), 0);
+	int st = run("mpirun -np 2 %s/dtf-train -q --threads 1 %s/job.yaml "
+		     ">/dev/null 2>%s/lock.txt",
+		     build_root, tmpdir, tmpdir);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/lock.txt", tmpdir);
+	char *err = slurp(path, NULL);
+	ck_assert_msg(st == 1, "exit status %d:\n%s", st, err);
+	ck_assert_msg(strstr(err, "metrics.jsonl: another run is writing to this logging.dir") != NULL,
+		      "%s", err);
+	ck_assert_msg(strstr(err, "[rank 0 ") != NULL, "%s", err);
+	free(err);
+}
+END_TEST
+
+/* On a terminal (script(1) gives the process a pseudo-terminal) the
+ * progress line redraws in place. */
+START_TEST(progress_line_redraws_on_a_terminal)
+{
+	if (run("command -v script >/dev/null") != 0)
+		return; /* no script(1): nothing to drive a terminal with */
+	ck_assert_int_eq(run("script -qec '%s/dtf-train --threads 1 "
+			     "--set logging.dir=%s/tty --set logging.trace=%s/tty/t.json "
+			     "%s/job.yaml' /dev/null >%s/tty.txt 2>&1 </dev/null",
+			     build_root, tmpdir, tmpdir, tmpdir, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/tty.txt", tmpdir);
+	char *out = slurp(path, NULL);
+	ck_assert_msg(strstr(out, "\repoch 1/2  step ") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "samples/s  ETA ") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "\033[K") != NULL, "%s", out);
+	/* the per-step plain lines are not printed on a terminal */
+	ck_assert_msg(strstr(out, "step 10/60  epoch") == NULL, "%s", out);
+	ck_assert_msg(strstr(out, "done: 60 steps in ") != NULL, "%s", out);
+	free(out);
+}
+END_TEST
+
+START_TEST(merge_trace_option_merges_rank_files)
+{
+	char out[512], p[512];
+	snprintf(out, sizeof(out), "%s/k.json", tmpdir);
+	for (int r = 0; r < 3; r++) {
+		dtf_trace_rank_path(out, r, p, sizeof(p));
+		struct dtf_trace *t;
+		ck_assert_int_eq(dtf_trace_open(p, r, "h", 0, &t), 0);
+		dtf_trace_span(t, "forward", 0, 1, 2, 1, -1);
+		ck_assert_int_eq(dtf_trace_close(t), 0);
+	}
+	ck_assert_int_eq(run("%s/dtf-train --merge-trace %s 2>/dev/null",
+			     build_root, out), 0);
+	ck_assert_int_eq(json_ok(out), 0);
+	char *text = slurp(out, NULL);
+	ck_assert_int_eq(count_str(text, "\"name\":\"forward\""), 3);
+	free(text);
+	snprintf(p, sizeof(p), "%s/none.json", tmpdir);
+	ck_assert_int_eq(run("%s/dtf-train --merge-trace %s 2>/dev/null",
+			     build_root, p), 3);
+}
+END_TEST
+
+static Suite *obs_suite(void)
+{
+	Suite *s = suite_create("obs");
+	TCase *tc = tcase_create("event_files");
+	tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);
+	tcase_add_test(tc, event_file_decodes_to_what_was_written);
+	tcase_add_test(tc, event_file_never_overwrites_an_earlier_one);
+	tcase_add_test(tc, event_file_in_missing_directory_is_io_error);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("trace");
+	tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);
+	tcase_add_test(tc, trace_is_valid_json_after_a_kill);
+	tcase_add_test(tc, trace_merge_joins_ranks);
+	tcase_add_test(tc, merge_trace_option_merges_rank_files);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("end_to_end");
+	tcase_add_checked_fixture(tc, setup_job, teardown_tmp);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, fashion_style_run_writes_metrics_events_trace);
+	tcase_add_test(tc, resume_continues_metrics_and_events);
+	tcase_add_test(tc, locked_logging_dir_fails_the_run);
+	tcase_add_test(tc, progress_line_redraws_on_a_terminal);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(obs_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
