@@ -312,9 +312,19 @@ static inline DTF_BODY void pool_grad_chunk(const float *restrict img,
 	}
 }
 
-/* The same for a 2x2 window and 16 channels: straight-line selects the
- * compiler turns into a few vector instructions.  Same comparisons in the
- * same order as the general version (strict '>', row-major). */
+/* The same for a 2x2 window and 16 channels, in GCC vector types (16
+ * lanes; narrower ISAs get them split): compares give all-ones masks and
+ * every choice is a bitwise select, so the bits are those of the general
+ * version (same strict '>' comparisons, same order). */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int v16i __attribute__((vector_size(64)));
+
+/* Macros rather than functions: a vector return type would change the
+ * ABI of the baseline build's copy (GCC's -Wpsabi). */
+#define VLOAD(v, p) memcpy(&(v), (p), sizeof(v16f))
+#define VSTORE(p, v) memcpy((p), &(v), sizeof(v16f))
+#define VSEL(m, a, b) ((v16f)(((v16i)(a) & (m)) | ((v16i)(b) & ~(m))))
+
 static inline DTF_BODY void pool_grad_2x2_16(const float *restrict img,
 					     float *restrict dimg,
 					     const float *restrict gy,
@@ -325,22 +335,36 @@ static inline DTF_BODY void pool_grad_2x2_16(const float *restrict img,
 	const float *x2 = x0 + (size_t)w * c, *x3 = x2 + c;
 	float *d0 = dimg + base, *d1 = d0 + c;
 	float *d2 = d0 + (size_t)w * c, *d3 = d2 + c;
-	for (int t = 0; t < 16; t++) {
-		float best = x0[t];
-		int arg = 0;
-		arg = x1[t] > best ? 1 : arg;
-		best = x1[t] > best ? x1[t] : best;
-		arg = x2[t] > best ? 2 : arg;
-		best = x2[t] > best ? x2[t] : best;
-		arg = x3[t] > best ? 3 : arg;
-		best = x3[t] > best ? x3[t] : best;
-		float val = relu && !(best > 0.0f) ? 0.0f : gy[t];
-		part[t] += val;
-		d0[t] = arg == 0 ? val : 0.0f;
-		d1[t] = arg == 1 ? val : 0.0f;
-		d2[t] = arg == 2 ? val : 0.0f;
-		d3[t] = arg == 3 ? val : 0.0f;
-	}
+	const v16f zero = {0};
+	const v16i ones = ~(v16i){0};
+	v16f a1, a2, a3, best, gv, p, o;
+	VLOAD(a1, x1);
+	VLOAD(a2, x2);
+	VLOAD(a3, x3);
+	VLOAD(best, x0);
+	VLOAD(gv, gy);
+	VLOAD(p, part);
+	v16i m1 = a1 > best;
+	best = VSEL(m1, a1, best);
+	v16i m2 = a2 > best;
+	best = VSEL(m2, a2, best);
+	v16i m3 = a3 > best;
+	best = VSEL(m3, a3, best);
+	/* one-hot masks of the winner: the last cell that beat the best */
+	v16i w3 = m3, w2 = m2 & ~m3, w1 = m1 & ~m2 & ~m3;
+	v16i w0 = ~(m1 | m2 | m3);
+	v16i keep = relu ? (best > zero) : ones;
+	v16f val = VSEL(keep, gv, zero);
+	p += val;
+	VSTORE(part, p);
+	o = VSEL(w0, val, zero);
+	VSTORE(d0, o);
+	o = VSEL(w1, val, zero);
+	VSTORE(d1, o);
+	o = VSEL(w2, val, zero);
+	VSTORE(d2, o);
+	o = VSEL(w3, val, zero);
+	VSTORE(d3, o);
 }
 
 /* Channels a window pass keeps partial sums for on the stack. */
