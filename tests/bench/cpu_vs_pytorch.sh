@@ -22,6 +22,10 @@
 #
 # Environment: STEPS (default 300) and WARMUP (default 60) steps per
 # throughput run; TTA=0 skips D; TARGET (0.90); MAX_EPOCHS for D (10);
+# MPIRUN_OPTS, given to every mpirun of both tools (default "--bind-to
+# none": with Open MPI's default core binding, any other process on one
+# core stalls that rank and, through the allreduce, the other; unbound, the
+# kernel moves it; set MPIRUN_OPTS= for Open MPI's defaults);
 # PYTHON, an interpreter that imports torch (default: the first of python3,
 # /usr/bin/python3 that does).  Needs a quiet machine: other load distorts
 # both tools.  Output lines are meant to be pasted as they are.
@@ -36,6 +40,7 @@ WARMUP=${WARMUP:-60}
 TTA=${TTA:-1}
 TARGET=${TARGET:-0.90}
 MAX_EPOCHS=${MAX_EPOCHS:-10}
+MPIRUN_OPTS=${MPIRUN_OPTS---bind-to none}
 
 die() { echo "cpu_vs_pytorch.sh: $*" >&2; exit 1; }
 
@@ -86,6 +91,7 @@ flop=$(awk 'BEGIN {
 	printf "%d", (c1 + c2 + d1 + d2) + (c1 + 2*c2 + 2*d1 + 2*d2) }')
 
 echo "== machine: $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
+echo "== mpirun options: ${MPIRUN_OPTS:-(Open MPI defaults)}"
 echo "== dtf-train $("$build/dtf-train" --version | sed 's/dtf-train //'), PyTorch $("$py" -c 'import torch; print(torch.__version__)'), $STEPS steps, first $WARMUP not timed"
 "$build/tests/bench/bench_kernels" sgemm -t 1 -s 2048 -r 5 | tee "$tmp/sgemm1"
 "$build/tests/bench/bench_kernels" sgemm -t 2 -s 2048 -r 5 | tee "$tmp/sgemm2"
@@ -117,9 +123,9 @@ run() {
 		"$py" "$here/maxrss.py" "$py" "$here/pytorch_cnn.py" --threads "$threads" --batch "$batch" \
 			--steps "$STEPS" --warmup "$WARMUP" >"$tmp/p.log" 2>&1 || { cat "$tmp/p.log"; die "pytorch_cnn.py failed"; }
 	else
-		mpirun -np "$ranks" "$py" "$here/maxrss.py" "$build/dtf-train" --threads "$threads" $sets \
+		mpirun $MPIRUN_OPTS -np "$ranks" "$py" "$here/maxrss.py" "$build/dtf-train" --threads "$threads" $sets \
 			"$tmp/job.yaml" >"$tmp/d.log" 2>&1 || { cat "$tmp/d.log"; die "dtf-train failed"; }
-		mpirun -np "$ranks" "$py" "$here/maxrss.py" "$py" "$here/pytorch_cnn.py" --threads "$threads" \
+		mpirun $MPIRUN_OPTS -np "$ranks" "$py" "$here/maxrss.py" "$py" "$here/pytorch_cnn.py" --threads "$threads" \
 			--batch "$batch" --steps "$STEPS" --warmup "$WARMUP" >"$tmp/p.log" 2>&1 ||
 			{ cat "$tmp/p.log"; die "pytorch_cnn.py failed"; }
 	fi
@@ -146,11 +152,11 @@ run "2x1-b128" 2 1 128 "$(awk -v g="$g1" 'BEGIN { print 2 * g }')"
 echo
 echo "== time to $TARGET test accuracy, mpirun -np 2, global batch 64, evaluation every 469 steps (half epoch)"
 t0=$(date +%s.%N)
-mpirun -np 2 "$build/dtf-train" -q graphs/fashion_mnist_cnn.yaml --set train.epochs="$MAX_EPOCHS" \
+mpirun $MPIRUN_OPTS -np 2 "$build/dtf-train" -q graphs/fashion_mnist_cnn.yaml --set train.epochs="$MAX_EPOCHS" \
 	--set train.eval_every_steps=469 --set train.stop_at_accuracy="$TARGET" >"$tmp/dt.log" 2>&1 ||
 	{ cat "$tmp/dt.log"; die "dtf-train failed"; }
 t1=$(date +%s.%N)
-mpirun -np 2 "$py" "$here/pytorch_cnn.py" --threads 1 --batch 64 --epochs "$MAX_EPOCHS" \
+mpirun $MPIRUN_OPTS -np 2 "$py" "$here/pytorch_cnn.py" --threads 1 --batch 64 --epochs "$MAX_EPOCHS" \
 	--eval-every 469 --stop-at "$TARGET" >"$tmp/pt.log" 2>&1 || { cat "$tmp/pt.log"; die "pytorch_cnn.py failed"; }
 t2=$(date +%s.%N)
 grep 'since the start' "$tmp/dt.log" | sed 's/^/  dtf-train: /'
