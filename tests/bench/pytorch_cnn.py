@@ -80,13 +80,13 @@ class CNN(nn.Module):
         return self.logits(x)
 
 
-def evaluate(model, x, y, batch, rank, world):
+def evaluate(model, x, y, bs, rank, world):
     model.eval()
     correct = 0
     with torch.no_grad():
-        for i in range(rank * batch, x.shape[0], world * batch):
-            out = model(batch(x, slice(i, i + batch)))
-            correct += int((out.argmax(1) == y[i:i + batch]).sum())
+        for i in range(rank * bs, x.shape[0], world * bs):
+            out = model(batch(x, slice(i, i + bs)))
+            correct += int((out.argmax(1) == y[i:i + bs]).sum())
     model.train()
     t = torch.tensor([correct], dtype=torch.float64)
     if world > 1:
