@@ -21,7 +21,7 @@
 #      (469 steps at global batch 64), both tools on that same schedule.
 #
 # Environment: STEPS (default 300) and WARMUP (default 60) steps per
-# throughput run; TTA=0 skips D; TARGET (0.90); MAX_EPOCHS for D (10);
+# throughput run; TTA=0 skips D, THROUGHPUT=0 skips A-C; TARGET (0.90); MAX_EPOCHS for D (10);
 # MPIRUN_OPTS, given to every mpirun of both tools (default "--bind-to
 # none": with Open MPI's default core binding, any other process on one
 # core stalls that rank and, through the allreduce, the other; unbound, the
@@ -38,6 +38,7 @@ case $build in /*) ;; *) build=$root/$build ;; esac
 STEPS=${STEPS:-300}
 WARMUP=${WARMUP:-60}
 TTA=${TTA:-1}
+THROUGHPUT=${THROUGHPUT:-1}
 TARGET=${TARGET:-0.90}
 MAX_EPOCHS=${MAX_EPOCHS:-10}
 MPIRUN_OPTS=${MPIRUN_OPTS---bind-to none}
@@ -141,9 +142,11 @@ run() {
 		printf "RESULT %s dtf_sps=%.1f pytorch_sps=%.1f ratio=%.2f dtf_rss_mb=%.1f pytorch_rss_mb=%.1f rss_ratio=%.2f gflops=%.1f ceiling=%.1f\n", n, d, p, d / p, dm, pm, dm / pm, d * f / 1e9, c }'
 }
 
-run "1x2-b64" 1 2 64 "$g2"
-run "2x1-b64" 2 1 64 "$(awk -v g="$g1" 'BEGIN { print 2 * g }')"
-run "2x1-b128" 2 1 128 "$(awk -v g="$g1" 'BEGIN { print 2 * g }')"
+if [ "$THROUGHPUT" != 0 ]; then
+	run "1x2-b64" 1 2 64 "$g2"
+	run "2x1-b64" 2 1 64 "$(awk -v g="$g1" 'BEGIN { print 2 * g }')"
+	run "2x1-b128" 2 1 128 "$(awk -v g="$g1" 'BEGIN { print 2 * g }')"
+fi
 
 [ "$TTA" = 0 ] && exit 0
 
