@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "config/tf_config.h"
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -31,6 +32,7 @@ static const char usage[] =
 	"  -s, --set KEY=VALUE      override a job key (e.g. train.epochs=1); repeatable\n"
 	"  -t, --threads N          BLAS threads per rank (default: cores / ranks per node)\n"
 	"      --export-variables FILE  write the final parameter vector (float32) to FILE\n"
+	"      --print-cluster      print the role of every rank (TF_CONFIG or the job), exit\n"
 	"      --resume             continue from the newest checkpoint in checkpoint.dir\n"
 	"                           that verifies (none there: start at step 0)\n"
 	"      --allow-fresh-start  with --resume: if no checkpoint verifies, start at\n"
@@ -46,7 +48,45 @@ static const char usage[] =
 	"3 input data error, 4 checkpoint error, 75 stopped by a signal.\n"
 	"See dtf-train(1) and dtf-train-job(5).\n";
 
-enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH, OPT_MERGE_TRACE };
+enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH, OPT_MERGE_TRACE,
+       OPT_PRINT_CLUSTER };
+
+/*
+ * The cluster: TF_CONFIG when set (checked against this rank and the
+ * world), else derived from the job.  Every rank then agrees on the status
+ * before anything else talks, so a bad TF_CONFIG on one rank stops all of
+ * them with exit status 2 instead of leaving the others in a collective.
+ * *failed_here: this rank's own error (else another rank's).
+ */
+static int load_cluster(const struct dtf_job *job, struct dtf_comm *comm,
+			int rc, int print_only, struct dtf_cluster *cl,
+			int *failed_here)
+{
+	const char *tf = getenv("TF_CONFIG");
+	int rank = comm ? dtf_comm_rank(comm) : 0;
+	int world = comm ? dtf_comm_size(comm) : 1;
+	if (rc == 0 && tf && tf[0]) {
+		rc = dtf_cluster_parse(tf, cl);
+		/* a lone --print-cluster shows TF_CONFIG's cluster as is */
+		if (rc == 0 && !(print_only && world == 1))
+			rc = dtf_cluster_check(cl, job, rank, world);
+	} else if (rc == 0) {
+		rc = dtf_cluster_from_job(job, world, cl);
+	}
+	*failed_here = rc < 0;
+	if (!comm)
+		return rc;
+	int worst = 0, who = 0;
+	int arc = dtf_comm_agree(comm, rc < 0 ? dtf_error_exit_status(rc) : 0,
+				 &worst, &who);
+	if (arc < 0)
+		return arc;
+	if (rc < 0 || !worst)
+		return rc;
+	return dtf_error(worst == 2 ? DTF_ERR_CONFIG : DTF_ERR_REMOTE,
+			 "stopping: rank %d failed reading the job or TF_CONFIG",
+			 who);
+}
 
 int main(int argc, char **argv)
 {
@@ -55,6 +95,7 @@ int main(int argc, char **argv)
 		{"set", required_argument, NULL, 's'},
 		{"threads", required_argument, NULL, 't'},
 		{"export-variables", required_argument, NULL, OPT_EXPORT},
+		{"print-cluster", no_argument, NULL, OPT_PRINT_CLUSTER},
 		{"resume", no_argument, NULL, OPT_RESUME},
 		{"allow-fresh-start", no_argument, NULL, OPT_FRESH},
 		{"merge-trace", required_argument, NULL, OPT_MERGE_TRACE},
@@ -66,6 +107,7 @@ int main(int argc, char **argv)
 	};
 	dtf_threads_fix_blas_core(argv); /* may re-exec with a better BLAS */
 	struct dtf_train_opts opts = {0};
+	int print_cluster = 0;
 	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));
 	int nsets = 0, c, status = 0;
 	if (!sets)
@@ -91,6 +133,9 @@ int main(int argc, char **argv)
 		}
 		case OPT_EXPORT:
 			opts.export_variables = optarg;
+			break;
+		case OPT_PRINT_CLUSTER:
+			print_cluster = 1;
 			break;
 		case OPT_RESUME:
 			opts.resume = 1;
@@ -152,26 +197,41 @@ int main(int argc, char **argv)
 
 	struct dtf_job *job = NULL;
 	struct dtf_train_result result;
+	struct dtf_cluster cluster;
+	int own_cluster_error = 0;
 	memset(&result, 0, sizeof(result));
+	memset(&cluster, 0, sizeof(cluster));
 	rc = dtf_job_load(path, sets, nsets, &job);
 	if (rc == -DTF_ERR_IO) { /* the job file itself: a usage error */
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
 		rc = dtf_error(DTF_ERR_USAGE, "%s", msg);
 	}
-	if (rc == 0)
+	if (!opts.dry_run || print_cluster)
+		rc = load_cluster(job, comm, rc, print_cluster, &cluster,
+				  &own_cluster_error);
+	if (rc == 0 && print_cluster) {
+		if (rank == 0)
+			dtf_cluster_print(&cluster, stdout);
+	} else if (rc == 0) {
+		opts.cluster = cluster.from_tf_config ? &cluster : NULL;
 		rc = dtf_train_run(job, comm, &opts, &result);
+	}
 	if (rc < 0) {
 		/* Job-file errors are the same on every rank: say them once.
-		 * A rank that failed itself says why; rank 0 also says when the
-		 * job stopped because of another rank. */
+		 * A rank that failed itself says why (a TF_CONFIG error is its
+		 * own); rank 0 also says when the job stopped because of
+		 * another rank. */
 		int same_everywhere = rc == -DTF_ERR_CONFIG ||
 				      rc == -DTF_ERR_USAGE ||
 				      rc == -DTF_ERR_GRAPH;
+		if (own_cluster_error)
+			same_everywhere = 0;
 		if (rank == 0 || (!same_everywhere && !result.remote_failure))
 			dtf_errlog("%s", dtf_error_msg());
 		status = dtf_error_exit_status(rc);
 	}
+	dtf_cluster_deinit(&cluster);
 	dtf_job_free(job);
 	dtf_comm_finalize(comm);
 out:

@@ -313,6 +313,40 @@ START_TEST(exact_resume_one_rank)
 }
 END_TEST
 
+/* Every optimizer's slots are saved and restored (rmsprop keeps three,
+ * adamw two), and the schedule, weight decay and clipping resume at the
+ * right step.  cosine_decay gets explicit decay_steps: its default (the
+ * run's total steps) differs between a run cut short by max_steps and the
+ * reference. */
+START_TEST(exact_resume_every_optimizer_and_schedule)
+{
+	static const char *const opts[] = {
+		"--set train.optimizer='{rmsprop: {learning_rate: 0.003, momentum: 0.5, centered: true}}' "
+		"--set train.schedule='{cosine_decay: {warmup_steps: 10, decay_steps: 50}}' "
+		"--set train.clipnorm=0.5",
+		"--set train.optimizer='{adamw: {weight_decay: 0.1}}' "
+		"--set train.schedule='{piecewise_constant: {boundaries: [20, 40], values: [0.02, 0.01, 0.005]}}' "
+		"--set train.weight_decay=0.01",
+	};
+	for (int k = 0; k < 2; k++) {
+		char a[1024], b[1024], c[1024], dir[16], ref[16];
+		snprintf(dir, sizeof(dir), "o%d", k);
+		snprintf(ref, sizeof(ref), "o%dref", k);
+		snprintf(a, sizeof(a), "%s --export-variables @/OREF%d", opts[k], k);
+		snprintf(b, sizeof(b), "%s --set train.max_steps=27", opts[k]);
+		snprintf(c, sizeof(c), "%s --resume --export-variables @/ORES%d", opts[k], k);
+		ck_assert_int_eq(train(1, "", ref, a, "o-ref.log"), 0);
+		ck_assert_int_eq(train(1, "", dir, b, "o-a.log"), 0);
+		ck_assert_int_eq(train(1, "", dir, c, "o-b.log"), 0);
+		ck_assert_log("o-b.log", "resuming from");
+		char ra[16], rb[16];
+		snprintf(ra, sizeof(ra), "ORES%d", k);
+		snprintf(rb, sizeof(rb), "OREF%d", k);
+		assert_same_vars(ra, rb);
+	}
+}
+END_TEST
+
 START_TEST(sigterm_on_rank_1_exits_75_and_resumes_exactly)
 {
 	ck_assert_int_eq(train(2, "", "ref2", "--export-variables @/REF2", "ref2.log"), 0);
@@ -738,6 +772,7 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, format_header_tensors_and_crc);
 	tcase_add_test(tc, keep_deletes_older_checkpoints);
 	tcase_add_test(tc, exact_resume_one_rank);
+	tcase_add_test(tc, exact_resume_every_optimizer_and_schedule);
 	tcase_add_test(tc, sigterm_on_rank_1_exits_75_and_resumes_exactly);
 	tcase_add_test(tc, sigkill_rank_1_under_dtf_launch_equals_uninterrupted);
 	tcase_add_test(tc, sigkill_during_checkpoint_write_keeps_previous);

@@ -366,7 +366,7 @@ START_TEST(test_unknown_key_suggests)
 			  NULL, 0, DTF_ERR_CONFIG),
 		"graphs/x.yaml:26:1: profiler: unknown key 'profiler' "
 		"(known keys: name, seed, data, model, train, strategy, "
-		"logging, device, precision, allow_gpu_sharing, checkpoint, fault)");
+		"memory, logging, device, precision, allow_gpu_sharing, checkpoint, fault)");
 	ck_assert_msg_is(load_fail(edit("size: 2}", "sise: 2}"), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:13:21: model.layers[1].max_pool2d.sise: "
@@ -457,7 +457,7 @@ START_TEST(test_missing_required)
 	ck_assert_msg_is(load_fail(edit("  input: image\n", ""), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:9:1: model: missing required key "
-			 "'input'");
+			 "'input' (the feature fed to the first layer)");
 	ck_assert_msg_is(load_fail("seed: 1\n", NULL, 0, DTF_ERR_CONFIG),
 			 "graphs/x.yaml:1:1: missing required key 'data'");
 	ck_assert_msg_is(load_fail(edit("decode: uint8, ", ""), NULL, 0,

@@ -50,7 +50,16 @@ _Static_assert(sizeof(enum dtf_layer_kind) == sizeof(int) &&
 	       "enum fields are written through int *");
 
 /* Node ids remembered during the walk for the checks that follow it. */
-enum slot { SLOT_NONE, SLOT_INPUT, SLOT_LOGITS, SLOT_LABELS, SLOT_COUNT_ };
+enum slot {
+	SLOT_NONE,
+	SLOT_INPUT,
+	SLOT_LOGITS,
+	SLOT_LABELS,
+	SLOT_LAYERS,
+	SLOT_GRAPH,
+	SLOT_MODEL,
+	SLOT_COUNT_
+};
 
 struct ctx {
 	struct dtf_ytree *t;
@@ -78,6 +87,7 @@ enum {
 	F_POS = 1 << 1,    /* > 0 */
 	F_NONNEG = 1 << 2, /* >= 0 */
 	F_UNIT = 1 << 3,   /* in [0, 1) */
+	F_SLOT_KEY = 1 << 4, /* the slot remembers the key, not the value */
 };
 
 struct enum_name {
@@ -497,7 +507,7 @@ static int read_field(struct ctx *c, const struct field *f, void *base,
 	int rc = 0;
 
 	if (f->slot)
-		c->slot[f->slot] = val;
+		c->slot[f->slot] = f->flags & F_SLOT_KEY ? key : val;
 	switch (f->type) {
 	case T_STR:
 		rc = read_str(c, val, path, f->size, &s);
@@ -725,6 +735,7 @@ static int read_shape(struct ctx *c, void *base, const yaml_node_t *key,
 	if (n > DTF_MAX_RANK)
 		return fail(c, val, path, "at most %d dimensions, got %ld",
 			    DTF_MAX_RANK, n);
+	int64_t numel = 1;
 	for (long i = 0; i < n; i++) {
 		int64_t d = 0;
 		path_fmt(ipath, "%s[%ld]", path, i);
@@ -733,6 +744,11 @@ static int read_shape(struct ctx *c, void *base, const yaml_node_t *key,
 		int rc = read_int(c, it, ipath, F_POS, 1, INT32_MAX, &d);
 		if (rc)
 			return rc;
+		numel *= d;
+		if (numel > INT32_MAX)
+			return fail(c, it, ipath,
+				    "one example of the feature would have more "
+				    "than 2^31 elements");
 		f->shape[i] = d;
 	}
 	f->rank = (int)n;
@@ -861,7 +877,7 @@ static int read_features(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
-/* ---- model.layers -------------------------------------------------------- */
+/* ---- model.layers and model.graph ---------------------------------------- */
 
 #define LAY(m) offsetof(struct dtf_layer, m)
 
@@ -875,55 +891,406 @@ static const struct enum_name activations[] = {
 	{"none", DTF_ACT_NONE},
 	{"linear", DTF_ACT_NONE},
 	{"relu", DTF_ACT_RELU},
+	{"leaky_relu", DTF_ACT_LEAKY_RELU},
+	{"elu", DTF_ACT_ELU},
+	{"gelu", DTF_ACT_GELU},
+	{"tanh", DTF_ACT_TANH},
+	{"sigmoid", DTF_ACT_SIGMOID},
+	{"softmax", DTF_ACT_SOFTMAX},
 	{NULL, 0},
 };
+
+static const struct enum_name dtypes[] = {
+	{"float32", 0},
+	{NULL, 0},
+};
+
+static const struct enum_name groups[] = {
+	{"auto", DTF_GROUP_AUTO},
+	{"kernel", DTF_GROUP_KERNEL},
+	{"bias", DTF_GROUP_BIAS},
+	{"norm", DTF_GROUP_NORM},
+	{NULL, 0},
+};
+
+/* Explicit padding: [pad_h, pad_w] (both sides) or [top, bottom, left,
+ * right] (TF's explicit paddings without the batch and channel pairs). */
+#define DTF_PAD_EXPLICIT_ 2
+
+static int read_padding(struct ctx *c, void *base, const yaml_node_t *key,
+			const yaml_node_t *val, const char *path)
+{
+	struct dtf_layer *l = base;
+	char buf[80], ipath[PATH_MAX_];
+
+	if (val->type != YAML_SEQUENCE_NODE)
+		return read_enum(c, val, path, paddings, &l->padding);
+	long n = val->data.sequence.items.top - val->data.sequence.items.start;
+	if (n != 2 && n != 4)
+		return fail(c, val, path,
+			    "expected valid, same, [pad_h, pad_w] or [top, "
+			    "bottom, left, right], got %s",
+			    describe(val, buf, sizeof(buf)));
+	int64_t v[4];
+	for (long i = 0; i < n; i++) {
+		path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_int(c, it, ipath, F_NONNEG, 0, 1 << 16, &v[i]);
+		if (rc)
+			return rc;
+	}
+	if (n == 2) {
+		v[3] = v[2] = v[1];
+		v[1] = v[0];
+	}
+	for (int i = 0; i < 4; i++)
+		l->pads[i] = (int)v[i];
+	l->padding = DTF_PAD_EXPLICIT_;
+	return 0;
+}
+
+/* inputs: [a, b] (or one name): earlier layers, graph nodes or features. */
+static int read_inputs(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *val, const char *path)
+{
+	struct dtf_layer *l = base;
+	char buf[80], ipath[PATH_MAX_];
+	const char *s;
+
+	if (val->type == YAML_SCALAR_NODE && !dtf_ytree_is_null(val)) {
+		int rc = read_str(c, val, path, DTF_NAME_MAX, &s);
+		if (rc)
+			return rc;
+		snprintf(l->inputs[0], DTF_NAME_MAX, "%s", s);
+		dtf_ytree_where(c->t, val, l->input_where[0], DTF_WHERE_MAX);
+		l->ninputs = 1;
+		return 0;
+	}
+	long n = val->type == YAML_SEQUENCE_NODE
+			 ? val->data.sequence.items.top -
+				   val->data.sequence.items.start
+			 : 0;
+	if (n < 1 || n > DTF_LAYER_MAX_INPUTS)
+		return fail(c, val, path,
+			    "expected a list of 1 to %d node names, got %s",
+			    DTF_LAYER_MAX_INPUTS,
+			    describe(val, buf, sizeof(buf)));
+	for (long i = 0; i < n; i++) {
+		path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_str(c, it, ipath, DTF_NAME_MAX, &s);
+		if (rc)
+			return rc;
+		snprintf(l->inputs[i], DTF_NAME_MAX, "%s", s);
+		dtf_ytree_where(c->t, it, l->input_where[i], DTF_WHERE_MAX);
+	}
+	l->ninputs = (int)n;
+	return 0;
+}
+
+/* A shape: list of positive integers; `reshape` allows one -1, variables
+ * and constants allow [] (a scalar). */
+static int read_layer_shape(struct ctx *c, void *base, const yaml_node_t *key,
+			    const yaml_node_t *val, const char *path)
+{
+	struct dtf_layer *l = base;
+	char buf[80], ipath[PATH_MAX_];
+	int allow_infer = l->kind == DTF_LAYER_RESHAPE, inferred = 0;
+
+	if (val->type != YAML_SEQUENCE_NODE)
+		return fail(c, val, path,
+			    "expected a list of positive integers, got %s",
+			    describe(val, buf, sizeof(buf)));
+	long n = val->data.sequence.items.top - val->data.sequence.items.start;
+	if (n > DTF_MAX_RANK - (allow_infer ? 1 : 0))
+		return fail(c, val, path, "at most %d dimensions, got %ld",
+			    DTF_MAX_RANK - (allow_infer ? 1 : 0), n);
+	int64_t numel = 1;
+	for (long i = 0; i < n; i++) {
+		int64_t d = 0;
+		path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		const char *s = dtf_ytree_text(it);
+		if (allow_infer && s && !strcmp(s, "-1")) {
+			if (inferred++)
+				return fail(c, it, ipath,
+					    "only one dimension may be -1");
+			l->shape[i] = -1;
+			continue;
+		}
+		int rc = read_int(c, it, ipath, F_POS, 1, INT32_MAX, &d);
+		if (rc)
+			return rc;
+		numel *= d;
+		if (numel > ((int64_t)1 << 34))
+			return fail(c, it, ipath,
+				    "the shape has more than 2^34 elements");
+		l->shape[i] = d;
+	}
+	l->shape_rank = (int)n;
+	return 0;
+}
+
+/* initializer: a name, or {constant: {value: v}} / {truncated_normal:
+ * {mean: m, stddev: s}}. */
+static const struct field init_constant_fields[] = {
+	{.key = "value", .type = T_FLOAT, .off = LAY(init.value), .def = 0},
+};
+static const struct field init_normal_fields[] = {
+	{.key = "mean", .type = T_FLOAT, .off = LAY(init.mean), .def = 0},
+	{.key = "stddev", .type = T_FLOAT, .flags = F_POS,
+	 .off = LAY(init.stddev), .def = 0.05},
+};
+static const struct section init_constant_section = {
+	init_constant_fields, NFIELDS(init_constant_fields), -1, NULL};
+static const struct section init_normal_section = {
+	init_normal_fields, NFIELDS(init_normal_fields), -1, NULL};
+
+static const struct choice initializers[] = {
+	{"zeros", DTF_INIT_KIND_ZEROS, NULL},
+	{"ones", DTF_INIT_KIND_ONES, NULL},
+	{"constant", DTF_INIT_KIND_CONSTANT, &init_constant_section},
+	{"glorot_uniform", DTF_INIT_KIND_GLOROT_UNIFORM, NULL},
+	{"glorot_normal", DTF_INIT_KIND_GLOROT_NORMAL, NULL},
+	{"he_normal", DTF_INIT_KIND_HE_NORMAL, NULL},
+	{"he_uniform", DTF_INIT_KIND_HE_UNIFORM, NULL},
+	{"truncated_normal", DTF_INIT_KIND_TRUNCATED_NORMAL,
+	 &init_normal_section},
+};
+
+static int read_initializer(struct ctx *c, void *base, const yaml_node_t *key,
+			    const yaml_node_t *val, const char *path)
+{
+	struct dtf_layer *l = base;
+	const yaml_node_t *kind, *attrs;
+	const struct choice *ch;
+	char sub[PATH_MAX_];
+	int rc = read_choice(c, val, path, "initializer", initializers,
+			     NFIELDS(initializers), &ch, &kind, &attrs);
+	if (rc)
+		return rc;
+	l->init.kind = (enum dtf_init_kind)ch->value;
+	l->init_given = 1;
+	if (!ch->attrs) {
+		if (attrs && !dtf_ytree_is_null(attrs))
+			return fail(c, attrs, path,
+				    "initializer '%s' takes no attributes",
+				    ch->name);
+		return 0;
+	}
+	apply_defaults(ch->attrs, l);
+	join_path(sub, path, ch->name);
+	return read_section(c, ch->attrs, l, kind, attrs, sub);
+}
+
+/* constant value: a number or a flat list of numbers (owned by the job) */
+static int read_values(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *val, const char *path)
+{
+	struct dtf_layer *l = base;
+	char buf[80], ipath[PATH_MAX_];
+	long n = 1;
+	int list = val->type == YAML_SEQUENCE_NODE;
+	if (list)
+		n = val->data.sequence.items.top - val->data.sequence.items.start;
+	else if (val->type != YAML_SCALAR_NODE)
+		return fail(c, val, path,
+			    "expected a number or a list of numbers, got %s",
+			    describe(val, buf, sizeof(buf)));
+	if (n < 1 || n > (1 << 24))
+		return fail(c, val, path, "expected 1 to 2^24 numbers, got %ld",
+			    n);
+	dtf_free(l->values);
+	l->values = dtf_malloc((size_t)n * sizeof(float));
+	if (!l->values)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	l->nvalues = n;
+	for (long i = 0; i < n; i++) {
+		const yaml_node_t *it =
+			list ? yaml_document_get_node(
+				       &c->t->doc,
+				       val->data.sequence.items.start[i])
+			     : val;
+		double d = 0;
+		path_fmt(ipath, list ? "%s[%ld]" : "%s", path, i);
+		int rc = read_num(c, it, ipath, 0, 1, &d);
+		if (rc)
+			return rc;
+		l->values[i] = (float)d;
+	}
+	return 0;
+}
 
 #define NAME_FIELD                                                     \
 	{.key = "name", .type = T_STR, .off = LAY(name),               \
 	 .size = DTF_NAME_MAX}
+#define INPUTS_FIELD {.key = "inputs", .type = T_CUSTOM, .read = read_inputs}
+#define INPUTS_REQ                                                     \
+	{.key = "inputs", .type = T_CUSTOM, .flags = F_REQUIRED,       \
+	 .read = read_inputs}
+#define STRIDES_FIELD(d)                                               \
+	{.key = "strides", .type = T_PAIR, .off = LAY(stride_h),       \
+	 .off2 = LAY(stride_w), .def = d}
+#define DILATION_FIELD                                                 \
+	{.key = "dilation", .type = T_PAIR, .off = LAY(dilation_h),    \
+	 .off2 = LAY(dilation_w), .def = 1}
+#define PADDING_FIELD                                                  \
+	{.key = "padding", .type = T_CUSTOM, .read = read_padding}
+#define USE_BIAS_FIELD                                                 \
+	{.key = "use_bias", .type = T_BOOL, .off = LAY(use_bias), .def = 1}
+#define ACTIVATION_FIELD                                               \
+	{.key = "activation", .type = T_ENUM, .off = LAY(activation),  \
+	 .def = DTF_ACT_NONE, .names = activations}
+#define KERNEL_INIT_FIELD                                              \
+	{.key = "kernel_initializer", .type = T_CUSTOM,                \
+	 .read = read_initializer}
+#define KERNEL_FIELD                                                   \
+	{.key = "kernel", .type = T_PAIR, .flags = F_REQUIRED,         \
+	 .off = LAY(kernel_h), .off2 = LAY(kernel_w)}
+#define POOL_FIELDS                                                    \
+	{.key = "size", .type = T_PAIR, .off = LAY(size_h),            \
+	 .off2 = LAY(size_w), .def = 2},                               \
+		STRIDES_FIELD(0), PADDING_FIELD
 
 static const struct field conv2d_fields[] = {
 	{.key = "filters", .type = T_INT, .flags = F_REQUIRED | F_POS,
 	 .off = LAY(filters)},
-	{.key = "kernel", .type = T_PAIR, .flags = F_REQUIRED,
-	 .off = LAY(kernel_h), .off2 = LAY(kernel_w)},
-	{.key = "strides", .type = T_PAIR, .off = LAY(stride_h),
-	 .off2 = LAY(stride_w), .def = 1},
-	{.key = "padding", .type = T_ENUM, .off = LAY(padding),
-	 .names = paddings},
-	{.key = "use_bias", .type = T_BOOL, .off = LAY(use_bias), .def = 1},
-	{.key = "activation", .type = T_ENUM, .off = LAY(activation),
-	 .def = DTF_ACT_NONE, .names = activations},
-	NAME_FIELD,
+	KERNEL_FIELD, STRIDES_FIELD(1), DILATION_FIELD, PADDING_FIELD,
+	USE_BIAS_FIELD, ACTIVATION_FIELD, KERNEL_INIT_FIELD, NAME_FIELD,
+	INPUTS_FIELD,
+};
+
+static const struct field depthwise_fields[] = {
+	KERNEL_FIELD, STRIDES_FIELD(1), DILATION_FIELD, PADDING_FIELD,
+	{.key = "depth_multiplier", .type = T_INT, .flags = F_POS,
+	 .off = LAY(depth_multiplier), .def = 1},
+	USE_BIAS_FIELD, ACTIVATION_FIELD, KERNEL_INIT_FIELD, NAME_FIELD,
+	INPUTS_FIELD,
 };
 
 /* strides default to the window size: 0 until then */
-static const struct field max_pool2d_fields[] = {
-	{.key = "size", .type = T_PAIR, .off = LAY(size_h),
-	 .off2 = LAY(size_w), .def = 2},
-	{.key = "strides", .type = T_PAIR, .off = LAY(stride_h),
-	 .off2 = LAY(stride_w), .def = 0},
-	{.key = "padding", .type = T_ENUM, .off = LAY(padding),
-	 .names = paddings},
-	NAME_FIELD,
-};
+static const struct field pool_fields[] = {POOL_FIELDS, NAME_FIELD,
+					   INPUTS_FIELD};
 
 static const struct field dense_fields[] = {
 	{.key = "units", .type = T_INT, .flags = F_REQUIRED | F_POS,
 	 .off = LAY(units)},
-	{.key = "use_bias", .type = T_BOOL, .off = LAY(use_bias), .def = 1},
-	{.key = "activation", .type = T_ENUM, .off = LAY(activation),
-	 .def = DTF_ACT_NONE, .names = activations},
-	NAME_FIELD,
+	USE_BIAS_FIELD, ACTIVATION_FIELD, KERNEL_INIT_FIELD, NAME_FIELD,
+	INPUTS_FIELD,
 };
 
 static const struct field dropout_fields[] = {
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
 	 .off = LAY(rate)},
-	NAME_FIELD,
+	NAME_FIELD, INPUTS_FIELD,
 };
 
-static const struct field name_only_fields[] = {NAME_FIELD};
+#define NORM_FIELDS                                                    \
+	{.key = "epsilon", .type = T_FLOAT, .flags = F_POS,            \
+	 .off = LAY(epsilon), .def = 1e-3},                            \
+		{.key = "center", .type = T_BOOL, .off = LAY(center),  \
+		 .def = 1},                                            \
+		{.key = "scale", .type = T_BOOL, .off = LAY(scale),    \
+		 .def = 1}
+
+static const struct field batch_norm_fields[] = {
+	{.key = "momentum", .type = T_FLOAT, .flags = F_UNIT,
+	 .off = LAY(momentum), .def = 0.99},
+	NORM_FIELDS, NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field layer_norm_fields[] = {NORM_FIELDS, NAME_FIELD,
+						 INPUTS_FIELD};
+
+static const struct field axis_fields[] = {
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field reshape_fields[] = {
+	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_layer_shape},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field leaky_relu_fields[] = {
+	{.key = "alpha", .type = T_FLOAT, .flags = F_NONNEG,
+	 .off = LAY(alpha), .def = 0.3},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field elu_fields[] = {
+	{.key = "alpha", .type = T_FLOAT, .flags = F_NONNEG,
+	 .off = LAY(alpha), .def = 1.0},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field gelu_fields[] = {
+	{.key = "approximate", .type = T_BOOL, .off = LAY(approximate),
+	 .def = 0},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field plain_fields[] = {NAME_FIELD, INPUTS_FIELD};
+
+/* graph form: the mapping key is the name; ops take explicit inputs */
+static const struct field op_conv_fields[] = {
+	INPUTS_REQ, STRIDES_FIELD(1), DILATION_FIELD, PADDING_FIELD,
+};
+static const struct field op_pool_fields[] = {INPUTS_REQ, POOL_FIELDS};
+static const struct field op_plain_fields[] = {INPUTS_REQ};
+static const struct field op_dropout_fields[] = {
+	INPUTS_REQ,
+	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
+	 .off = LAY(rate)},
+};
+static const struct field op_batch_norm_fields[] = {
+	INPUTS_REQ,
+	{.key = "momentum", .type = T_FLOAT, .flags = F_UNIT,
+	 .off = LAY(momentum), .def = 0.99},
+	NORM_FIELDS,
+};
+static const struct field op_layer_norm_fields[] = {INPUTS_REQ,
+						    NORM_FIELDS};
+static const struct field op_axis_fields[] = {
+	INPUTS_REQ, {.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},
+};
+static const struct field op_reshape_fields[] = {
+	INPUTS_REQ, {.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
+		     .read = read_layer_shape},
+};
+static const struct field op_leaky_relu_fields[] = {
+	INPUTS_REQ, {.key = "alpha", .type = T_FLOAT, .flags = F_NONNEG,
+		     .off = LAY(alpha), .def = 0.3},
+};
+static const struct field op_elu_fields[] = {
+	INPUTS_REQ, {.key = "alpha", .type = T_FLOAT, .flags = F_NONNEG,
+		     .off = LAY(alpha), .def = 1.0},
+};
+static const struct field op_gelu_fields[] = {
+	INPUTS_REQ, {.key = "approximate", .type = T_BOOL,
+		     .off = LAY(approximate), .def = 0},
+};
+static const struct field variable_fields[] = {
+	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_layer_shape},
+	{.key = "dtype", .type = T_ENUM, .names = dtypes,
+	 .off = LAY(approximate) /* scratch: float32 only */},
+	{.key = "initializer", .type = T_CUSTOM, .read = read_initializer},
+	{.key = "trainable", .type = T_BOOL, .off = LAY(trainable), .def = 1},
+	{.key = "group", .type = T_ENUM, .off = LAY(group),
+	 .def = DTF_GROUP_AUTO, .names = groups},
+};
+static const struct field constant_fields[] = {
+	{.key = "shape", .type = T_CUSTOM, .read = read_layer_shape},
+	{.key = "dtype", .type = T_ENUM, .names = dtypes,
+	 .off = LAY(approximate)},
+	{.key = "value", .type = T_CUSTOM, .read = read_values},
+	{.key = "fill", .type = T_FLOAT, .off = LAY(fill), .def = 0},
+};
 
 static int check_pool(struct ctx *c, void *base, const yaml_node_t *key,
 		      const yaml_node_t *map, const char *path)
@@ -936,29 +1303,157 @@ static int check_pool(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
-static const struct section conv2d_section = {
-	conv2d_fields, NFIELDS(conv2d_fields), -1, NULL};
-static const struct section max_pool2d_section = {
-	max_pool2d_fields, NFIELDS(max_pool2d_fields), -1, check_pool};
-static const struct section dense_section = {
-	dense_fields, NFIELDS(dense_fields), -1, NULL};
-static const struct section dropout_section = {
-	dropout_fields, NFIELDS(dropout_fields), -1, NULL};
-static const struct section name_only_section = {
-	name_only_fields, NFIELDS(name_only_fields), -1, NULL};
+static int check_constant(struct ctx *c, void *base, const yaml_node_t *key,
+			  const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	const yaml_node_t *vn = dtf_ytree_get(c->t, map, "value");
+	const yaml_node_t *fn = dtf_ytree_get(c->t, map, "fill");
+	const yaml_node_t *sn = dtf_ytree_get(c->t, map, "shape");
+	if (vn && fn)
+		return fail(c, fn, path, "give value or fill, not both");
+	if (!vn && !fn)
+		return fail(c, key, path, "missing required key 'value' (or "
+			    "'fill' with a shape)");
+	if (fn && !sn)
+		return fail(c, key, path, "missing required key 'shape' "
+			    "(fill needs one)");
+	if (vn && !sn) {
+		l->shape_rank = 1;
+		l->shape[0] = l->nvalues;
+		return 0;
+	}
+	if (vn) {
+		int64_t numel = 1;
+		for (int i = 0; i < l->shape_rank; i++)
+			numel *= l->shape[i];
+		if (numel != l->nvalues && l->nvalues != 1)
+			return fail(c, vn, path,
+				    "%lld values for a shape of %lld elements",
+				    (long long)l->nvalues, (long long)numel);
+	}
+	return 0;
+}
 
-/* Indexed by enum dtf_layer_kind. */
+static int check_variable(struct ctx *c, void *base, const yaml_node_t *key,
+			  const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	if (!l->init_given)
+		l->init.kind = l->shape_rank >= 2 ? DTF_INIT_KIND_GLOROT_UNIFORM
+						  : DTF_INIT_KIND_ZEROS;
+	return 0;
+}
+
+#define SECTION(id, fields, check)                                     \
+	static const struct section id = {fields, NFIELDS(fields), -1, check}
+
+SECTION(conv2d_section, conv2d_fields, NULL);
+SECTION(depthwise_section, depthwise_fields, NULL);
+SECTION(pool_section, pool_fields, check_pool);
+SECTION(dense_section, dense_fields, NULL);
+SECTION(dropout_section, dropout_fields, NULL);
+SECTION(batch_norm_section, batch_norm_fields, NULL);
+SECTION(layer_norm_section, layer_norm_fields, NULL);
+SECTION(axis_section, axis_fields, NULL);
+SECTION(reshape_section, reshape_fields, NULL);
+SECTION(leaky_relu_section, leaky_relu_fields, NULL);
+SECTION(elu_section, elu_fields, NULL);
+SECTION(gelu_section, gelu_fields, NULL);
+SECTION(plain_section, plain_fields, NULL);
+SECTION(op_conv_section, op_conv_fields, NULL);
+SECTION(op_pool_section, op_pool_fields, check_pool);
+SECTION(op_plain_section, op_plain_fields, NULL);
+SECTION(op_dropout_section, op_dropout_fields, NULL);
+SECTION(op_batch_norm_section, op_batch_norm_fields, NULL);
+SECTION(op_layer_norm_section, op_layer_norm_fields, NULL);
+SECTION(op_axis_section, op_axis_fields, NULL);
+SECTION(op_reshape_section, op_reshape_fields, NULL);
+SECTION(op_leaky_relu_section, op_leaky_relu_fields, NULL);
+SECTION(op_elu_section, op_elu_fields, NULL);
+SECTION(op_gelu_section, op_gelu_fields, NULL);
+SECTION(variable_section, variable_fields, check_variable);
+SECTION(constant_section, constant_fields, check_constant);
+
+/* Names of every kind, indexed by enum dtf_layer_kind. */
+static const char *const kind_names[] = {
+	"conv2d", "max_pool2d", "flatten", "dense", "dropout", "relu",
+	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
+	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
+	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
+	"constant", "matmul", "bias_add",
+};
+_Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
+		       DTF_LAYER_COUNT_,
+	       "kind_names out of step with enum dtf_layer_kind");
+
+/* model.layers items */
 static const struct choice layer_kinds[] = {
 	{"conv2d", DTF_LAYER_CONV2D, &conv2d_section},
-	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &max_pool2d_section},
-	{"flatten", DTF_LAYER_FLATTEN, &name_only_section},
+	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &depthwise_section},
+	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &pool_section},
+	{"avg_pool2d", DTF_LAYER_AVG_POOL2D, &pool_section},
+	{"global_avg_pool", DTF_LAYER_GLOBAL_AVG_POOL, &plain_section},
+	{"flatten", DTF_LAYER_FLATTEN, &plain_section},
+	{"reshape", DTF_LAYER_RESHAPE, &reshape_section},
 	{"dense", DTF_LAYER_DENSE, &dense_section},
 	{"dropout", DTF_LAYER_DROPOUT, &dropout_section},
-	{"relu", DTF_LAYER_RELU, &name_only_section},
+	{"batch_norm", DTF_LAYER_BATCH_NORM, &batch_norm_section},
+	{"layer_norm", DTF_LAYER_LAYER_NORM, &layer_norm_section},
+	{"add", DTF_LAYER_ADD, &plain_section},
+	{"multiply", DTF_LAYER_MULTIPLY, &plain_section},
+	{"concat", DTF_LAYER_CONCAT, &axis_section},
+	{"relu", DTF_LAYER_RELU, &plain_section},
+	{"leaky_relu", DTF_LAYER_LEAKY_RELU, &leaky_relu_section},
+	{"elu", DTF_LAYER_ELU, &elu_section},
+	{"gelu", DTF_LAYER_GELU, &gelu_section},
+	{"tanh", DTF_LAYER_TANH, &plain_section},
+	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
+	{"identity", DTF_LAYER_IDENTITY, &plain_section},
 };
-_Static_assert(sizeof(layer_kinds) / sizeof(layer_kinds[0]) ==
-		       DTF_LAYER_COUNT_,
-	       "layer_kinds out of step with enum dtf_layer_kind");
+
+/* model.graph nodes */
+static const struct choice op_kinds[] = {
+	{"variable", DTF_LAYER_VARIABLE, &variable_section},
+	{"constant", DTF_LAYER_CONSTANT, &constant_section},
+	{"conv2d", DTF_LAYER_CONV2D, &op_conv_section},
+	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &op_conv_section},
+	{"matmul", DTF_LAYER_MATMUL, &op_plain_section},
+	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
+	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &op_pool_section},
+	{"avg_pool2d", DTF_LAYER_AVG_POOL2D, &op_pool_section},
+	{"global_avg_pool", DTF_LAYER_GLOBAL_AVG_POOL, &op_plain_section},
+	{"flatten", DTF_LAYER_FLATTEN, &op_plain_section},
+	{"reshape", DTF_LAYER_RESHAPE, &op_reshape_section},
+	{"dropout", DTF_LAYER_DROPOUT, &op_dropout_section},
+	{"batch_norm", DTF_LAYER_BATCH_NORM, &op_batch_norm_section},
+	{"layer_norm", DTF_LAYER_LAYER_NORM, &op_layer_norm_section},
+	{"add", DTF_LAYER_ADD, &op_plain_section},
+	{"multiply", DTF_LAYER_MULTIPLY, &op_plain_section},
+	{"concat", DTF_LAYER_CONCAT, &op_axis_section},
+	{"relu", DTF_LAYER_RELU, &op_plain_section},
+	{"leaky_relu", DTF_LAYER_LEAKY_RELU, &op_leaky_relu_section},
+	{"elu", DTF_LAYER_ELU, &op_elu_section},
+	{"gelu", DTF_LAYER_GELU, &op_gelu_section},
+	{"tanh", DTF_LAYER_TANH, &op_plain_section},
+	{"sigmoid", DTF_LAYER_SIGMOID, &op_plain_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &op_axis_section},
+	{"identity", DTF_LAYER_IDENTITY, &op_plain_section},
+};
+
+/* Defaults that are not in the attribute tables. */
+static void layer_defaults(struct dtf_layer *l)
+{
+	l->use_bias = 1;
+	l->trainable = 1;
+	l->dilation_h = l->dilation_w = 1;
+	l->depth_multiplier = 1;
+	l->axis = -1;
+	l->center = l->scale = 1;
+	l->init.kind = DTF_INIT_KIND_GLOROT_UNIFORM;
+	l->init.stddev = 0.05f;
+}
 
 /* The node a layer's name came from: its `name` value, else the item. */
 static const yaml_node_t *layer_name_node(struct ctx *c, const yaml_node_t *item)
@@ -1000,11 +1495,12 @@ static int read_layers(struct ctx *c, void *base, const yaml_node_t *key,
 
 		path_fmt(ipath, "%s[%d]", path, i);
 		int rc = read_choice(c, item, ipath, "layer kind", layer_kinds,
-				     DTF_LAYER_COUNT_, &ch, &kind, &attrs);
+				     NFIELDS(layer_kinds), &ch, &kind, &attrs);
 		if (rc)
 			return rc;
 		l->kind = (enum dtf_layer_kind)ch->value;
 		dtf_ytree_where(c->t, item, l->where, sizeof(l->where));
+		layer_defaults(l);
 		apply_defaults(ch->attrs, l);
 		join_path(apath, ipath, ch->name);
 		rc = read_section(c, ch->attrs, l, kind, attrs, apath);
@@ -1035,6 +1531,63 @@ static int read_layers(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+/* model.graph: {name: {op: {inputs: [...], attrs}}, ...} in any order. */
+static int read_graph(struct ctx *c, void *base, const yaml_node_t *key,
+		      const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	char buf[80], npath[PATH_MAX_], apath[PATH_MAX_];
+
+	if (val->type != YAML_MAPPING_NODE ||
+	    val->data.mapping.pairs.top == val->data.mapping.pairs.start)
+		return fail(c, val, path,
+			    "expected a mapping of node names to {op: "
+			    "{inputs: [...], ...}}, got %s",
+			    describe(val, buf, sizeof(buf)));
+	int n = (int)(val->data.mapping.pairs.top -
+		      val->data.mapping.pairs.start);
+	job->model.nodes = dtf_calloc((size_t)n, sizeof(*job->model.nodes));
+	if (!job->model.nodes)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	job->model.nnodes = n;
+	for (int i = 0; i < n; i++) {
+		yaml_node_pair_t *pr = &val->data.mapping.pairs.start[i];
+		const yaml_node_t *k = yaml_document_get_node(&c->t->doc,
+							      pr->key);
+		const yaml_node_t *v = yaml_document_get_node(&c->t->doc,
+							      pr->value);
+		struct dtf_layer *l = &job->model.nodes[i];
+		const yaml_node_t *kind, *attrs;
+		const struct choice *ch;
+		const char *name;
+		int rc = read_str(c, k, path, DTF_NAME_MAX, &name);
+		if (rc)
+			return rc;
+		join_path(npath, path, name);
+		for (int j = 0; j < i; j++)
+			if (!strcmp(job->model.nodes[j].name, name))
+				return fail(c, k, npath,
+					    "duplicate node name '%s' (also "
+					    "at %s)",
+					    name, job->model.nodes[j].where);
+		snprintf(l->name, sizeof(l->name), "%s", name);
+		dtf_ytree_where(c->t, k, l->where, sizeof(l->where));
+		l->op_form = 1;
+		rc = read_choice(c, v, npath, "op", op_kinds, NFIELDS(op_kinds),
+				 &ch, &kind, &attrs);
+		if (rc)
+			return rc;
+		l->kind = (enum dtf_layer_kind)ch->value;
+		layer_defaults(l);
+		apply_defaults(ch->attrs, l);
+		join_path(apath, npath, ch->name);
+		rc = read_section(c, ch->attrs, l, kind, attrs, apath);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* ---- model.loss, model.metrics ------------------------------------------- */
 
 #define JOB(m) offsetof(struct dtf_job, m)
@@ -1048,12 +1601,52 @@ static const struct field xent_fields[] = {
 	 .slot = SLOT_LABELS},
 };
 
+static const struct field dense_xent_fields[] = {
+	{.key = "logits", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_logits), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LOGITS},
+	{.key = "labels", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_labels), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LABELS},
+	{.key = "label_smoothing", .type = T_FLOAT, .flags = F_NONNEG,
+	 .off = JOB(model.label_smoothing), .def = 0},
+};
+
+static const struct field mse_fields[] = {
+	{.key = "predictions", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_logits), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LOGITS},
+	{.key = "labels", .type = T_STR, .flags = F_REQUIRED,
+	 .off = JOB(model.loss_labels), .size = DTF_NAME_MAX,
+	 .slot = SLOT_LABELS},
+};
+
+static int check_smoothing(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *map, const char *path)
+{
+	struct dtf_job *job = base;
+	if (job->model.label_smoothing > 1)
+		return fail(c, dtf_ytree_get(c->t, map, "label_smoothing"),
+			    path, "label_smoothing must be in [0, 1], got %g",
+			    (double)job->model.label_smoothing);
+	return 0;
+}
+
 static const struct section xent_section = {
 	xent_fields, NFIELDS(xent_fields), -1, NULL};
+static const struct section dense_xent_section = {
+	dense_xent_fields, NFIELDS(dense_xent_fields), -1, check_smoothing};
+static const struct section sigmoid_xent_section = {
+	xent_fields, NFIELDS(xent_fields), -1, NULL};
+static const struct section mse_section = {
+	mse_fields, NFIELDS(mse_fields), -1, NULL};
 
 static const struct choice losses[] = {
 	{"sparse_softmax_cross_entropy", DTF_LOSS_SPARSE_SOFTMAX_XENT,
 	 &xent_section},
+	{"softmax_cross_entropy", DTF_LOSS_SOFTMAX_XENT, &dense_xent_section},
+	{"sigmoid_cross_entropy", DTF_LOSS_SIGMOID_XENT, &sigmoid_xent_section},
+	{"mean_squared_error", DTF_LOSS_MSE, &mse_section},
 };
 
 static int read_loss(struct ctx *c, void *base, const yaml_node_t *key,
@@ -1075,8 +1668,17 @@ static int read_loss(struct ctx *c, void *base, const yaml_node_t *key,
 	return read_section(c, ch->attrs, job, kind, attrs, sub);
 }
 
+static const struct field top_k_fields[] = {
+	{.key = "k", .type = T_INT, .flags = F_POS, .off = JOB(model.metric_top_k),
+	 .def = 5},
+};
+
+static const struct section top_k_section = {
+	top_k_fields, NFIELDS(top_k_fields), -1, NULL};
+
 static const struct choice metrics[] = {
 	{"accuracy", 0, NULL},
+	{"top_k_accuracy", 1, &top_k_section},
 };
 
 static int read_metrics(struct ctx *c, void *base, const yaml_node_t *key,
@@ -1092,17 +1694,22 @@ static int read_metrics(struct ctx *c, void *base, const yaml_node_t *key,
 	for (long i = 0; i < n; i++) {
 		const yaml_node_t *it = yaml_document_get_node(
 			&c->t->doc, val->data.sequence.items.start[i]);
-		const yaml_node_t *kind, *attrs;
+		const yaml_node_t *kind = NULL, *attrs = NULL;
 		const struct choice *ch;
 		path_fmt(ipath, "%s[%ld]", path, i);
-		if (it->type != YAML_SCALAR_NODE)
-			return fail(c, it, ipath, "expected a metric name, "
-				    "got %s", describe(it, buf, sizeof(buf)));
 		int rc = read_choice(c, it, ipath, "metric", metrics,
 				     NFIELDS(metrics), &ch, &kind, &attrs);
 		if (rc)
 			return rc;
-		job->model.metric_accuracy = 1; /* the only metric so far */
+		if (ch->value == 0) {
+			job->model.metric_accuracy = 1;
+			continue;
+		}
+		char sub[PATH_MAX_];
+		join_path(sub, ipath, ch->name);
+		apply_defaults(ch->attrs, job);
+		if ((rc = read_section(c, ch->attrs, job, kind, attrs, sub)))
+			return rc;
 	}
 	return 0;
 }
@@ -1129,14 +1736,46 @@ static const struct field adam_fields[] = {
 	 .off = JOB(train.epsilon), .def = 1e-7},
 };
 
+static const struct field adamw_fields[] = {
+	{.key = "learning_rate", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(train.learning_rate), .def = 0.001},
+	{.key = "weight_decay", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(train.decoupled_decay), .def = 0.004},
+	{.key = "beta_1", .type = T_DOUBLE, .flags = F_UNIT,
+	 .off = JOB(train.beta_1), .def = 0.9},
+	{.key = "beta_2", .type = T_DOUBLE, .flags = F_UNIT,
+	 .off = JOB(train.beta_2), .def = 0.999},
+	{.key = "epsilon", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(train.epsilon), .def = 1e-7},
+};
+
+static const struct field rmsprop_fields[] = {
+	{.key = "learning_rate", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(train.learning_rate), .def = 0.001},
+	{.key = "rho", .type = T_DOUBLE, .flags = F_UNIT,
+	 .off = JOB(train.rho), .def = 0.9},
+	{.key = "momentum", .type = T_DOUBLE, .flags = F_UNIT,
+	 .off = JOB(train.momentum), .def = 0.0},
+	{.key = "epsilon", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(train.epsilon), .def = 1e-7},
+	{.key = "centered", .type = T_BOOL, .off = JOB(train.centered),
+	 .def = 0},
+};
+
 static const struct section sgd_section = {
 	sgd_fields, NFIELDS(sgd_fields), -1, NULL};
 static const struct section adam_section = {
 	adam_fields, NFIELDS(adam_fields), -1, NULL};
+static const struct section adamw_section = {
+	adamw_fields, NFIELDS(adamw_fields), -1, NULL};
+static const struct section rmsprop_section = {
+	rmsprop_fields, NFIELDS(rmsprop_fields), -1, NULL};
 
 static const struct choice optimizers[] = {
 	{"sgd", DTF_OPT_SGD, &sgd_section},
 	{"adam", DTF_OPT_ADAM, &adam_section},
+	{"adamw", DTF_OPT_ADAMW, &adamw_section},
+	{"rmsprop", DTF_OPT_RMSPROP, &rmsprop_section},
 };
 
 static int read_optimizer(struct ctx *c, void *base, const yaml_node_t *key,
@@ -1152,9 +1791,213 @@ static int read_optimizer(struct ctx *c, void *base, const yaml_node_t *key,
 	if (rc)
 		return rc;
 	job->train.optimizer = (enum dtf_optimizer_kind)ch->value;
-	apply_defaults(ch->attrs, job); /* e.g. adam's learning rate */
+	/* each optimizer's own defaults (e.g. adam's learning rate) over
+	 * those of another */
+	job->train.momentum = 0;
+	job->train.epsilon = 1e-7;
+	apply_defaults(ch->attrs, job);
 	join_path(sub, path, ch->name);
 	return read_section(c, ch->attrs, job, kind, attrs, sub);
+}
+
+/* ---- train.schedule, train.weight_decay ------------------------------------ */
+
+#define SCHED(m) JOB(train.schedule.m)
+
+static int read_i64_list(struct ctx *c, const yaml_node_t *val,
+			 const char *path, int max, int64_t *out, int *n)
+{
+	char buf[80], ipath[PATH_MAX_];
+	long len = val->type == YAML_SEQUENCE_NODE
+			   ? val->data.sequence.items.top -
+				     val->data.sequence.items.start
+			   : -1;
+	if (len < 1 || len > max)
+		return fail(c, val, path,
+			    "expected a list of 1 to %d integers, got %s", max,
+			    describe(val, buf, sizeof(buf)));
+	for (long i = 0; i < len; i++) {
+		path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_int(c, it, ipath, F_POS, 1, INT64_MAX, &out[i]);
+		if (rc)
+			return rc;
+		if (i && out[i] <= out[i - 1])
+			return fail(c, it, ipath,
+				    "boundaries must increase, got %lld after "
+				    "%lld",
+				    (long long)out[i], (long long)out[i - 1]);
+	}
+	*n = (int)len;
+	return 0;
+}
+
+static int read_boundaries(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	return read_i64_list(c, val, path, DTF_SCHED_MAX_PIECES,
+			     job->train.schedule.boundaries,
+			     &job->train.schedule.nboundaries);
+}
+
+static int read_sched_values(struct ctx *c, void *base,
+			     const yaml_node_t *key, const yaml_node_t *val,
+			     const char *path)
+{
+	struct dtf_job *job = base;
+	struct dtf_schedule_spec *s = &job->train.schedule;
+	char buf[80], ipath[PATH_MAX_];
+	long len = val->type == YAML_SEQUENCE_NODE
+			   ? val->data.sequence.items.top -
+				     val->data.sequence.items.start
+			   : -1;
+	if (len < 2 || len > DTF_SCHED_MAX_PIECES + 1)
+		return fail(c, val, path,
+			    "expected a list of 2 to %d learning rates, got %s",
+			    DTF_SCHED_MAX_PIECES + 1,
+			    describe(val, buf, sizeof(buf)));
+	for (long i = 0; i < len; i++) {
+		path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_num(c, it, ipath, F_NONNEG, 0, &s->values[i]);
+		if (rc)
+			return rc;
+	}
+	/* the count is checked against the boundaries afterwards */
+	s->values[DTF_SCHED_MAX_PIECES] = (double)len;
+	return 0;
+}
+
+#define WARMUP_FIELD                                                   	{.key = "warmup_steps", .type = T_I64, .flags = F_NONNEG,      	 .off = SCHED(warmup_steps), .def = 0}
+
+static const struct field sched_constant_fields[] = {WARMUP_FIELD};
+static const struct field sched_piecewise_fields[] = {
+	{.key = "boundaries", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_boundaries},
+	{.key = "values", .type = T_CUSTOM, .flags = F_REQUIRED,
+	 .read = read_sched_values},
+	WARMUP_FIELD,
+};
+static const struct field sched_exponential_fields[] = {
+	{.key = "decay_steps", .type = T_I64, .flags = F_REQUIRED | F_POS,
+	 .off = SCHED(decay_steps)},
+	{.key = "decay_rate", .type = T_DOUBLE, .flags = F_REQUIRED | F_POS,
+	 .off = SCHED(decay_rate)},
+	{.key = "staircase", .type = T_BOOL, .off = SCHED(staircase),
+	 .def = 0},
+	WARMUP_FIELD,
+};
+static const struct field sched_cosine_fields[] = {
+	{.key = "decay_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = SCHED(decay_steps), .def = 0},
+	{.key = "alpha", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = SCHED(alpha), .def = 0},
+	WARMUP_FIELD,
+};
+
+static int check_piecewise(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *map, const char *path)
+{
+	struct dtf_schedule_spec *s = &((struct dtf_job *)base)->train.schedule;
+	int nvalues = (int)s->values[DTF_SCHED_MAX_PIECES];
+	s->values[DTF_SCHED_MAX_PIECES] = 0;
+	if (nvalues != s->nboundaries + 1)
+		return fail(c, dtf_ytree_get(c->t, map, "values"), path,
+			    "%d values for %d boundaries (give one more value "
+			    "than boundaries)",
+			    nvalues, s->nboundaries);
+	return 0;
+}
+
+static const struct section sched_constant_section = {
+	sched_constant_fields, NFIELDS(sched_constant_fields), -1, NULL};
+static const struct section sched_piecewise_section = {
+	sched_piecewise_fields, NFIELDS(sched_piecewise_fields), -1,
+	check_piecewise};
+static const struct section sched_exponential_section = {
+	sched_exponential_fields, NFIELDS(sched_exponential_fields), -1, NULL};
+static const struct section sched_cosine_section = {
+	sched_cosine_fields, NFIELDS(sched_cosine_fields), -1, NULL};
+
+static const struct choice schedules[] = {
+	{"constant", DTF_SCHED_CONSTANT, &sched_constant_section},
+	{"piecewise_constant", DTF_SCHED_PIECEWISE_CONSTANT,
+	 &sched_piecewise_section},
+	{"exponential_decay", DTF_SCHED_EXPONENTIAL_DECAY,
+	 &sched_exponential_section},
+	{"cosine_decay", DTF_SCHED_COSINE_DECAY, &sched_cosine_section},
+};
+
+static int read_schedule(struct ctx *c, void *base, const yaml_node_t *key,
+			 const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	const yaml_node_t *kind, *attrs;
+	const struct choice *ch;
+	char sub[PATH_MAX_];
+
+	int rc = read_choice(c, val, path, "schedule", schedules,
+			     NFIELDS(schedules), &ch, &kind, &attrs);
+	if (rc)
+		return rc;
+	memset(&job->train.schedule, 0, sizeof(job->train.schedule));
+	job->train.schedule.kind = (enum dtf_schedule_kind)ch->value;
+	apply_defaults(ch->attrs, job);
+	join_path(sub, path, ch->name);
+	return read_section(c, ch->attrs, job, kind, attrs, sub);
+}
+
+static int read_decay_groups(struct ctx *c, void *base, const yaml_node_t *key,
+			     const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	char buf[80], ipath[PATH_MAX_];
+	static const struct enum_name names[] = {
+		{"kernel", DTF_GROUP_KERNEL},
+		{"bias", DTF_GROUP_BIAS},
+		{"norm", DTF_GROUP_NORM},
+		{NULL, 0},
+	};
+	if (val->type != YAML_SEQUENCE_NODE)
+		return fail(c, val, path, "expected a list of groups (kernel, "
+			    "bias, norm), got %s",
+			    describe(val, buf, sizeof(buf)));
+	long n = val->data.sequence.items.top - val->data.sequence.items.start;
+	job->train.decay_groups = 0;
+	for (long i = 0; i < n; i++) {
+		int g;
+		path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = read_enum(c, it, ipath, names, &g);
+		if (rc)
+			return rc;
+		job->train.decay_groups |= 1 << g;
+	}
+	return 0;
+}
+
+static const struct field weight_decay_fields[] = {
+	{.key = "rate", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(train.weight_decay), .def = 0},
+	{.key = "groups", .type = T_CUSTOM, .read = read_decay_groups},
+};
+
+static const struct section weight_decay_section = {
+	weight_decay_fields, NFIELDS(weight_decay_fields), -1, NULL};
+
+/* weight_decay: 1e-4, or {rate: 1e-4, groups: [kernel, norm]} */
+static int read_weight_decay(struct ctx *c, void *base, const yaml_node_t *key,
+			     const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	if (val->type == YAML_SCALAR_NODE)
+		return read_num(c, val, path, F_NONNEG, 0,
+				&job->train.weight_decay);
+	return read_section(c, &weight_decay_section, job, key, val, path);
 }
 
 /* ---- top level -------------------------------------------------------------- */
@@ -1267,13 +2110,59 @@ static const struct field data_fields[] = {
 };
 
 static const struct field model_fields[] = {
-	{.key = "input", .type = T_STR, .flags = F_REQUIRED,
-	 .off = JOB(model.input), .size = DTF_NAME_MAX, .slot = SLOT_INPUT},
-	{.key = "layers", .type = T_CUSTOM, .flags = F_REQUIRED,
-	 .read = read_layers},
+	{.key = "input", .type = T_STR, .off = JOB(model.input),
+	 .size = DTF_NAME_MAX, .slot = SLOT_INPUT},
+	{.key = "layers", .type = T_CUSTOM, .read = read_layers,
+	 .slot = SLOT_LAYERS},
+	{.key = "graph", .type = T_CUSTOM, .read = read_graph,
+	 .slot = SLOT_GRAPH},
 	{.key = "loss", .type = T_CUSTOM, .flags = F_REQUIRED,
 	 .read = read_loss},
 	{.key = "metrics", .type = T_CUSTOM, .read = read_metrics},
+};
+
+/* learning_rate_scaling: none | linear | {linear: {warmup_steps: N}} */
+static const struct field linear_scaling_fields[] = {
+	{.key = "warmup_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(train.lr_warmup_steps), .def = 0},
+};
+
+static const struct section linear_scaling_section = {
+	linear_scaling_fields, NFIELDS(linear_scaling_fields), -1, NULL};
+
+static const struct choice lr_scalings[] = {
+	{"none", DTF_LR_SCALING_NONE, NULL},
+	{"linear", DTF_LR_SCALING_LINEAR, &linear_scaling_section},
+};
+
+static int read_lr_scaling(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *val, const char *path)
+{
+	struct dtf_job *job = base;
+	const yaml_node_t *kind, *attrs;
+	const struct choice *ch;
+	char sub[PATH_MAX_];
+
+	int rc = read_choice(c, val, path, "learning rate scaling",
+			     lr_scalings, NFIELDS(lr_scalings), &ch, &kind,
+			     &attrs);
+	if (rc)
+		return rc;
+	job->train.lr_scaling = ch->value;
+	if (!ch->attrs) {
+		if (attrs && !dtf_ytree_is_null(attrs))
+			return fail(c, attrs, path, "'%s' takes no settings",
+				    ch->name);
+		return 0;
+	}
+	join_path(sub, path, ch->name);
+	return read_section(c, ch->attrs, job, kind, attrs, sub);
+}
+
+static const struct enum_name nonfinite_actions[] = {
+	{"fail", DTF_NONFINITE_FAIL},
+	{"skip", DTF_NONFINITE_SKIP},
+	{NULL, 0},
 };
 
 static const struct field train_fields[] = {
@@ -1286,12 +2175,22 @@ static const struct field train_fields[] = {
 	{.key = "max_steps", .type = T_I64, .flags = F_NONNEG,
 	 .off = JOB(train.max_steps), .def = 0},
 	{.key = "optimizer", .type = T_CUSTOM, .read = read_optimizer},
+	{.key = "schedule", .type = T_CUSTOM, .read = read_schedule},
+	{.key = "weight_decay", .type = T_CUSTOM, .read = read_weight_decay},
+	{.key = "clipnorm", .type = T_DOUBLE, .flags = F_NONNEG,
+	 .off = JOB(train.clipnorm), .def = 0},
 	{.key = "eval_batch_size", .type = T_I64, .flags = F_NONNEG,
 	 .off = JOB(train.eval_batch_size), .def = 0},
 	{.key = "eval_every_steps", .type = T_I64, .flags = F_NONNEG,
 	 .off = JOB(train.eval_every_steps), .def = 0},
 	{.key = "stop_at_accuracy", .type = T_DOUBLE, .flags = F_UNIT,
 	 .off = JOB(train.stop_at_accuracy), .def = 0},
+	{.key = "accumulate_steps", .type = T_INT, .flags = F_POS,
+	 .off = JOB(train.accumulate_steps), .def = 1},
+	{.key = "learning_rate_scaling", .type = T_CUSTOM,
+	 .read = read_lr_scaling},
+	{.key = "on_nonfinite", .type = T_ENUM, .off = JOB(train.on_nonfinite),
+	 .def = DTF_NONFINITE_FAIL, .names = nonfinite_actions},
 };
 
 static const struct enum_name strategies[] = {
@@ -1303,9 +2202,48 @@ static const struct enum_name strategies[] = {
 	{NULL, 0},
 };
 
+static const struct enum_name grad_compressions[] = {
+	{"none", DTF_GRAD_COMPRESSION_NONE},
+	{"fp16", DTF_GRAD_COMPRESSION_FP16},
+	{"bf16", DTF_GRAD_COMPRESSION_BF16},
+	{NULL, 0},
+};
+
+static const struct field communication_fields[] = {
+	{.key = "bucket_mb", .type = T_DOUBLE, .flags = F_POS,
+	 .off = JOB(strategy.bucket_mb), .def = 25},
+	{.key = "compression", .type = T_ENUM, .off = JOB(strategy.compression),
+	 .def = DTF_GRAD_COMPRESSION_NONE, .names = grad_compressions},
+	{.key = "overlap", .type = T_BOOL, .off = JOB(strategy.overlap),
+	 .def = 1},
+	{.key = "hierarchical", .type = T_BOOL,
+	 .off = JOB(strategy.hierarchical), .def = 0},
+};
+
+static const struct section communication_section = {
+	communication_fields, NFIELDS(communication_fields), -1, NULL};
+
 static const struct field strategy_fields[] = {
 	{.key = "type", .type = T_ENUM, .off = JOB(strategy.type),
 	 .def = DTF_STRATEGY_MULTI_WORKER_MIRRORED, .names = strategies},
+	{.key = "num_ps", .type = T_INT, .flags = F_POS,
+	 .off = JOB(strategy.num_ps), .def = 1},
+	{.key = "sync", .type = T_BOOL, .off = JOB(strategy.sync), .def = 1},
+	{.key = "max_staleness", .type = T_INT, .flags = F_NONNEG,
+	 .off = JOB(strategy.max_staleness), .def = 4},
+	{.key = "communication", .type = T_SECTION,
+	 .sub = &communication_section},
+};
+
+static const struct enum_name planners[] = {
+	{"liveness", DTF_PLANNER_LIVENESS},
+	{"naive", DTF_PLANNER_NAIVE},
+	{NULL, 0},
+};
+
+static const struct field memory_fields[] = {
+	{.key = "planner", .type = T_ENUM, .off = JOB(memory.planner),
+	 .def = DTF_PLANNER_LIVENESS, .names = planners},
 };
 
 /* logging.trace_steps: [from, to], 1-based steps, from <= to. */
@@ -1395,6 +2333,8 @@ static const struct section train_section = {
 	check_train};
 static const struct section strategy_section = {
 	strategy_fields, NFIELDS(strategy_fields), -1, NULL};
+static const struct section memory_section = {
+	memory_fields, NFIELDS(memory_fields), -1, NULL};
 static const struct section logging_section = {
 	logging_fields, NFIELDS(logging_fields), -1, NULL};
 
@@ -1404,11 +2344,12 @@ static const struct field job_fields[] = {
 	{.key = "seed", .type = T_U64, .off = JOB(seed), .def = 42},
 	{.key = "data", .type = T_SECTION, .flags = F_REQUIRED,
 	 .sub = &data_section},
-	{.key = "model", .type = T_SECTION, .flags = F_REQUIRED,
-	 .sub = &model_section},
+	{.key = "model", .type = T_SECTION, .flags = F_REQUIRED | F_SLOT_KEY,
+	 .sub = &model_section, .slot = SLOT_MODEL},
 	{.key = "train", .type = T_SECTION, .flags = F_REQUIRED,
 	 .sub = &train_section},
 	{.key = "strategy", .type = T_SECTION, .sub = &strategy_section},
+	{.key = "memory", .type = T_SECTION, .sub = &memory_section},
 	{.key = "logging", .type = T_SECTION, .sub = &logging_section},
 	{.key = "device", .type = T_ENUM, .off = JOB(device.kind),
 	 .def = DTF_DEVICE_AUTO, .names = devices},
@@ -1444,45 +2385,156 @@ static const struct dtf_feature_spec *find_feature(const struct dtf_job *job,
 	return NULL;
 }
 
+/* Layers (or graph nodes) [0, nl) and then the features, as one table
+ * for suggestions. */
+struct name_space {
+	const struct dtf_layer *l;
+	int nl;
+	const struct dtf_feature_spec *f;
+	int nf;
+};
+
+static const char *space_name_at(const void *table, int i)
+{
+	const struct name_space *ns = table;
+	return i < ns->nl ? ns->l[i].name : ns->f[i - ns->nl].name;
+}
+
+/* Like fail() but at a position kept as text ("FILE:LINE:COL"). */
+static int fail_at(const char *where, const char *path, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail_at(const char *where, const char *path, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return dtf_error(DTF_ERR_CONFIG, "%s: %s: %s", where, path, msg);
+}
+
+/* Every input of every layer / node names something that exists: for
+ * layers an earlier layer or a feature, for graph nodes any node or a
+ * feature (cycles are found when the graph is built). */
+static int check_inputs(const struct dtf_job *job, const struct dtf_layer *ls,
+			int n, int graph)
+{
+	char sug[96], path[PATH_MAX_];
+	for (int i = 0; i < n; i++) {
+		const struct dtf_layer *l = &ls[i];
+		for (int k = 0; k < l->ninputs; k++) {
+			const char *want = l->inputs[k];
+			int found = find_feature(job, want) != NULL, later = 0;
+			for (int j = 0; j < n && !found; j++) {
+				if (strcmp(ls[j].name, want))
+					continue;
+				if (graph || j < i)
+					found = 1;
+				else
+					later = j;
+			}
+			if (found)
+				continue;
+			if (graph)
+				path_fmt(path, "model.graph.%s.%s.inputs[%d]",
+					 l->name, dtf_layer_kind_name(l->kind),
+					 k);
+			else
+				path_fmt(path, "model.layers[%d].%s.inputs[%d]",
+					 i, dtf_layer_kind_name(l->kind), k);
+			if (later || (!graph && !strcmp(want, l->name)))
+				return fail_at(l->input_where[k], path,
+					       "'%s' is not an earlier layer "
+					       "(layers may only take inputs "
+					       "from layers above them; use "
+					       "model.graph for other orders)",
+					       want);
+			struct name_space ns = {ls, graph ? n : i,
+						job->data.features,
+						job->data.nfeatures};
+			return fail_at(l->input_where[k], path,
+				       "'%s' names no %s or feature%s", want,
+				       graph ? "node" : "earlier layer",
+				       suggest(want, &ns, ns.nl + ns.nf,
+					       space_name_at, sug,
+					       sizeof(sug)));
+		}
+	}
+	return 0;
+}
+
 static int check_job(struct ctx *c)
 {
 	const struct dtf_job *job = c->job;
 	char sug[96];
+	int rc;
+	int graph = job->model.nnodes > 0;
 
-	if (!find_feature(job, job->model.input))
+	if (job->model.nlayers && graph)
+		return fail(c, c->slot[SLOT_GRAPH], "model.graph",
+			    "give model.layers or model.graph, not both");
+	if (!job->model.nlayers && !graph)
+		return fail(c, c->slot[SLOT_MODEL], "model",
+			    "missing required key 'layers' (or 'graph')");
+	if (!graph && !job->model.input[0])
+		return fail(c, c->slot[SLOT_MODEL], "model",
+			    "missing required key 'input' (the feature fed "
+			    "to the first layer)");
+	if (job->model.input[0] && !find_feature(job, job->model.input))
 		return fail(c, c->slot[SLOT_INPUT], "model.input",
 			    "no feature named '%s' in data.features%s",
 			    job->model.input,
 			    suggest(job->model.input, job->data.features,
 				    job->data.nfeatures, feature_name_at, sug,
 				    sizeof(sug)));
+	const struct dtf_layer *ls = graph ? job->model.nodes
+					   : job->model.layers;
+	int n = graph ? job->model.nnodes : job->model.nlayers;
+	for (int i = 0; i < n; i++)
+		if (find_feature(job, ls[i].name))
+			return fail_at(ls[i].where,
+				       graph ? "model.graph" : "model.layers",
+				       "the name '%s' is both a %s and a "
+				       "feature in data.features",
+				       ls[i].name, graph ? "node" : "layer");
+	if ((rc = check_inputs(job, ls, n, graph)) < 0)
+		return rc;
+	char lpath[PATH_MAX_], ypath[PATH_MAX_];
+	const char *lname = losses[job->model.loss].name;
+	path_fmt(lpath, "model.loss.%s.%s", lname,
+		 job->model.loss == DTF_LOSS_MSE ? "predictions" : "logits");
+	path_fmt(ypath, "model.loss.%s.labels", lname);
 	int found = 0;
-	for (int i = 0; i < job->model.nlayers; i++)
-		found |= !strcmp(job->model.layers[i].name,
-				 job->model.loss_logits);
+	for (int i = 0; i < n; i++)
+		found |= !strcmp(ls[i].name, job->model.loss_logits);
 	if (!found)
-		return fail(c, c->slot[SLOT_LOGITS],
-			    "model.loss.sparse_softmax_cross_entropy.logits",
-			    "no layer named '%s'%s", job->model.loss_logits,
-			    suggest(job->model.loss_logits, job->model.layers,
-				    job->model.nlayers, layer_name_at, sug,
-				    sizeof(sug)));
+		return fail(c, c->slot[SLOT_LOGITS], lpath,
+			    "no %s named '%s'%s", graph ? "node" : "layer",
+			    job->model.loss_logits,
+			    suggest(job->model.loss_logits, ls, n,
+				    layer_name_at, sug, sizeof(sug)));
 	const struct dtf_feature_spec *lab =
 		find_feature(job, job->model.loss_labels);
 	if (!lab)
-		return fail(c, c->slot[SLOT_LABELS],
-			    "model.loss.sparse_softmax_cross_entropy.labels",
+		return fail(c, c->slot[SLOT_LABELS], ypath,
 			    "no feature named '%s' in data.features%s",
 			    job->model.loss_labels,
 			    suggest(job->model.loss_labels, job->data.features,
 				    job->data.nfeatures, feature_name_at, sug,
 				    sizeof(sug)));
-	if (lab->type != DTF_FEATURE_INT64)
-		return fail(c, c->slot[SLOT_LABELS],
-			    "model.loss.sparse_softmax_cross_entropy.labels",
+	int sparse = job->model.loss == DTF_LOSS_SPARSE_SOFTMAX_XENT;
+	if (sparse && lab->type != DTF_FEATURE_INT64)
+		return fail(c, c->slot[SLOT_LABELS], ypath,
 			    "feature '%s' is not an int64 feature (class "
 			    "labels are)",
 			    lab->name);
+	if (!sparse && lab->type == DTF_FEATURE_INT64)
+		return fail(c, c->slot[SLOT_LABELS], ypath,
+			    "feature '%s' is int64; %s needs float labels "
+			    "(one-hot or targets; use "
+			    "sparse_softmax_cross_entropy for class ids)",
+			    lab->name, lname);
 	return 0;
 }
 
@@ -1498,6 +2550,9 @@ static int job_defaults(struct dtf_job *job, const char *file)
 	apply_defaults(&adam_section, job);
 	apply_defaults(&sgd_section, job);
 	job->train.optimizer = DTF_OPT_SGD;
+	job->train.rho = 0.9;
+	job->train.decoupled_decay = 0.004;
+	job->train.decay_groups = 1 << DTF_GROUP_KERNEL;
 
 	const char *base = strrchr(file, '/');
 	base = base ? base + 1 : file;
@@ -1614,7 +2669,12 @@ void dtf_job_free(struct dtf_job *job)
 	dtf_free(job->data.train_files);
 	dtf_free(job->data.eval_files);
 	dtf_free(job->data.features);
+	for (int i = 0; i < job->model.nlayers; i++)
+		dtf_free(job->model.layers[i].values);
+	for (int i = 0; i < job->model.nnodes; i++)
+		dtf_free(job->model.nodes[i].values);
 	dtf_free(job->model.layers);
+	dtf_free(job->model.nodes);
 	dtf_free(job->logging.dir);
 	dtf_free(job->logging.trace);
 	dtf_free(job->checkpoint.dir);
@@ -1623,7 +2683,7 @@ void dtf_job_free(struct dtf_job *job)
 
 const char *dtf_layer_kind_name(enum dtf_layer_kind k)
 {
-	return (unsigned)k < DTF_LAYER_COUNT_ ? layer_kinds[k].name : "?";
+	return (unsigned)k < DTF_LAYER_COUNT_ ? kind_names[k] : "?";
 }
 
 const char *dtf_strategy_name(enum dtf_strategy_kind k)

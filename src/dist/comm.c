@@ -5,6 +5,7 @@
  * communicator), so a failed call surfaces as a message naming the call.
  */
 #include "dist/comm.h"
+#include "dist/comm_impl.h"
 
 #include <mpi.h>
 #include <stdlib.h>
@@ -16,15 +17,7 @@
 
 #define CHUNK ((size_t)4 << 20) /* floats per allreduce call */
 
-struct dtf_comm {
-	int rank, size;
-	int local_rank, local_size;
-	int num_nodes;
-	int started_mpi;
-	char host[MPI_MAX_PROCESSOR_NAME];
-};
-
-static int mpi_fail(int err, const char *call)
+int dtf_comm_mpi_fail(int err, const char *call)
 {
 	char msg[MPI_MAX_ERROR_STRING];
 	int len = 0;
@@ -32,12 +25,36 @@ static int mpi_fail(int err, const char *call)
 	return dtf_error(DTF_ERR_MPI, "%s failed: %s", call, msg);
 }
 
-#define MPI_TRY(call)                                                     \
-	do {                                                              \
-		int mpi_err_ = (call);                                    \
-		if (mpi_err_ != MPI_SUCCESS)                              \
-			return mpi_fail(mpi_err_, #call);                 \
-	} while (0)
+#define mpi_fail dtf_comm_mpi_fail
+
+int dtf_comm_split_node(MPI_Comm in, int rank, MPI_Comm *out)
+{
+	const char *fake = getenv("DTF_TEST_RANKS_PER_NODE");
+	long per = fake ? strtol(fake, NULL, 10) : 0;
+	int rc = per > 0 ? MPI_Comm_split(in, (int)(rank / per), rank, out)
+			 : MPI_Comm_split_type(in, MPI_COMM_TYPE_SHARED, rank,
+					       MPI_INFO_NULL, out);
+	return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Comm_split_type");
+}
+
+/* Fill rank, size and the node fields of c from c->comm (a collective). */
+static int learn_place(struct dtf_comm *c)
+{
+	MPI_Comm local;
+	MPI_Comm_rank(c->comm, &c->rank);
+	MPI_Comm_size(c->comm, &c->size);
+	int rc = dtf_comm_split_node(c->comm, c->rank, &local);
+	if (rc < 0)
+		return rc;
+	MPI_Comm_rank(local, &c->local_rank);
+	MPI_Comm_size(local, &c->local_size);
+	MPI_Comm_free(&local);
+	/* nodes = number of ranks that are local rank 0 */
+	int leader = c->local_rank == 0;
+	MPI_TRY(MPI_Allreduce(&leader, &c->num_nodes, 1, MPI_INT, MPI_SUM,
+			      c->comm));
+	return 0;
+}
 
 int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out)
 {
@@ -55,26 +72,40 @@ int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out)
 		c->started_mpi = 1;
 	}
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-	MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
-	MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+	c->comm = MPI_COMM_WORLD;
 	int len = 0;
 	MPI_Get_processor_name(c->host, &len);
-
-	MPI_Comm local;
-	int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED,
-				     c->rank, MPI_INFO_NULL, &local);
-	if (rc != MPI_SUCCESS) {
+	int rc = learn_place(c);
+	if (rc < 0) {
 		dtf_comm_finalize(c);
-		return mpi_fail(rc, "MPI_Comm_split_type");
+		return rc;
 	}
-	MPI_Comm_rank(local, &c->local_rank);
-	MPI_Comm_size(local, &c->local_size);
-	MPI_Comm_free(&local);
-	/* nodes = number of ranks that are local rank 0 */
-	int leader = c->local_rank == 0;
-	MPI_Allreduce(&leader, &c->num_nodes, 1, MPI_INT, MPI_SUM,
-		      MPI_COMM_WORLD);
 	*out = c;
+	return 0;
+}
+
+int dtf_comm_split(struct dtf_comm *c, int color, struct dtf_comm **out)
+{
+	*out = NULL;
+	MPI_Comm sub;
+	MPI_TRY(MPI_Comm_split(c->comm, color < 0 ? MPI_UNDEFINED : color,
+			       c->rank, &sub));
+	if (sub == MPI_COMM_NULL)
+		return 0;
+	struct dtf_comm *s = dtf_calloc(1, sizeof(*s));
+	if (!s) {
+		MPI_Comm_free(&sub);
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	}
+	MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN);
+	s->comm = sub;
+	memcpy(s->host, c->host, sizeof(s->host));
+	int rc = learn_place(s);
+	if (rc < 0) {
+		dtf_comm_finalize(s);
+		return rc;
+	}
+	*out = s;
 	return 0;
 }
 
@@ -84,6 +115,9 @@ void dtf_comm_finalize(struct dtf_comm *c)
 		return;
 	int finalized = 0;
 	MPI_Finalized(&finalized);
+	if (!finalized && c->comm != MPI_COMM_WORLD &&
+	    c->comm != MPI_COMM_NULL)
+		MPI_Comm_free(&c->comm);
 	if (c->started_mpi && !finalized)
 		MPI_Finalize();
 	dtf_free(c);
@@ -96,14 +130,14 @@ int dtf_comm_local_size(const struct dtf_comm *c) { return c->local_size; }
 int dtf_comm_num_nodes(const struct dtf_comm *c) { return c->num_nodes; }
 const char *dtf_comm_host(const struct dtf_comm *c) { return c->host; }
 
-static int allreduce(void *buf, size_t n, size_t elem, MPI_Datatype type,
-		     MPI_Op op)
+static int allreduce(MPI_Comm comm, void *buf, size_t n, size_t elem,
+		     MPI_Datatype type, MPI_Op op)
 {
 	char *p = buf;
 	for (size_t off = 0; off < n; off += CHUNK) {
 		size_t len = n - off < CHUNK ? n - off : CHUNK;
 		MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, p + off * elem, (int)len,
-				      type, op, MPI_COMM_WORLD));
+				      type, op, comm));
 	}
 	return 0;
 }
@@ -112,28 +146,28 @@ int dtf_comm_allreduce_sum_f32(struct dtf_comm *c, float *buf, size_t n)
 {
 	if (c->size == 1)
 		return 0;
-	return allreduce(buf, n, sizeof(float), MPI_FLOAT, MPI_SUM);
+	return allreduce(c->comm, buf, n, sizeof(float), MPI_FLOAT, MPI_SUM);
 }
 
 int dtf_comm_allreduce_sum_f64(struct dtf_comm *c, double *buf, size_t n)
 {
 	if (c->size == 1)
 		return 0;
-	return allreduce(buf, n, sizeof(double), MPI_DOUBLE, MPI_SUM);
+	return allreduce(c->comm, buf, n, sizeof(double), MPI_DOUBLE, MPI_SUM);
 }
 
 int dtf_comm_allreduce_min_i64(struct dtf_comm *c, int64_t *buf, size_t n)
 {
 	if (c->size == 1)
 		return 0;
-	return allreduce(buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MIN);
+	return allreduce(c->comm, buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MIN);
 }
 
 int dtf_comm_allreduce_max_i64(struct dtf_comm *c, int64_t *buf, size_t n)
 {
 	if (c->size == 1)
 		return 0;
-	return allreduce(buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MAX);
+	return allreduce(c->comm, buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MAX);
 }
 
 int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root)
@@ -143,7 +177,7 @@ int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root)
 	for (size_t off = 0; off < n; off += CHUNK) {
 		size_t len = n - off < CHUNK ? n - off : CHUNK;
 		MPI_TRY(MPI_Bcast(buf + off, (int)len, MPI_FLOAT, root,
-				  MPI_COMM_WORLD));
+				  c->comm));
 	}
 	return 0;
 }
@@ -168,7 +202,7 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who)
 	} in = {status, c->rank}, out = in;
 	if (c->size > 1)
 		MPI_TRY(MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MAXLOC,
-				      MPI_COMM_WORLD));
+				      c->comm));
 	*worst = out.value;
 	*who = out.rank;
 	return 0;
@@ -177,7 +211,7 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who)
 int dtf_comm_barrier(struct dtf_comm *c)
 {
 	if (c->size > 1)
-		MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+		MPI_TRY(MPI_Barrier(c->comm));
 	return 0;
 }
 

@@ -24,7 +24,16 @@ struct dtf_comm;
  */
 int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out);
 
-/* MPI_Finalize (if this handle started MPI) and free.  NULL is a no-op. */
+/*
+ * A communicator of the ranks of c that pass the same color >= 0 (MPI_Comm_split,
+ * ordered by rank in c), as a handle of its own; a rank passing color < 0
+ * gets *out = NULL.  A collective over c.  Free with dtf_comm_finalize().
+ * Errors: DTF_ERR_MPI, DTF_ERR_NOMEM.
+ */
+int dtf_comm_split(struct dtf_comm *c, int color, struct dtf_comm **out);
+
+/* Free a handle; the one that started MPI also calls MPI_Finalize.  NULL is
+ * a no-op. */
 void dtf_comm_finalize(struct dtf_comm *c);
 
 int dtf_comm_rank(const struct dtf_comm *c);

@@ -341,3 +341,12 @@ void dtf_exec_backward(const struct dtf_graph *g, struct dtf_exec_ctx *ctx)
 {
 	dtf_exec_range(g, g->nforward, g->nnodes, ctx);
 }
+
+void dtf_exec_backward_hook(const struct dtf_graph *g, struct dtf_exec_ctx *ctx,
+			    void (*after)(void *arg, int node), void *arg)
+{
+	for (int i = g->nforward; i < g->nnodes; i++) {
+		exec_node(g, i, ctx);
+		after(arg, i);
+	}
+}

@@ -44,6 +44,77 @@ static int last_dim(const struct dtf_node *n)
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+/* Do the buffers of nodes a and b share any byte? */
+static int overlaps(const struct dtf_graph *g, int a, int b)
+{
+	if (a < 0 || b < 0 || a >= g->nnodes || b >= g->nnodes)
+		return 0;
+	const char *pa = g->nodes[a].data, *pb = g->nodes[b].data;
+	if (!pa || !pb)
+		return 0;
+	size_t na = (size_t)dtf_shape_numel(&g->nodes[a].shape) * 4;
+	size_t nb = (size_t)dtf_shape_numel(&g->nodes[b].shape) * 4;
+	return pa < pb + nb && pb < pa + na;
+}
+
+/* Does node k (as it will run: its own output, its fused output and bias
+ * gradient, its inputs) touch the buffer of node t? */
+static int touches(const struct dtf_graph *g, const struct dtf_fast_plan *fp,
+		   int k, int t)
+{
+	if (overlaps(g, k, t) || overlaps(g, fp->out[k], t))
+		return 1;
+	if ((fp->action[k] == A_RELU_GRAD || fp->action[k] == A_POOL_GRAD) &&
+	    overlaps(g, fp->bias[k], t))
+		return 1;
+	for (int j = 0; j < DTF_MAX_INPUTS; j++)
+		if (overlaps(g, g->nodes[k].inputs[j], t))
+			return 1;
+	return 0;
+}
+
+/*
+ * Node i writes the buffer of a later node t (t > i) at i's turn.  The
+ * memory planner (mem/plan.h) gave t's buffer a lifetime that starts at
+ * t; it may share it with buffers that die between i and t.  Safe when
+ * none of i's inputs shares it, and no node that runs in between (t's
+ * absorbed neighbours do not run) reads or writes it.
+ */
+static int early_write_ok(const struct dtf_graph *g,
+			  const struct dtf_fast_plan *fp, const int *absorber,
+			  int i, int t)
+{
+	if (t <= i)
+		return 1;
+	for (int j = 0; j < DTF_MAX_INPUTS; j++)
+		if (overlaps(g, g->nodes[i].inputs[j], t))
+			return 0;
+	for (int k = i + 1; k < t; k++) {
+		if (fp->action[k] == A_SKIP && absorber[k] == i)
+			continue;
+		if (fp->action[k] == A_SKIP)
+			continue; /* runs inside its absorber, checked there */
+		if (touches(g, fp, k, t))
+			return 0;
+	}
+	return 1;
+}
+
+/* Undo the fusions of node i: its absorbed nodes run on their own (the
+ * reference kernel), node i writes only its own output. */
+static void unfuse(const struct dtf_graph *g, struct dtf_fast_plan *fp,
+		   int *absorber, int i)
+{
+	for (int k = 0; k < fp->nnodes; k++)
+		if (absorber[k] == i) {
+			fp->action[k] = A_REF;
+			absorber[k] = -1;
+		}
+	fp->out[i] = i;
+	if (g->nodes[i].op != DTF_OP_BIAS_ADD)
+		fp->bias[i] = -1;
+}
+
 /* The bias_add_grad reading node i, when node i feeds only that and
  * other nodes (it is a gradient used by several ops). */
 static int bias_grad_of(const struct dtf_graph *g, int i)
@@ -67,7 +138,8 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 	fp->bias = dtf_calloc((size_t)n, sizeof(int));
 	int *uses = dtf_calloc((size_t)n, sizeof(int));
 	int *user = dtf_calloc((size_t)n, sizeof(int));
-	if (!fp->action || !fp->out || !fp->bias || !uses || !user) {
+	int *absorber = dtf_calloc((size_t)n, sizeof(int));
+	if (!fp->action || !fp->out || !fp->bias || !uses || !user || !absorber) {
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto out;
 	}
@@ -84,6 +156,7 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		}
 		fp->out[i] = i;
 		fp->bias[i] = -1;
+		absorber[i] = -1;
 	}
 	size_t ws = 0;
 	for (int i = 0; i < n; i++) {
@@ -115,12 +188,14 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 				    (bv < i || g->nodes[bv].op == DTF_OP_VARIABLE)) {
 					fp->bias[i] = g->nodes[b].inputs[1];
 					fp->action[b] = A_SKIP;
+					absorber[b] = i;
 					cur = b;
 				}
 			}
 			int r = sole_consumer(uses, user, cur);
 			if (r >= 0 && g->nodes[r].op == DTF_OP_RELU) {
 				fp->action[r] = A_SKIP;
+				absorber[r] = i;
 				cur = r;
 			}
 			fp->out[i] = cur;
@@ -145,6 +220,7 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 			if (b >= 0) {
 				fp->bias[i] = b;
 				fp->action[b] = A_SKIP;
+				absorber[b] = i;
 				int c = last_dim(nd);
 				ws = max_sz(ws, dtf_fast_bias_grad_workspace(c, nt));
 			}
@@ -165,11 +241,13 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 			    g->nodes[r].inputs[0] == i &&
 			    g->nodes[r].inputs[1] == nd->inputs[0]) {
 				fp->action[r] = A_SKIP;
+				absorber[r] = i;
 				fp->out[i] = r;
 				int b = bias_grad_of(g, r);
 				if (b >= 0) {
 					fp->bias[i] = b;
 					fp->action[b] = A_SKIP;
+					absorber[b] = i;
 				}
 			}
 			break;
@@ -181,6 +259,24 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 			break;
 		}
 	}
+	/* Undo the fusions whose early writes the memory plan does not
+	 * allow; undoing one makes more nodes run, so repeat until none
+	 * changes. */
+	for (int changed = 1; changed;) {
+		changed = 0;
+		for (int i = 0; i < n; i++) {
+			if (fp->action[i] == A_SKIP || fp->action[i] == A_REF)
+				continue;
+			int ok = early_write_ok(g, fp, absorber, i, fp->out[i]);
+			if ((fp->action[i] == A_RELU_GRAD ||
+			     fp->action[i] == A_POOL_GRAD) && fp->bias[i] >= 0)
+				ok = ok && early_write_ok(g, fp, absorber, i, fp->bias[i]);
+			if (!ok) {
+				unfuse(g, fp, absorber, i);
+				changed = 1;
+			}
+		}
+	}
 	for (int i = 0; i < n; i++)
 		fp->fused += fp->action[i] == A_SKIP;
 	fp->ws_floats = ws;
@@ -190,6 +286,7 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 out:
 	dtf_free(uses);
 	dtf_free(user);
+	dtf_free(absorber);
 	if (rc < 0)
 		dtf_fast_plan_deinit(fp);
 	return rc;

@@ -169,6 +169,63 @@ int dtf_graph_variable(struct dtf_graph *g, const char *name,
 	return id;
 }
 
+int dtf_graph_variable_ex(struct dtf_graph *g, const char *name,
+			  const struct dtf_shape *shape,
+			  const struct dtf_var_opts *o)
+{
+	int64_t numel = dtf_shape_numel(shape);
+	if (numel > ((int64_t)1 << 34))
+		return dtf_error(DTF_ERR_GRAPH,
+				 "variable '%s' has %lld elements (more than 2^34)",
+				 name, (long long)numel);
+	int id = dtf_graph_variable(g, name, shape, DTF_INIT_ZEROS, 0, 0);
+	if (id < 0)
+		return id;
+	struct dtf_node *n = &g->nodes[id];
+	n->a.var.init_ex = 1;
+	n->a.var.spec = o->init;
+	n->a.var.trainable = o->trainable && !o->constant;
+	n->requires_grad = n->a.var.trainable;
+	n->a.var.group = o->group;
+	n->a.var.constant = o->constant;
+	n->a.var.values = o->values;
+	n->a.var.nvalues = o->nvalues;
+	return id;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+	size_t ls = strlen(s), lx = strlen(suffix);
+	return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+enum dtf_var_group dtf_graph_var_group(const struct dtf_node *n)
+{
+	if (n->a.var.group != DTF_GROUP_AUTO)
+		return n->a.var.group;
+	if (ends_with(n->name, "gamma") || ends_with(n->name, "beta") ||
+	    ends_with(n->name, "moving_mean") ||
+	    ends_with(n->name, "moving_variance"))
+		return DTF_GROUP_NORM;
+	return n->shape.rank <= 1 ? DTF_GROUP_BIAS : DTF_GROUP_KERNEL;
+}
+
+void dtf_graph_fans(const struct dtf_shape *s, double *fan_in,
+		    double *fan_out)
+{
+	if (s->rank == 0) {
+		*fan_in = *fan_out = 1;
+	} else if (s->rank == 1) {
+		*fan_in = *fan_out = (double)s->d[0];
+	} else {
+		double rf = 1;
+		for (int i = 0; i < s->rank - 2; i++)
+			rf *= (double)s->d[i];
+		*fan_in = rf * (double)s->d[s->rank - 2];
+		*fan_out = rf * (double)s->d[s->rank - 1];
+	}
+}
+
 static void grow_workspace(struct dtf_graph *g, size_t floats)
 {
 	if (floats > g->workspace)
@@ -260,7 +317,12 @@ int dtf_graph_dropout(struct dtf_graph *g, const char *name, int x,
 	if (id < 0)
 		return id;
 	g->nodes[id].a.drop.rate = rate;
-	g->nodes[id].a.drop.salt = 0x9E3779B1u * (uint32_t)(id + 1);
+	/* from the name, so the layers and graph forms of a model (and any
+	 * order of declaration) drop the same units */
+	uint32_t h = 2166136261u;
+	for (const char *c = name; *c; c++)
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	g->nodes[id].a.drop.salt = h;
 	return id;
 }
 
@@ -307,24 +369,101 @@ size_t dtf_graph_num_params(const struct dtf_graph *g)
 	return n;
 }
 
+size_t dtf_graph_num_nontrainable(const struct dtf_graph *g)
+{
+	size_t n = 0;
+	for (int i = 0; i < g->nnodes; i++)
+		if (g->nodes[i].op == DTF_OP_VARIABLE &&
+		    !g->nodes[i].a.var.trainable &&
+		    !g->nodes[i].a.var.constant)
+			n += (size_t)dtf_shape_numel(&g->nodes[i].shape);
+	return n;
+}
+
+/* Keras's variance scaling divides a truncated normal's stddev by this, the
+ * stddev of a unit normal truncated to [-2, 2]. */
+#define TRUNC_STDDEV 0.87962566103423978
+
+static uint64_t fnv1a64(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+static void init_variable(const struct dtf_node *n, struct dtf_philox_key key,
+			  float *p)
+{
+	size_t numel = (size_t)dtf_shape_numel(&n->shape);
+	uint64_t h = fnv1a64(n->name);
+	uint32_t a = (uint32_t)h, b = (uint32_t)(h >> 32);
+	struct dtf_init_spec spec = n->a.var.spec;
+	double fan_in, fan_out;
+	if (!n->a.var.init_ex) {
+		spec.kind = n->a.var.init == DTF_INIT_GLOROT_UNIFORM
+				    ? DTF_INIT_KIND_GLOROT_UNIFORM
+				    : DTF_INIT_KIND_ZEROS;
+		fan_in = n->a.var.fan_in;
+		fan_out = n->a.var.fan_out;
+	} else {
+		dtf_graph_fans(&n->shape, &fan_in, &fan_out);
+	}
+	if (n->a.var.constant) {
+		for (size_t i = 0; i < numel; i++)
+			p[i] = n->a.var.nvalues == 1 ? n->a.var.values[0]
+						     : n->a.var.values[i];
+		return;
+	}
+	float l;
+	switch (spec.kind) {
+	case DTF_INIT_KIND_ZEROS:
+		memset(p, 0, numel * sizeof(float));
+		break;
+	case DTF_INIT_KIND_ONES:
+	case DTF_INIT_KIND_CONSTANT: {
+		float v = spec.kind == DTF_INIT_KIND_ONES ? 1.0f : spec.value;
+		for (size_t i = 0; i < numel; i++)
+			p[i] = v;
+		break;
+	}
+	case DTF_INIT_KIND_GLOROT_UNIFORM:
+		l = (float)sqrt(6.0 / (fan_in + fan_out));
+		dtf_rng_uniform(key, a, b, 0, -l, l, p, numel);
+		break;
+	case DTF_INIT_KIND_HE_UNIFORM:
+		l = (float)sqrt(6.0 / fan_in);
+		dtf_rng_uniform(key, a, b, 0, -l, l, p, numel);
+		break;
+	case DTF_INIT_KIND_GLOROT_NORMAL:
+		dtf_rng_normal(key, a, b, 0, 0.0f,
+			       (float)(sqrt(2.0 / (fan_in + fan_out)) /
+				       TRUNC_STDDEV),
+			       1, p, numel);
+		break;
+	case DTF_INIT_KIND_HE_NORMAL:
+		dtf_rng_normal(key, a, b, 0, 0.0f,
+			       (float)(sqrt(2.0 / fan_in) / TRUNC_STDDEV), 1, p,
+			       numel);
+		break;
+	case DTF_INIT_KIND_TRUNCATED_NORMAL:
+		dtf_rng_normal(key, a, b, 0, spec.mean, spec.stddev, 1, p,
+			       numel);
+		break;
+	}
+}
+
 void dtf_graph_init_params(const struct dtf_graph *g, uint64_t seed,
 			   float *params)
 {
 	struct dtf_philox_key key = dtf_philox_make_key(seed, DTF_RNG_INIT);
 	memset(params, 0, g->nparams * sizeof(float));
-	uint32_t var_index = 0;
 	for (int i = 0; i < g->nnodes; i++) {
 		const struct dtf_node *n = &g->nodes[i];
-		if (n->op != DTF_OP_VARIABLE)
-			continue;
-		float *p = params + n->a.var.offset;
-		size_t numel = (size_t)dtf_shape_numel(&n->shape);
-		if (n->a.var.init == DTF_INIT_GLOROT_UNIFORM) {
-			float l = sqrtf(6.0f / (float)(n->a.var.fan_in +
-						       n->a.var.fan_out));
-			dtf_rng_uniform(key, var_index, 0, 0, -l, l, p, numel);
-		}
-		var_index++;
+		if (n->op == DTF_OP_VARIABLE)
+			init_variable(n, key, params + n->a.var.offset);
 	}
 }
 

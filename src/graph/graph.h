@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/job.h"
 #include "data/feature.h"
 #include "ops/cpu/kernels.h"
 
@@ -127,13 +128,23 @@ struct dtf_node {
 		} mm;
 		struct { /* DROPOUT* */
 			float rate;
-			uint32_t salt; /* per node; mixed with the step */
+			uint32_t salt; /* FNV-1a of the node name; mixed
+					  with the step */
 		} drop;
 		struct { /* VARIABLE */
 			size_t offset; /* floats into the parameter vector */
 			enum dtf_init init;
 			int fan_in, fan_out;
 			int trainable;
+			/* dtf_graph_variable_ex: the initialiser (init_ex
+			 * set), weight-decay group, constant values */
+			int init_ex;
+			struct dtf_init_spec spec;
+			enum dtf_var_group group;
+			int constant;         /* a `constant` node */
+			const float *values;  /* borrowed; nvalues == 1:
+						 fill */
+			int64_t nvalues;
 		} var;
 		struct { /* INPUT */
 			int feature; /* index into the job's features */
@@ -198,6 +209,34 @@ int dtf_graph_input(struct dtf_graph *g, const char *name, int feature,
 int dtf_graph_variable(struct dtf_graph *g, const char *name,
 		       const struct dtf_shape *shape, enum dtf_init init,
 		       int fan_in, int fan_out);
+/* Options of dtf_graph_variable_ex. */
+struct dtf_var_opts {
+	struct dtf_init_spec init;
+	int trainable;           /* 0: not updated, no gradient */
+	enum dtf_var_group group; /* DTF_GROUP_AUTO: see dtf_graph_var_group */
+	int constant;            /* a constant: non-trainable, not a param */
+	const float *values;     /* constant values (numel of shape, or 1 to
+				    fill); borrowed, must outlive the graph */
+	int64_t nvalues;
+};
+
+/* A variable (or constant) of `shape` appended to the parameter vector,
+ * initialised as o->init says (fans from the shape, Keras's rule). */
+int dtf_graph_variable_ex(struct dtf_graph *g, const char *name,
+			  const struct dtf_shape *shape,
+			  const struct dtf_var_opts *o);
+
+/* The weight-decay group of variable node n: as given, else NORM for
+ * names ending in gamma, beta, moving_mean or moving_variance, BIAS for
+ * rank <= 1, KERNEL otherwise. */
+enum dtf_var_group dtf_graph_var_group(const struct dtf_node *n);
+
+/* Keras's fans of a variable shape: rank 0: 1, 1; rank 1: d0, d0; rank 2:
+ * d0, d1; rank k > 2: receptive field (product of the first k-2) times
+ * d[k-2] and d[k-1]. */
+void dtf_graph_fans(const struct dtf_shape *s, double *fan_in,
+		    double *fan_out);
+
 /* x (n, h, w, c), w (kh, kw, c, o).  `geom` gives strides and dilation;
  * its other fields are filled here. */
 int dtf_graph_conv2d(struct dtf_graph *g, const char *name, int x, int w,
@@ -343,12 +382,23 @@ int dtf_graph_backward(struct dtf_graph *g);
 
 /* Trainable parameter count and the count of a single node's variables. */
 size_t dtf_graph_num_params(const struct dtf_graph *g);
+/* Parameters of non-trainable variables (moving statistics), constants
+ * excluded. */
+size_t dtf_graph_num_nontrainable(const struct dtf_graph *g);
 
 /*
  * Initialise the parameter vector params[0..nparams) from the seed: each
- * variable draws from the Philox stream (seed, DTF_RNG_INIT, variable
- * index), so every rank computes the same values.  glorot_uniform as in
- * Keras: U(-l, l), l = sqrt(6 / (fan_in + fan_out)).
+ * variable draws from the Philox stream (seed, DTF_RNG_INIT) named by the
+ * 64-bit FNV-1a hash of its name (a = low, b = high 32 bits), so every rank
+ * computes the same values, and a variable's values do not depend on the
+ * order or number of the other variables (the layers and graph forms of a
+ * model start equal).  Initialisers as in Keras: glorot_uniform U(-l, l),
+ * l = sqrt(6 / (fan_in + fan_out)); glorot_normal truncated normal with
+ * stddev sqrt(2 / (fan_in + fan_out)) / .87962566103423978; he_normal
+ * truncated normal, stddev sqrt(2 / fan_in) / .87962566103423978;
+ * he_uniform l = sqrt(6 / fan_in); truncated_normal(mean, stddev) redraws
+ * beyond two standard deviations (the .8796... factor is the stddev of a
+ * unit normal truncated at 2, which Keras's variance scaling divides out).
  */
 void dtf_graph_init_params(const struct dtf_graph *g, uint64_t seed,
 			   float *params);

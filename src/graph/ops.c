@@ -24,20 +24,24 @@ static const struct dtf_shape *S(const struct dtf_graph *g, int id)
 static int node1(struct dtf_graph *g, enum dtf_op op, const char *name,
 		 int x, const struct dtf_shape *shape)
 {
+	/* copy first: `shape` may point into g->nodes, which appending
+	 * may move */
+	struct dtf_shape s = *shape;
 	int in[DTF_MAX_INPUTS] = {x, -1, -1, -1, -1};
 	int id = dtf_graph_append_node(g, op, name, in);
 	if (id >= 0)
-		g->nodes[id].shape = *shape;
+		g->nodes[id].shape = s;
 	return id;
 }
 
 static int node2(struct dtf_graph *g, enum dtf_op op, const char *name,
 		 int a, int b, const struct dtf_shape *shape)
 {
+	struct dtf_shape s = *shape; /* as in node1 */
 	int in[DTF_MAX_INPUTS] = {a, b, -1, -1, -1};
 	int id = dtf_graph_append_node(g, op, name, in);
 	if (id >= 0)
-		g->nodes[id].shape = *shape;
+		g->nodes[id].shape = s;
 	return id;
 }
 
@@ -232,10 +236,11 @@ int dtf_graph_batch_norm(struct dtf_graph *g, const char *name, int x,
 		g->nodes[stats[k]].requires_grad = 0;
 	}
 	int in[DTF_MAX_INPUTS] = {x, gamma, beta, moving_mean, moving_var};
+	struct dtf_shape shape = *sx; /* g->nodes may move */
 	int id = dtf_graph_append_node(g, DTF_OP_BATCH_NORM, name, in);
 	if (id < 0)
 		return id;
-	g->nodes[id].shape = *sx;
+	g->nodes[id].shape = shape;
 	g->nodes[id].a.norm.epsilon = epsilon;
 	g->nodes[id].a.norm.momentum = momentum;
 	return id;
@@ -257,10 +262,11 @@ int dtf_graph_layer_norm(struct dtf_graph *g, const char *name, int x,
 				 "layer_norm '%s': epsilon must be > 0 (got %g)",
 				 name, epsilon);
 	int in[DTF_MAX_INPUTS] = {x, gamma, beta, -1, -1};
+	struct dtf_shape shape = *sx; /* g->nodes may move */
 	int id = dtf_graph_append_node(g, DTF_OP_LAYER_NORM, name, in);
 	if (id < 0)
 		return id;
-	g->nodes[id].shape = *sx;
+	g->nodes[id].shape = shape;
 	g->nodes[id].a.norm.epsilon = epsilon;
 	return id;
 }

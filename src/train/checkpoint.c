@@ -384,30 +384,28 @@ static int build_table(struct dtf_checkpointer *ck, const struct dtf_graph *g,
 	int nvars = 0;
 	for (int i = 0; i < g->nnodes; i++)
 		nvars += g->nodes[i].op == DTF_OP_VARIABLE;
-	int cap = nvars * 3 + 5;
+	int cap = nvars * 4 + 5; /* variables and up to 3 slot kinds */
 	ck->e = dtf_calloc((size_t)cap, sizeof(*ck->e));
 	if (!ck->e)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	const struct dtf_optimizer *opt = ck->opt;
-	int adam = opt->kind == DTF_OPT_ADAM && opt->slots;
-	int momentum = opt->kind != DTF_OPT_ADAM && opt->slots;
-	ck->nslots = adam ? 2 * opt->n : momentum ? opt->n : 0;
+	int nslots = opt->slots ? opt->nslots : 0;
+	ck->nslots = (size_t)nslots * opt->n;
 	int rc = 0;
-	/* variables, then each slot kind, in graph order */
-	for (int pass = 0; pass < 3 && rc == 0; pass++) {
-		const char *prefix = pass == 0	 ? ""
-				     : adam	 ? (pass == 1 ? "optimizer/m/"
-							      : "optimizer/v/")
-						 : "optimizer/momentum/";
-		if (pass > 0 && !adam && !(momentum && pass == 1))
-			break;
+	/* variables, then each slot kind (dtf_optimizer_slot_name), in graph
+	 * order */
+	for (int pass = 0; pass <= nslots && rc == 0; pass++) {
+		char prefix[64] = "";
+		if (pass > 0)
+			snprintf(prefix, sizeof(prefix), "optimizer/%s/",
+				 dtf_optimizer_slot_name(opt, pass - 1));
 		for (int i = 0; i < g->nnodes && rc == 0; i++) {
 			const struct dtf_node *n = &g->nodes[i];
 			if (n->op != DTF_OP_VARIABLE)
 				continue;
 			float *base = pass == 0 ? params
-				      : pass == 1 ? opt->slots
-						  : opt->slots + opt->n;
+					       : opt->slots + (size_t)(pass - 1) *
+								      opt->n;
 			rc = add_entry(ck, cap, prefix, n->name, DTF_CKPT_F32,
 				       n->shape.rank, n->shape.d,
 				       base + n->a.var.offset);

@@ -87,6 +87,18 @@ int dtf_gpu_open(const struct dtf_gpu_opts *o, struct dtf_gpu **out)
 				 "HINT: use device: auto or device: cpu to train on the CPU",
 				 why);
 	}
+	/* the CUDA executor updates with sgd or adam over the whole vector */
+	const struct dtf_optimizer *op = o->opt;
+	if (op->kind == DTF_OPT_ADAMW || op->kind == DTF_OPT_RMSPROP ||
+	    op->weight_decay > 0 || op->clipnorm > 0) {
+		if (auto_pick) {
+			dtf_warn("device: auto: the GPU path has no adamw, rmsprop, weight_decay or clipnorm; training on the CPU");
+			return 0;
+		}
+		return dtf_error(DTF_ERR_CONFIG,
+				 "device: cuda: the GPU path updates with sgd or adam only, without train.weight_decay or train.clipnorm\n"
+				 "HINT: use device: cpu (or auto) for adamw, rmsprop, weight decay and clipping");
+	}
 	int local_rank = o->comm ? dtf_comm_local_rank(o->comm) : 0;
 	int local_size = o->comm ? dtf_comm_local_size(o->comm) : 1;
 	int device = 0;

@@ -1,6 +1,7 @@
 /*
- * optimizer.c - SGD (momentum, Nesterov) and Adam, Keras semantics.
- * The loops are plain so the compiler vectorises them.
+ * optimizer.c - SGD (momentum, Nesterov), Adam, AdamW, RMSprop; L2 weight
+ * decay and global-norm clipping (optimizer.h).  Each update loops over the
+ * trainable segments; the loops are plain so the compiler vectorises them.
  */
 #include "train/optimizer.h"
 
@@ -9,6 +10,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "graph/graph.h"
 #include "ops/cpu/fast.h"
 
 int dtf_optimizer_init(struct dtf_optimizer *opt, const struct dtf_job *job,
@@ -21,12 +23,28 @@ int dtf_optimizer_init(struct dtf_optimizer *opt, const struct dtf_job *job,
 	opt->beta_1 = job->train.beta_1;
 	opt->beta_2 = job->train.beta_2;
 	opt->epsilon = job->train.epsilon;
+	opt->rho = job->train.rho;
+	opt->centered = job->train.centered;
+	opt->weight_decay = job->train.weight_decay;
+	opt->decoupled_decay =
+		opt->kind == DTF_OPT_ADAMW ? job->train.decoupled_decay : 0;
+	opt->clipnorm = job->train.clipnorm;
 	opt->n = n;
-	size_t nslots = opt->kind == DTF_OPT_ADAM ? 2 * n
-			: opt->momentum != 0.0	  ? n
-						  : 0;
-	if (nslots) {
-		opt->slots = dtf_alloc_aligned(nslots * sizeof(float));
+	switch (opt->kind) {
+	case DTF_OPT_SGD:
+		opt->nslots = opt->momentum != 0.0;
+		break;
+	case DTF_OPT_ADAM:
+	case DTF_OPT_ADAMW:
+		opt->nslots = 2;
+		break;
+	case DTF_OPT_RMSPROP:
+		opt->nslots = 1 + opt->centered + (opt->momentum != 0.0);
+		break;
+	}
+	if (opt->nslots && n) {
+		opt->slots = dtf_alloc_aligned((size_t)opt->nslots * n *
+					       sizeof(float));
 		if (!opt->slots)
 			return dtf_error(DTF_ERR_NOMEM,
 					 "out of memory for optimizer state");
@@ -37,7 +55,69 @@ int dtf_optimizer_init(struct dtf_optimizer *opt, const struct dtf_job *job,
 void dtf_optimizer_deinit(struct dtf_optimizer *opt)
 {
 	dtf_free(opt->slots);
+	dtf_free(opt->segs);
 	memset(opt, 0, sizeof(*opt));
+}
+
+int dtf_optimizer_set_segments(struct dtf_optimizer *opt,
+			       const struct dtf_opt_segment *segs, int nsegs)
+{
+	struct dtf_opt_segment *s =
+		dtf_malloc((size_t)(nsegs ? nsegs : 1) * sizeof(*s));
+	if (!s)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	for (int i = 0; i < nsegs; i++)
+		DTF_ASSERT(segs[i].offset + segs[i].count <= opt->n);
+	memcpy(s, segs, (size_t)nsegs * sizeof(*s));
+	dtf_free(opt->segs);
+	opt->segs = s;
+	opt->nsegs = nsegs;
+	return 0;
+}
+
+int dtf_optimizer_segments_from_graph(struct dtf_optimizer *opt,
+				      const struct dtf_job *job,
+				      const struct dtf_graph *g)
+{
+	int nv = 0;
+	for (int i = 0; i < g->nnodes; i++)
+		nv += g->nodes[i].op == DTF_OP_VARIABLE;
+	struct dtf_opt_segment *segs =
+		dtf_malloc((size_t)(nv ? nv : 1) * sizeof(*segs));
+	if (!segs)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	int k = 0;
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		if (n->op != DTF_OP_VARIABLE)
+			continue;
+		segs[k++] = (struct dtf_opt_segment){
+			.offset = n->a.var.offset,
+			.count = (size_t)dtf_shape_numel(&n->shape),
+			.trainable = n->a.var.trainable,
+			.decay = n->a.var.trainable &&
+				 ((job->train.decay_groups >>
+				   dtf_graph_var_group(n)) & 1)};
+	}
+	int rc = dtf_optimizer_set_segments(opt, segs, k);
+	dtf_free(segs);
+	return rc;
+}
+
+const char *dtf_optimizer_slot_name(const struct dtf_optimizer *opt, int k)
+{
+	switch (opt->kind) {
+	case DTF_OPT_SGD:
+		return "momentum";
+	case DTF_OPT_ADAM:
+	case DTF_OPT_ADAMW:
+		return k == 0 ? "m" : "v";
+	case DTF_OPT_RMSPROP:
+		if (k == 0)
+			return "rms";
+		return k == 1 && opt->centered ? "mg" : "momentum";
+	}
+	return "?";
 }
 
 void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool)
@@ -46,17 +126,18 @@ void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool)
 	opt->fast = 1;
 }
 
-static void sgd(struct dtf_optimizer *opt, float *restrict p,
-		const float *restrict g, float lr)
+/* ---- one segment of each optimizer ------------------------------------ */
+
+static void sgd(struct dtf_optimizer *opt, size_t off, size_t n,
+		float *restrict p, const float *restrict g, float lr)
 {
-	size_t n = opt->n;
-	if (!opt->slots) {
+	if (!opt->nslots) {
 		for (size_t i = 0; i < n; i++)
 			p[i] -= lr * g[i];
 		return;
 	}
 	float mu = (float)opt->momentum;
-	float *restrict v = opt->slots;
+	float *restrict v = opt->slots + off;
 	if (opt->nesterov) {
 		for (size_t i = 0; i < n; i++) {
 			v[i] = mu * v[i] - lr * g[i];
@@ -70,16 +151,16 @@ static void sgd(struct dtf_optimizer *opt, float *restrict p,
 	}
 }
 
-static void adam(struct dtf_optimizer *opt, float *restrict p,
-		 const float *restrict g, double lr)
+static void adam(struct dtf_optimizer *opt, size_t off, size_t n,
+		 float *restrict p, const float *restrict g, double lr)
 {
-	size_t n = opt->n;
 	double t = (double)opt->iterations;
 	float step = (float)(lr * sqrt(1.0 - pow(opt->beta_2, t)) /
 			     (1.0 - pow(opt->beta_1, t)));
 	float b1 = (float)opt->beta_1, b2 = (float)opt->beta_2;
 	float eps = (float)opt->epsilon;
-	float *restrict m = opt->slots, *restrict v = opt->slots + n;
+	float *restrict m = opt->slots + off;
+	float *restrict v = opt->slots + opt->n + off;
 	if (opt->fast) {
 		dtf_fast_adam(opt->pool, n, p, g, m, v, step, b1, b2, eps);
 		return;
@@ -91,12 +172,101 @@ static void adam(struct dtf_optimizer *opt, float *restrict p,
 	}
 }
 
-void dtf_optimizer_apply(struct dtf_optimizer *opt, float *params,
-			 const float *grads, double lr)
+static void rmsprop(struct dtf_optimizer *opt, size_t off, size_t n,
+		    float *restrict p, const float *restrict g, float lr)
 {
+	float rho = (float)opt->rho, eps = (float)opt->epsilon;
+	float mu = (float)opt->momentum;
+	float *restrict ms = opt->slots + off;
+	float *restrict mg = opt->centered ? opt->slots + opt->n + off : NULL;
+	float *restrict mom =
+		mu != 0.0f ? opt->slots + (size_t)(1 + opt->centered) * opt->n +
+				     off
+			   : NULL;
+	for (size_t i = 0; i < n; i++) {
+		ms[i] = rho * ms[i] + (1.0f - rho) * g[i] * g[i];
+		float den = ms[i] + eps;
+		if (mg) {
+			mg[i] = rho * mg[i] + (1.0f - rho) * g[i];
+			den = ms[i] - mg[i] * mg[i] + eps;
+		}
+		float inc = lr * g[i] / sqrtf(den);
+		if (mom) {
+			mom[i] = mu * mom[i] + inc;
+			p[i] -= mom[i];
+		} else {
+			p[i] -= inc;
+		}
+	}
+}
+
+void dtf_optimizer_apply(struct dtf_optimizer *opt, float *params,
+			 float *grads, double lr)
+{
+	struct dtf_opt_segment all = {0, opt->n, 1, 1};
+	const struct dtf_opt_segment *segs = opt->segs ? opt->segs : &all;
+	int nsegs = opt->segs ? opt->nsegs : 1;
+
 	opt->iterations++;
-	if (opt->kind == DTF_OPT_ADAM)
-		adam(opt, params, grads, lr);
-	else
-		sgd(opt, params, grads, (float)lr);
+	if (opt->weight_decay > 0) {
+		float wd = (float)opt->weight_decay;
+		for (int s = 0; s < nsegs; s++) {
+			if (!segs[s].trainable || !segs[s].decay)
+				continue;
+			float *restrict g = grads + segs[s].offset;
+			const float *restrict p = params + segs[s].offset;
+			for (size_t i = 0; i < segs[s].count; i++)
+				g[i] += wd * p[i];
+		}
+	}
+	opt->last_norm = 0;
+	if (opt->clipnorm > 0) {
+		double sq = 0;
+		for (int s = 0; s < nsegs; s++) {
+			if (!segs[s].trainable)
+				continue;
+			const float *g = grads + segs[s].offset;
+			for (size_t i = 0; i < segs[s].count; i++)
+				sq += (double)g[i] * g[i];
+		}
+		opt->last_norm = sqrt(sq);
+		if (opt->last_norm > opt->clipnorm) {
+			float scale = (float)(opt->clipnorm / opt->last_norm);
+			for (int s = 0; s < nsegs; s++) {
+				if (!segs[s].trainable)
+					continue;
+				float *g = grads + segs[s].offset;
+				for (size_t i = 0; i < segs[s].count; i++)
+					g[i] *= scale;
+			}
+		}
+	}
+	if (opt->decoupled_decay > 0) {
+		float f = (float)(lr * opt->decoupled_decay);
+		for (int s = 0; s < nsegs; s++) {
+			if (!segs[s].trainable || !segs[s].decay)
+				continue;
+			float *restrict p = params + segs[s].offset;
+			for (size_t i = 0; i < segs[s].count; i++)
+				p[i] -= f * p[i];
+		}
+	}
+	for (int s = 0; s < nsegs; s++) {
+		if (!segs[s].trainable)
+			continue;
+		size_t off = segs[s].offset, n = segs[s].count;
+		switch (opt->kind) {
+		case DTF_OPT_SGD:
+			sgd(opt, off, n, params + off, grads + off, (float)lr);
+			break;
+		case DTF_OPT_ADAM:
+		case DTF_OPT_ADAMW:
+			adam(opt, off, n, params + off, grads + off, lr);
+			break;
+		case DTF_OPT_RMSPROP:
+			rmsprop(opt, off, n, params + off, grads + off,
+				(float)lr);
+			break;
+		}
+	}
 }

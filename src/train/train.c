@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm.h"
+#include "dist/strategy.h"
 #include "data/pipeline.h"
 #include "graph/exec.h"
 #include "graph/fast_exec.h"
@@ -38,6 +39,8 @@
 #include "train/elastic.h"
 #include "train/fault.h"
 #include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/summary.h"
 #include "train/threads.h"
 
 #define NSTATS 3 /* loss sum, correct, examples: behind the gradients */
@@ -87,7 +90,9 @@ static int build(const struct dtf_job *job, int batch, int with_backward,
 {
 	memset(r, 0, sizeof(*r));
 	int rc;
-	r->layer_out = dtf_calloc((size_t)job->model.nlayers + 1, sizeof(int));
+	r->layer_out = dtf_calloc((size_t)job->model.nlayers +
+					  (size_t)job->model.nnodes + 1,
+				  sizeof(int));
 	if (!r->layer_out)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	if ((rc = dtf_graph_lower_model(job, batch, &r->g, r->layer_out)) < 0)
@@ -107,7 +112,8 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	r->ids = dtf_calloc((size_t)g->batch, sizeof(uint64_t));
 	if (!r->params || !r->grads || !r->feed || !r->ids)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for parameters");
-	if ((rc = dtf_plan_graph(g, r->params, r->grads, &r->plan)) < 0)
+	if ((rc = dtf_plan_graph_with(g, job->memory.planner, r->params,
+				      r->grads, &r->plan)) < 0)
 		return rc;
 	size_t scratch = 0;
 	for (int f = 0; f < job->data.nfeatures; f++)
@@ -125,58 +131,19 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	for (int i = 0; i < g->nnodes; i++)
 		if (g->nodes[i].op == DTF_OP_INPUT)
 			r->feed[g->nodes[i].a.in.feature] = g->nodes[i].data;
-	return dtf_optimizer_init(&r->opt, job, g->nparams);
+	if ((rc = dtf_optimizer_init(&r->opt, job, g->nparams)) < 0)
+		return rc;
+	return dtf_optimizer_segments_from_graph(&r->opt, job, g);
 }
 
 /* ---- summary ------------------------------------------------------------ */
-
-static size_t layer_params(const struct dtf_graph *g, int layer)
-{
-	size_t n = 0;
-	for (int i = 0; i < g->nforward; i++)
-		if (g->nodes[i].layer == layer &&
-		    g->nodes[i].op == DTF_OP_VARIABLE)
-			n += (size_t)dtf_shape_numel(&g->nodes[i].shape);
-	return n;
-}
-
-static void print_table(const struct dtf_job *job, const struct replica *r,
-			FILE *out)
-{
-	const struct dtf_graph *g = &r->g;
-	char shape[96];
-	fprintf(out, "Model: \"%s\"\n", job->name);
-	fprintf(out, "%-24s %-12s %-22s %12s\n", "Layer", "Type",
-		"Output shape", "Params");
-	fprintf(out, "%.*s\n", 73,
-		"==========================================================================");
-	const struct dtf_node *in = &g->nodes[0];
-	fprintf(out, "%-24s %-12s %-22s %12d\n", in->name, "input",
-		dtf_shape_str(&in->shape, shape, sizeof(shape)), 0);
-	for (int li = 0; li < job->model.nlayers; li++) {
-		const struct dtf_layer *l = &job->model.layers[li];
-		const struct dtf_node *n = &g->nodes[r->layer_out[li]];
-		fprintf(out, "%-24s %-12s %-22s %12zu\n", l->name,
-			dtf_layer_kind_name(l->kind),
-			dtf_shape_str(&n->shape, shape, sizeof(shape)),
-			layer_params(g, li));
-	}
-	fprintf(out, "%.*s\n", 73,
-		"==========================================================================");
-	size_t total = dtf_graph_num_params(g);
-	fprintf(out, "Total params: %zu (%.2f MB)\n", total,
-		(double)total * 4 / 1e6);
-	fprintf(out, "Trainable params: %zu\n", total);
-	fprintf(out, "Graph: %d forward ops, %d backward ops; batch per replica %d\n",
-		g->nforward, g->nnodes - g->nforward, g->batch);
-}
 
 int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 {
 	struct replica r;
 	int rc = build(job, batch, 1, &r);
 	if (rc == 0)
-		print_table(job, &r, out);
+		rc = dtf_summary_print(job, &r.g, r.layer_out, out);
 	replica_deinit(&r);
 	return rc;
 }
@@ -236,7 +203,7 @@ static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
 }
 
 struct eval_totals {
-	double loss_sum, correct, count;
+	double loss_sum, correct, count, top_k;
 };
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
@@ -255,7 +222,8 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 				   .workspace = r->plan.workspace,
 				   .fast = r->use_fast ? &r->fast : NULL,
 				   .loss_scale = 1.0f};
-	double local[3] = {0, 0, 0};
+	/* loss sum, correct, count, top-k correct (CPU path only) */
+	double local[4] = {0, 0, 0, 0};
 	int rc = r->gpu ? dtf_gpu_evaluate(r->gpu, eval, local)
 			: dtf_pipeline_begin_epoch(eval, 0);
 	while (rc == 0 && !r->gpu) {
@@ -268,16 +236,19 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		local[0] += ctx.loss_sum;
 		local[1] += dtf_graph_count_correct(g, count, 1);
 		local[2] += count;
+		if (job->model.metric_top_k)
+			local[3] += dtf_graph_count_correct(
+				g, count, job->model.metric_top_k);
 	}
 	int crc = agree(comm, rc, "evaluating after", step, result);
 	if (crc < 0)
 		return crc;
-	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 3)) < 0)
+	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 4)) < 0)
 		return crc;
-	(void)job;
 	tot->loss_sum = local[0];
 	tot->correct = local[1];
 	tot->count = local[2];
+	tot->top_k = local[3];
 	return 0;
 }
 
@@ -455,6 +426,77 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
 		      int64_t step, int read_ahead, struct dtf_step_times *t,
 		      struct dtf_obs *obs,
+		      struct dtf_train_result *result);
+
+/*
+ * The CPU step through the distribution strategy (dist/strategy.h):
+ * train.accumulate_steps micro-batches, each read, agreed on, run forward
+ * and backward (the last one starting the gradient buckets from inside
+ * backward), then the strategy reduces, checks and applies the update.
+ * t->mark is left at the end of the step (the strategy adds the optimizer
+ * time itself).
+ */
+static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
+			 struct dtf_strategy *strat, struct replica *r,
+			 struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
+			 int rc, int vote, int *agreed, int64_t step, double lr,
+			 struct dtf_step_times *t, struct dtf_obs *obs,
+			 struct dtf_train_result *result)
+{
+	struct dtf_graph *g = &r->g;
+	int batch = g->batch, count = 0, k = job->train.accumulate_steps;
+	float *stats = r->grads + g->nparams;
+	memset(stats, 0, NSTATS * sizeof(float));
+	double t0 = now_seconds(), t1 = t0, t2 = t0, t3 = t0, t4 = t0;
+	for (int micro = 0; micro < k; micro++) {
+		t0 = now_seconds();
+		if (rc == 0)
+			rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
+		if (rc == 0 && count < batch)
+			rc = dtf_error(DTF_ERR_DATA,
+				       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
+				       job->data.train_files, count, batch,
+				       (long long)step);
+		if (rc == 0)
+			rc = check_labels(r, train, count, job->model.loss_logits);
+		t1 = now_seconds();
+		t->data_wait += t1 - t0;
+		if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for",
+				     step, result)) < 0)
+			return rc;
+		t2 = now_seconds();
+		dtf_exec_forward(g, ctx);
+		t3 = now_seconds();
+		dtf_strategy_backward(strat, ctx, micro, k, lr);
+		stats[DTF_STAT_LOSS] += (float)ctx->loss_sum;
+		stats[DTF_STAT_CORRECT] +=
+			(float)dtf_graph_count_correct(g, batch, 1);
+		stats[DTF_STAT_COUNT] += (float)batch;
+		t4 = now_seconds();
+		t->forward += t3 - t2;
+		t->backward += t4 - t3;
+		t->comm += t2 - t1; /* the agreement */
+	}
+	int applied;
+	rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
+				      &t->comm, &t->optimizer);
+	double t5 = now_seconds();
+	t->mark = t5;
+	if (dtf_obs_tracing(obs, step + 1)) { /* the last micro-batch */
+		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
+		dtf_obs_span(obs, DTF_OBS_AGREE, step + 1, -1, t1, t2);
+		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
+		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
+		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+	}
+	return rc;
+}
+
+static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
+		      struct replica *r, struct dtf_pipeline *train,
+		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
+		      int64_t step, int read_ahead, struct dtf_step_times *t,
+		      struct dtf_obs *obs,
 		      struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
@@ -588,9 +630,18 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		  const struct dtf_train_opts *opts,
 		  struct dtf_train_result *result)
 {
-	int rank = comm ? dtf_comm_rank(comm) : 0;
-	int world = comm ? dtf_comm_size(comm) : 1;
+	struct dtf_comm *world_comm = comm;
+	struct dtf_strategy *strat = NULL;
 	int batch = 0, rc;
+	/* roles and sub-communicators (dist/strategy.h); from here `comm` is
+	 * the training replicas' (NULL on ps and evaluator ranks) */
+	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster, &strat)) < 0)
+		return rc;
+	enum dtf_task_type role = strat ? dtf_strategy_role(strat)
+					: DTF_TASK_WORKER;
+	comm = strat ? dtf_strategy_replica_comm(strat) : NULL;
+	int rank = comm ? dtf_comm_rank(comm) : 0;
+	int world = strat ? dtf_strategy_num_replicas(strat) : 1;
 	struct replica r;
 	struct dtf_pipeline *train = NULL, *eval = NULL;
 	struct dtf_obs *obs = NULL;
@@ -600,33 +651,59 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int resume = opts->resume || job->checkpoint.resume;
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
+	result->eval_top_k_accuracy = -1;
 
+	rc = 0;
 	if (resume && !opts->dry_run && !job->checkpoint.dir)
-		return dtf_error(DTF_ERR_USAGE,
-				 "%s: resuming needs checkpoint.dir in the job file",
-				 job->path);
-	if ((rc = per_replica_batch(job, world, &batch)) < 0)
-		return rc;
-	if (!opts->dry_run && opts->export_variables && rank == 0) {
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "%s: resuming needs checkpoint.dir in the job file",
+			       job->path);
+	if (rc == 0 && job->checkpoint.dir &&
+	    job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER)
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "checkpoint.dir: checkpoints are not supported with strategy parameter_server yet (the ps ranks hold the variables and optimizer state)");
+	if (rc == 0)
+		rc = per_replica_batch(job, world, &batch);
+	if (rc == 0 && !opts->dry_run && opts->export_variables && rank == 0 &&
+	    role != DTF_TASK_PS && role != DTF_TASK_EVALUATOR) {
 		/* find out now, not after the training, that it cannot be
 		 * written */
 		FILE *f = fopen(opts->export_variables, "ab");
 		if (!f)
-			return dtf_error(DTF_ERR_USAGE,
-					 "--export-variables %s: cannot write: %m",
-					 opts->export_variables);
-		fclose(f);
+			rc = dtf_error(DTF_ERR_USAGE,
+				       "--export-variables %s: cannot write: %m",
+				       opts->export_variables);
+		else
+			fclose(f);
+	}
+	if (rc < 0) {
+		dtf_strategy_free(strat);
+		return rc;
 	}
 	if ((rc = build(job, batch, 1, &r)) < 0)
 		goto out;
 	result->num_params = dtf_graph_num_params(&r.g);
 	if (opts->dry_run) {
 		if (rank == 0)
-			print_table(job, &r, stdout);
+			rc = dtf_summary_print(job, &r.g, r.layer_out, stdout);
 		goto out;
 	}
-	if ((rc = setup_buffers(job, &r)) < 0)
+	if (role == DTF_TASK_EVALUATOR) {
+		/* pending: evaluating each new checkpoint as it appears */
+		dtf_log(DTF_LOG_WARN, 1, "evaluator: checkpoint evaluation is not available yet; this rank exits");
+		rc = agree(world_comm, 0, "setting up before", 0, result);
 		goto out;
+	}
+	if ((rc = setup_buffers(job, &r)) == 0)
+		rc = dtf_strategy_setup(strat, &r.g, r.params, r.grads, &r.opt);
+	/* every rank, ps included, learns of a failed setup */
+	if ((rc = agree(world_comm, rc, "setting up before", 0, result)) < 0)
+		goto out;
+	if (role == DTF_TASK_PS) {
+		dtf_graph_init_params(&r.g, job->seed, r.params);
+		rc = dtf_strategy_serve(strat);
+		goto out;
+	}
 
 	int threads = dtf_threads_choose(opts->threads,
 					 comm ? dtf_comm_local_size(comm) : 1);
@@ -643,9 +720,21 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		 r.use_fast ? "fast kernels, 1 BLAS thread each"
 			    : "reference kernels, all BLAS threads",
 		 dtf_threads_blas_core());
-	dtf_info("batch: global %lld, per replica %d; %zu parameters; learning rate %g",
-		 (long long)global_batch, batch, result->num_params,
-		 job->train.learning_rate);
+	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
+		 (long long)global_batch, batch, job->train.accumulate_steps,
+		 (long long)global_batch * job->train.accumulate_steps,
+		 result->num_params, job->train.learning_rate,
+		 dtf_strategy_learning_rate(strat, job->train.learning_rate,
+					    INT64_MAX),
+		 job->train.lr_scaling == DTF_LR_SCALING_LINEAR
+			 ? " (linear scaling by the replicas)"
+			 : "");
+	{
+		char desc[256];
+		dtf_strategy_describe(strat, desc, sizeof(desc));
+		dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type),
+			 desc);
+	}
 
 	/* device, signals, watchdog, checkpoints and data: set up on every
 	 * rank, then agree before any other collective */
@@ -654,6 +743,19 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				  .grads = r.grads, .nstats = NSTATS,
 				  .opt = &r.opt};
 	rc = dtf_gpu_open(&go, &r.gpu);
+	if (rc == 0 && r.gpu &&
+	    (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE ||
+	     job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER ||
+	     job->train.accumulate_steps > 1 || job->strategy.hierarchical ||
+	     job->strategy.compression != DTF_GRAD_COMPRESSION_NONE))
+		/* the GPU path reduces its device gradients in one allreduce */
+		rc = dtf_error(DTF_ERR_CONFIG,
+			       "strategy: %s%s%s%s is not supported on the GPU yet\n"
+			       "HINT: set device: cpu",
+			       dtf_strategy_name(job->strategy.type),
+			       job->train.accumulate_steps > 1 ? ", accumulate_steps" : "",
+			       job->strategy.hierarchical ? ", hierarchical" : "",
+			       job->strategy.compression ? ", compression" : "");
 	if (rc == 0)
 		rc = dtf_fault_new(comm, rank, job->fault.timeout_seconds, &fault);
 	if (rc == 0 && job->checkpoint.dir && r.gpu)
@@ -673,8 +775,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				   batch, 0, &eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
-	int64_t steps_per_epoch[3] = {dtf_pipeline_num_records(train) / batch,
-				      -dtf_pipeline_num_records(train) / batch,
+	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
+	int64_t steps_per_epoch[3] = {dtf_pipeline_num_records(train) / per_update,
+				      -dtf_pipeline_num_records(train) / per_update,
 				      dtf_pipeline_num_records(train)};
 	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 3)) < 0)
 		goto out;
@@ -716,7 +819,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		total_steps = job->train.max_steps;
 	struct dtf_exec_ctx ctx = {
 		.training = 1, .example_ids = r.ids, .valid = batch,
-		.loss_scale = (float)(1.0 / (double)global_batch),
+		.loss_scale = (float)(1.0 / ((double)global_batch *
+					     job->train.accumulate_steps)),
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
 		.workspace = r.plan.workspace,
 		.fast = r.use_fast ? &r.fast : NULL};
@@ -743,7 +847,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		pos.nprev = st.nprev;
 		memcpy(pos.prev, st.prev, sizeof(st.prev));
 	}
-	double lr = job->train.learning_rate;
+	struct dtf_schedule sched;
+	dtf_schedule_init(&sched, job, total_steps);
+	double lr = dtf_schedule_lr(&sched, step);
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 	const int64_t every = job->train.eval_every_steps;
 
@@ -783,6 +889,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			struct dtf_step_times stt = {0};
 			double t_begin = now_seconds();
 			ctx.step = (uint64_t)step;
+			lr = dtf_schedule_lr(&sched, step);
 			dtf_fault_progress(fault, "training step", step);
 			dtf_fault_at_step(fault, step);
 			if (rc == 0)
@@ -791,15 +898,20 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				   dtf_checkpointer_time_due(ck), agreed = 0;
 			int read_ahead = s + 1 < steps_per_epoch[0] &&
 					 step + 1 < total_steps;
-			rc = train_step(job, comm, &r, train, &ctx, rc, vote,
-					&agreed, step, read_ahead, &stt, obs,
-					result);
+			lr = dtf_strategy_learning_rate(
+				strat, job->train.learning_rate, step);
+			if (r.gpu)
+				rc = train_step(job, comm, &r, train, &ctx, rc,
+						vote, &agreed, step, read_ahead,
+						&stt, obs, result);
+			else
+				rc = strategy_step(job, comm, strat, &r, train,
+						   &ctx, rc, vote, &agreed, step,
+						   lr, &stt, obs, result);
 			if (rc < 0)
 				goto out;
 			if (r.gpu)
 				dtf_gpu_apply(r.gpu, &r.opt, lr);
-			else
-				dtf_optimizer_apply(&r.opt, r.params, r.grads, lr);
 			double t_end = now_seconds();
 			stt.optimizer += t_end - stt.mark;
 			step++;
@@ -825,6 +937,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				if ((rc = average_nontrainable(comm, &r)) < 0)
 					goto out;
 				dtf_fault_progress(fault, "evaluation", step);
+				if ((rc = dtf_strategy_sync_params(strat)) < 0)
+					goto out;
 				double te = now_seconds();
 				if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 					goto out;
@@ -854,6 +968,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		if (eval && (!every || (step == total_steps && step % every))) {
 			struct eval_totals tot;
 			dtf_fault_progress(fault, "evaluation", step);
+			if ((rc = dtf_strategy_sync_params(strat)) < 0)
+				goto out;
 			double te = now_seconds();
 			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
 				goto out;
@@ -862,6 +978,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			dtf_obs_eval(obs, step, epoch, result->eval_loss,
 				     result->eval_accuracy, tot.count, te,
 				     now_seconds());
+			if (job->model.metric_top_k && !r.gpu) {
+				result->eval_top_k_accuracy = tot.top_k / tot.count;
+				dtf_info("epoch %d: test top-%d accuracy %.4f",
+					 epoch + 1, job->model.metric_top_k,
+					 result->eval_top_k_accuracy);
+			}
 			if (job->train.stop_at_accuracy > 0 &&
 			    result->eval_accuracy >= job->train.stop_at_accuracy) {
 				dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
@@ -884,9 +1006,13 @@ stopped:
 		goto out;
 	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
 		goto out;
+	if ((rc = dtf_strategy_sync_params(strat)) < 0)
+		goto out;
 	if (opts->export_variables && rank == 0)
 		rc = write_variables(opts->export_variables, r.params, np);
 out:
+	dtf_strategy_end(strat, rc);
+	dtf_strategy_free(strat);
 	dtf_obs_free(obs);
 	dtf_elastic_free(st.el);
 	dtf_checkpointer_free(ck);

@@ -15,12 +15,16 @@
 #include "config/job.h"
 
 struct dtf_comm;
+struct dtf_cluster;
 
 struct dtf_train_opts {
 	int dry_run;        /* build and check, print the summary, no data */
 	int threads;        /* BLAS threads per rank; 0 = cores / local ranks */
 	const char *export_variables; /* write the final parameter vector */
 	int quiet;          /* no per-step lines */
+	/* roles from TF_CONFIG (checked against the world), or NULL: derived
+	 * from the job (config/tf_config.h) */
+	const struct dtf_cluster *cluster;
 	int resume;         /* --resume: as checkpoint.resume: auto */
 	int allow_fresh_start; /* --allow-fresh-start: no checkpoint verifies
 				  -> train from step 0 instead of failing */
@@ -41,6 +45,7 @@ struct dtf_train_result {
 	double wall_seconds;
 	double samples_per_second;
 	double eval_loss, eval_accuracy; /* -1 when there was no eval */
+	double eval_top_k_accuracy; /* metrics top_k_accuracy; -1 if none */
 	size_t num_params;
 	int remote_failure; /* 1: stopped because another rank failed */
 	struct dtf_step_times times; /* whole run */

@@ -1,0 +1,184 @@
+/*
+ * strategy.h - tf.distribute strategies on MPI: who trains, how gradients
+ * travel, who applies the update.
+ *
+ * The trainer sees a narrow interface: create the strategy (roles,
+ * sub-communicators), set it up for the graph (fusion buckets, buffers),
+ * then per step run backward through dtf_strategy_backward() and finish with
+ * dtf_strategy_finish_step(), which reduces the gradients and the step
+ * statistics, checks them for NaN/Inf (one verdict on every rank) and
+ * applies the optimizer update wherever the strategy keeps the variables.
+ *
+ * Strategies (DESIGN.md section 5; dtf-train-job(5) STRATEGIES):
+ *  - one_device: one process; more than one rank is a job error.
+ *  - mirrored: synchronous replicas on one node (ranks on several nodes are
+ *    a job error); multi_worker_mirrored: the same across nodes, optionally
+ *    hierarchical (reduce to a leader per node, allreduce among leaders,
+ *    broadcast inside the node).  Every replica applies the same update.
+ *  - central_storage: gradients are reduced to replica 0, which alone holds
+ *    the optimizer state, applies the update and broadcasts the variables.
+ *  - parameter_server: ps ranks own the variables, partitioned whole by
+ *    size (greedy: largest first onto the least-loaded ps); workers push
+ *    gradients and get the variables back with point-to-point messages.
+ *    sync: every step's gradients from all workers are summed in worker
+ *    order before one update (= synchronous data parallelism).  async:
+ *    each push is applied on arrival and answered with the current
+ *    variables; a worker more than max_staleness steps ahead of the slowest
+ *    worker waits for its answer (stale synchronous parallel).
+ *
+ * Communication (Horovod / PyTorch DDP): gradients are fused into buckets
+ * of at most bucket_mb in the order backward produces them (one bucket
+ * holds a whole variable, so a variable larger than the cap is a bucket of
+ * its own); with overlap, a bucket's nonblocking reduction starts as soon
+ * as its last gradient is written and is progressed (MPI_Test) after every
+ * later backward node.  Calls are cut into chunks of at most 16 MB, where
+ * Open MPI's shared-memory collectives are fastest (DESIGN.md section 7).
+ * Compression fp16/bf16 sends 16-bit values pre-divided by the number of
+ * replicas (so the sum stays in range) with a reduction operator that adds
+ * in float32, and multiplies back after.
+ *
+ * Gradient accumulation: with train.accumulate_steps k, micro-batches
+ * 1..k-1 add their gradients into an accumulator; the k-th adds it in as
+ * each bucket becomes ready, so one communication serves k micro-batches.
+ *
+ * Nothing is allocated per step.  Only dist/ includes <mpi.h>.
+ */
+#ifndef DTF_DIST_STRATEGY_H
+#define DTF_DIST_STRATEGY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/job.h"
+#include "config/tf_config.h"
+#include "graph/exec.h"
+#include "graph/graph.h"
+#include "train/optimizer.h"
+
+struct dtf_comm;
+struct dtf_strategy;
+
+/* The step statistics that travel with the gradients. */
+enum { DTF_STAT_LOSS, DTF_STAT_CORRECT, DTF_STAT_COUNT, DTF_NSTATS };
+
+/*
+ * Take this rank's role from `cluster` (TF_CONFIG, or dtf_cluster_from_job)
+ * and check the strategy against the world: one_device on more than one
+ * rank, mirrored across nodes, hierarchical without multi_worker_mirrored
+ * are DTF_ERR_CONFIG (the same on every rank).  Then split the world into
+ * the replicas (chief and workers), the ps ranks and per-node groups: a
+ * collective over `world`.  `world` is borrowed and must outlive *out.
+ * Errors: DTF_ERR_CONFIG, DTF_ERR_MPI, DTF_ERR_NOMEM.
+ */
+int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
+		     const struct dtf_cluster *cluster,
+		     struct dtf_strategy **out);
+
+/* NULL is a no-op.  A worker of a parameter_server strategy that has not
+ * called dtf_strategy_end() tells the ps ranks it failed. */
+void dtf_strategy_free(struct dtf_strategy *s);
+
+/* This rank's task type (chief, worker, ps, evaluator). */
+enum dtf_task_type dtf_strategy_role(const struct dtf_strategy *s);
+
+/* The communicator of the training replicas (chief and workers; replica
+ * index = world rank), NULL on ps and evaluator ranks.  Owned by s. */
+struct dtf_comm *dtf_strategy_replica_comm(const struct dtf_strategy *s);
+
+/* Number of training replicas (chief and workers). */
+int dtf_strategy_num_replicas(const struct dtf_strategy *s);
+
+/* The learning rate of update `step` (0-based): `base` times the number of
+ * replicas under train.learning_rate_scaling: linear, reached linearly
+ * from `base` over the warmup steps (Goyal et al. 2017, "gradual warmup");
+ * `base` without scaling. */
+double dtf_strategy_learning_rate(const struct dtf_strategy *s, double base,
+				  int64_t step);
+
+/*
+ * Prepare a replica (or a ps) for graph g: buckets from g->var_grad, fusion
+ * and compression buffers, the accumulator, the ps partition.  params and
+ * grads are the replica's flat vectors (g->nparams floats; grads has
+ * DTF_NSTATS more floats behind it); opt is its optimizer, which the
+ * strategy drives (on replicas that keep no state, central_storage's
+ * non-root replicas and parameter_server workers, its state is released).
+ * The pointers are borrowed.  Errors: DTF_ERR_NOMEM.
+ */
+int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
+		       float *params, float *grads, struct dtf_optimizer *opt);
+
+/* Human-readable summary of the buckets, for the start-up log. */
+void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
+			   size_t size);
+
+/*
+ * Backward pass of micro-batch `micro` of `nmicro` (train.accumulate_steps)
+ * on a replica at learning rate lr; the last one starts the communication
+ * (at once per bucket with overlap, else in dtf_strategy_finish_step).
+ */
+void dtf_strategy_backward(struct dtf_strategy *s, struct dtf_exec_ctx *ctx,
+			   int micro, int nmicro, double lr);
+
+/*
+ * Finish update `step`: complete the reduction, sum `stats` (DTF_NSTATS
+ * floats, this replica's; replaced by the sums over replicas, or kept local
+ * for asynchronous parameter_server), check for non-finite gradients and
+ * apply the update at learning rate lr.  *applied is 0 when the update was
+ * skipped (train.on_nonfinite: skip).  Seconds spent waiting on
+ * communication and in the optimizer are added to *comm_s and *opt_s.
+ * Errors: DTF_ERR_RUNTIME (non-finite gradients with on_nonfinite: fail;
+ * the same on every replica), DTF_ERR_REMOTE (a worker of a
+ * parameter_server job failed), DTF_ERR_MPI.
+ */
+int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
+			     int64_t step, int *applied, double *comm_s,
+			     double *opt_s);
+
+/* Bring this replica's variables up to date before evaluation or export:
+ * for asynchronous parameter_server, wait for every worker to get here and
+ * pull the variables from the ps ranks; nothing otherwise.  A collective
+ * over the replicas.  Errors: DTF_ERR_MPI, DTF_ERR_REMOTE. */
+int dtf_strategy_sync_params(struct dtf_strategy *s);
+
+/* A ps rank: serve the workers until every one has finished or one has
+ * failed.  params holds the initial variables (the same on every rank).
+ * Errors: the failing worker's kind of error (exit status), DTF_ERR_MPI. */
+int dtf_strategy_serve(struct dtf_strategy *s);
+
+/* A worker is done (rc 0) or failed (rc < 0): tell the ps ranks.  Other
+ * strategies: nothing. */
+void dtf_strategy_end(struct dtf_strategy *s, int rc);
+
+/* Updates skipped so far for non-finite gradients. */
+int64_t dtf_strategy_skipped(const struct dtf_strategy *s);
+
+/*
+ * Blocking sum over the ranks of c of n floats in place, sent as 16-bit
+ * values (compression fp16 or bf16; none is a plain float32 allreduce):
+ * each rank sends buf / size, the 16-bit values are added in float32 by a
+ * custom reduction operator, the result is multiplied by size.  scratch
+ * holds n 16-bit values.  For tests and benchmarks.  Errors: DTF_ERR_MPI.
+ */
+int dtf_strategy_allreduce_compressed(struct dtf_comm *c, float *buf,
+				      uint16_t *scratch, size_t n,
+				      enum dtf_grad_compression compression);
+
+/*
+ * Sum n floats of buf over the replicas through this strategy's collective
+ * path, blocking, in the chunks training uses: flat allreduce,
+ * hierarchical reduce/allreduce/broadcast, central_storage reduce to
+ * replica 0 then broadcast (what the update costs there), compression as
+ * configured; parameter_server: one push and one pull through ps 0 (every
+ * rank calls it; the ps answers each worker in turn).  scratch: n 16-bit
+ * values for compression.  For benchmarks.  Errors: DTF_ERR_MPI.
+ */
+int dtf_strategy_reduce_buffer(struct dtf_strategy *s, float *buf,
+			       uint16_t *scratch, size_t n);
+
+/* Round to nearest even: float32 <-> IEEE binary16 and bfloat16. */
+uint16_t dtf_f32_to_f16(float f);
+float dtf_f16_to_f32(uint16_t h);
+uint16_t dtf_f32_to_bf16(float f);
+float dtf_bf16_to_f32(uint16_t h);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * schedule.c - learning-rate schedules (schedule.h), in double precision.
+ */
+#include "train/schedule.h"
+
+#include <math.h>
+
+void dtf_schedule_init(struct dtf_schedule *s, const struct dtf_job *job,
+		       int64_t total_steps)
+{
+	s->spec = job->train.schedule;
+	s->lr = job->train.learning_rate;
+	s->decay_steps = s->spec.decay_steps;
+	if (s->spec.kind == DTF_SCHED_COSINE_DECAY && s->decay_steps <= 0) {
+		s->decay_steps = total_steps - s->spec.warmup_steps;
+		if (s->decay_steps < 1)
+			s->decay_steps = 1;
+	}
+}
+
+static double decayed(const struct dtf_schedule *s, int64_t step)
+{
+	const struct dtf_schedule_spec *p = &s->spec;
+	switch (p->kind) {
+	case DTF_SCHED_CONSTANT:
+		return s->lr;
+	case DTF_SCHED_PIECEWISE_CONSTANT: {
+		int i = 0;
+		while (i < p->nboundaries && step > p->boundaries[i])
+			i++;
+		return p->values[i];
+	}
+	case DTF_SCHED_EXPONENTIAL_DECAY: {
+		double e = (double)step / (double)s->decay_steps;
+		if (p->staircase)
+			e = floor(e);
+		return s->lr * pow(p->decay_rate, e);
+	}
+	case DTF_SCHED_COSINE_DECAY: {
+		double d = (double)s->decay_steps;
+		double t = (double)step < d ? (double)step : d;
+		double cosine = 0.5 * (1.0 + cos(M_PI * t / d));
+		return s->lr * ((1.0 - p->alpha) * cosine + p->alpha);
+	}
+	}
+	return s->lr;
+}
+
+double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step)
+{
+	int64_t w = s->spec.warmup_steps;
+	if (w > 0 && step < w)
+		return decayed(s, 0) * (double)step / (double)w;
+	return decayed(s, step - (w > 0 ? w : 0));
+}

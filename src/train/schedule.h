@@ -1,0 +1,39 @@
+/*
+ * schedule.h - the learning rate of each step (train.schedule), as
+ * tf.keras.optimizers.schedules computes it from the step s = number of
+ * updates applied before this one (0 for the first update):
+ *  - constant: lr.
+ *  - piecewise_constant(boundaries b, values v): v[0] while s <= b[0],
+ *    v[i] while b[i-1] < s <= b[i], v[last] after b[last]
+ *    (PiecewiseConstantDecay; the optimizer's learning_rate is unused).
+ *  - exponential_decay(decay_steps D, decay_rate r, staircase):
+ *    lr * r^(s / D), with floor(s / D) when staircase (ExponentialDecay).
+ *  - cosine_decay(decay_steps D, alpha a): s' = min(s, D),
+ *    lr * ((1 - a) * 0.5 * (1 + cos(pi * s' / D)) + a) (CosineDecay).
+ *    D = 0 means the run's total steps minus the warmup.
+ * Linear warmup (warmup_steps W > 0, any schedule): for s < W the rate is
+ * peak * s / W, peak being the schedule's rate at its step 0; from s = W
+ * the schedule runs on s - W.  For cosine_decay this is Keras's
+ * CosineDecay(initial_learning_rate=0, warmup_target=lr, warmup_steps=W).
+ */
+#ifndef DTF_TRAIN_SCHEDULE_H
+#define DTF_TRAIN_SCHEDULE_H
+
+#include <stdint.h>
+
+#include "config/job.h"
+
+struct dtf_schedule {
+	struct dtf_schedule_spec spec;
+	double lr;            /* the optimizer's learning_rate */
+	int64_t decay_steps;  /* resolved (cosine with 0: total - warmup) */
+};
+
+/* From the job; total_steps: the run's steps (for cosine's default). */
+void dtf_schedule_init(struct dtf_schedule *s, const struct dtf_job *job,
+		       int64_t total_steps);
+
+/* The learning rate of the update after `step` updates. */
+double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step);
+
+#endif

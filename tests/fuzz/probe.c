@@ -1,0 +1,1 @@
+int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }

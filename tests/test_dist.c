@@ -1,0 +1,537 @@
+/*
+ * test_dist.c - strategies, communication and TF_CONFIG, end to end.
+ *
+ * Runs mpirun dtf-train on a small synthetic data set (as test_train does)
+ * and compares the exported parameters after 20 steps with a one_device
+ * run at the same global batch (DATA sharding without shuffle gives every
+ * step the same examples whatever the number of ranks):
+ *  - mirrored, multi_worker_mirrored (flat; hierarchical on 1 and 2
+ *    "nodes"), central_storage, parameter_server sync on 2-4 ranks:
+ *    max relative difference <= 1e-4;
+ *  - fused + overlapped buckets == one allreduce per tensor (bit for bit);
+ *  - fp16 compression within 1e-2 of float32 (and not equal to it);
+ *    bf16 within 5e-2; 8 ranks each sending 10000 in fp16 sum to 80000
+ *    (mean 10000), where the sum without pre-division is inf;
+ *  - accumulate_steps 4 at batch B/4 == batch B (1 and 2 ranks);
+ *  - every TF_CONFIG error: its own message, exit status 2, no hang;
+ *    a TF_CONFIG cluster (chief, worker, ps) trains like one_device;
+ *  - one_device on 2 ranks and mirrored across nodes are job errors;
+ *  - on_nonfinite skip and fail; async parameter_server learns;
+ *  - linear learning-rate scaling is logged.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "dist/strategy.h"
+
+static char tmpdir[256];
+static const char *build_root;
+
+static const char job_text[] =
+	"name: tiny-cnn\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
+	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 2}}\n"
+	"    - {conv2d: {filters: 6, kernel: 3, padding: valid, activation: relu}}\n"
+	"    - flatten\n"
+	"    - {dense: {units: 16, activation: relu}}\n"
+	"    - {dropout: {rate: 0.25}}\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"  metrics: [accuracy]\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  max_steps: 20\n"
+	"  epochs: 5\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"strategy: {type: multi_worker_mirrored}\n"
+	"logging: {every_steps: 10}\n";
+
+/* one rank per task: chief, worker 0, ps 0 (Open MPI names the rank) */
+static const char wrapper[] =
+	"#!/bin/sh\n"
+	"case $OMPI_COMM_WORLD_RANK in\n"
+	"0) t='\"chief\", \"index\": 0';;\n"
+	"1) t='\"worker\", \"index\": 0';;\n"
+	"*) t='\"ps\", \"index\": 0';;\n"
+	"esac\n"
+	"TF_CONFIG=\"{\\\"cluster\\\": {\\\"chief\\\": [\\\"h0:2222\\\"], "
+	"\\\"worker\\\": [\\\"h1:2222\\\"], \\\"ps\\\": [\\\"h2:2222\\\"]}, "
+	"\\\"task\\\": {\\\"type\\\": $t}}\" exec \"$@\"\n";
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...)
+{
+	char cmd[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static char *slurp(const char *name)
+{
+	static char buf[65536];
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+	FILE *f = fopen(path, "r");
+	buf[0] = 0;
+	if (!f)
+		return buf;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+/* mpirun -np np dtf-train ... --export-variables NAME.bin 2>NAME.log */
+static int train(int np, const char *name, const char *env,
+		 const char *sets)
+{
+	return run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
+		   "--export-variables %s/%s.bin %s %s/job.yaml 2>%s/%s.log "
+		   ">/dev/null",
+		   env ? env : "", np, build_root, tmpdir, name, sets ? sets : "",
+		   tmpdir, tmpdir, name);
+}
+
+static float *read_vars(const char *name, size_t *n)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s.bin", tmpdir, name);
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "missing %s", path);
+	char magic[8];
+	uint64_t count;
+	ck_assert_int_eq(fread(magic, 1, 8, f), 8);
+	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
+	float *p = malloc(count * sizeof(float));
+	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
+	fclose(f);
+	*n = count;
+	return p;
+}
+
+/* max over parameters of |a - b| / max(|a|, 1e-2) */
+static double max_rel_diff(const char *a_name, const char *b_name)
+{
+	size_t na, nb;
+	float *a = read_vars(a_name, &na), *b = read_vars(b_name, &nb);
+	ck_assert_uint_eq(na, nb);
+	double worst = 0;
+	for (size_t i = 0; i < na; i++) {
+		double d = fabs((double)a[i] - b[i]) /
+			   fmax(fabs((double)a[i]), 1e-2);
+		if (!(d <= worst)) /* NaN counts as the worst */
+			worst = isnan(d) ? INFINITY : d;
+	}
+	free(a);
+	free(b);
+	return worst;
+}
+
+static void setup(void)
+{
+	build_root = getenv("DTF_BUILD_ROOT");
+	if (!build_root)
+		build_root = ".";
+	const char *t = getenv("TMPDIR");
+	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-dist-test-XXXXXX",
+		 t ? t : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
+			     "--shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
+			     build_root, tmpdir), 0);
+	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
+			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
+			     build_root, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, job_text, tmpdir, tmpdir);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/tf.sh", tmpdir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(wrapper, f);
+	fclose(f);
+	ck_assert_int_eq(run("chmod +x %s/tf.sh", tmpdir), 0);
+	/* the reference: one process at global batch 16 */
+	ck_assert_int_eq(train(1, "ref", NULL, "--set strategy.type=one_device"), 0);
+}
+
+static void teardown(void)
+{
+	run("rm -rf '%s'", tmpdir);
+}
+
+/* ---- equivalence ------------------------------------------------------------- */
+
+static const struct {
+	int np;
+	const char *name, *env, *sets;
+} same[] = {
+	{2, "mirrored2", NULL, "--set strategy.type=mirrored"},
+	{4, "mirrored4", NULL, "--set strategy.type=mirrored"},
+	{2, "mwm2", NULL, NULL},
+	{4, "mwm4", NULL, NULL},
+	{2, "hier2", NULL, "--set strategy.communication.hierarchical=true"},
+	{4, "hier4x1", NULL, "--set strategy.communication.hierarchical=true"},
+	{4, "hier2x2", "DTF_TEST_RANKS_PER_NODE=2",
+	 "--set strategy.communication.hierarchical=true"},
+	{4, "hier2x2small", "DTF_TEST_RANKS_PER_NODE=2",
+	 "--set strategy.communication.hierarchical=true "
+	 "--set strategy.communication.bucket_mb=0.001"},
+	{2, "central2", NULL, "--set strategy.type=central_storage"},
+	{4, "central4", NULL, "--set strategy.type=central_storage "
+			      "--set strategy.communication.bucket_mb=0.001"},
+	{2, "ps2", NULL, "--set strategy.type=parameter_server"},
+	{3, "ps3", NULL, "--set strategy.type=parameter_server"},
+	{4, "ps4", NULL, "--set strategy.type=parameter_server --set strategy.num_ps=2"},
+	{4, "ps4nooverlap", NULL, "--set strategy.type=parameter_server --set strategy.num_ps=2 "
+				  "--set strategy.communication.overlap=false"},
+};
+
+START_TEST(strategies_match_one_device)
+{
+	int i = _i;
+	int st = train(same[i].np, same[i].name, same[i].env, same[i].sets);
+	char log[64];
+	snprintf(log, sizeof(log), "%s.log", same[i].name);
+	ck_assert_msg(st == 0, "%s: exit %d\n%s", same[i].name, st,
+		      slurp(log));
+	double d = max_rel_diff("ref", same[i].name);
+	printf("%-14s %d ranks vs one_device after 20 steps: max relative difference %.3g\n",
+	       same[i].name, same[i].np, d);
+	ck_assert_msg(d <= 1e-4, "%s: %g", same[i].name, d);
+}
+END_TEST
+
+START_TEST(fused_overlapped_equals_per_tensor)
+{
+	/* one bucket per tensor, no overlap; several fused buckets started
+	 * from backward; one bucket of everything started from backward */
+	ck_assert_int_eq(train(2, "per_tensor", NULL,
+			       "--set strategy.communication.bucket_mb=1e-9 "
+			       "--set strategy.communication.overlap=false"), 0);
+	ck_assert_msg(strstr(slurp("per_tensor.log"), "8 buckets") != NULL,
+		      "%s", slurp("per_tensor.log"));
+	ck_assert_int_eq(train(2, "fused_small", NULL,
+			       "--set strategy.communication.bucket_mb=0.0008"), 0);
+	ck_assert_int_eq(train(2, "fused_one", NULL, NULL), 0);
+	double a = max_rel_diff("per_tensor", "fused_small");
+	double b = max_rel_diff("per_tensor", "fused_one");
+	printf("per tensor vs fused+overlapped: %.3g (small buckets), %.3g (one bucket)\n",
+	       a, b);
+	ck_assert(a == 0.0 && b == 0.0);
+}
+END_TEST
+
+START_TEST(compression_close_to_float32)
+{
+	ck_assert_int_eq(train(2, "f32", NULL, NULL), 0);
+	ck_assert_int_eq(train(2, "fp16", NULL,
+			       "--set strategy.communication.compression=fp16"), 0);
+	ck_assert_int_eq(train(2, "bf16", NULL,
+			       "--set strategy.communication.compression=bf16"), 0);
+	double h = max_rel_diff("f32", "fp16"), b = max_rel_diff("f32", "bf16");
+	printf("after 20 steps vs float32: fp16 %.3g, bf16 %.3g\n", h, b);
+	ck_assert_msg(h <= 1e-2 && h > 0, "fp16 %g", h);
+	ck_assert_msg(b <= 5e-2 && b > h, "bf16 %g", b);
+}
+END_TEST
+
+START_TEST(fp16_eight_ranks_no_overflow)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 120 mpirun -np 8 %s/tests/dist_probe fp16 10000 >%s/probe.out 2>&1",
+		 build_root, tmpdir);
+	ck_assert_int_eq(run("%s", cmd), 0);
+	char *out = slurp("probe.out");
+	printf("8 ranks x 10000.0 in fp16: %s", out);
+	ck_assert_msg(strstr(out, "sum 80000 mean 10000 naive inf") != NULL,
+		      "%s", out);
+}
+END_TEST
+
+START_TEST(half_conversions)
+{
+	/* exact values, the largest half, overflow, RNE ties, subnormals */
+	ck_assert(dtf_f16_to_f32(dtf_f32_to_f16(1250.0f)) == 1250.0f);
+	ck_assert_uint_eq(dtf_f32_to_f16(65504.0f), 0x7bff);
+	ck_assert_uint_eq(dtf_f32_to_f16(65520.0f), 0x7c00); /* rounds to inf */
+	ck_assert_uint_eq(dtf_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie: even */
+	ck_assert_uint_eq(dtf_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02);
+	ck_assert_uint_eq(dtf_f32_to_f16(0x1p-24f), 0x0001);
+	ck_assert(dtf_f16_to_f32(0x0001) == 0x1p-24f);
+	ck_assert_uint_eq(dtf_f32_to_f16(-2.0f), 0xc000);
+	ck_assert(isnan(dtf_f16_to_f32(dtf_f32_to_f16(NAN))));
+	ck_assert(dtf_f16_to_f32(dtf_f32_to_f16(1e-9f)) == 0.0f);
+	ck_assert_uint_eq(dtf_f32_to_bf16(1.0f), 0x3f80);
+	ck_assert_uint_eq(dtf_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80); /* tie */
+	ck_assert_uint_eq(dtf_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
+	ck_assert(dtf_bf16_to_f32(dtf_f32_to_bf16(3e38f)) > 2.9e38f);
+	ck_assert(isnan(dtf_bf16_to_f32(dtf_f32_to_bf16(NAN))));
+	/* every half converts back to itself */
+	for (unsigned h = 0; h < 0x7c00; h++)
+		ck_assert_uint_eq(dtf_f32_to_f16(dtf_f16_to_f32((uint16_t)h)), h);
+}
+END_TEST
+
+START_TEST(accumulation_matches_big_batch)
+{
+	ck_assert_int_eq(train(1, "acc1", NULL,
+			       "--set train.batch_size=4 --set train.accumulate_steps=4"), 0);
+	ck_assert_int_eq(train(2, "acc2", NULL,
+			       "--set train.batch_size=4 --set train.accumulate_steps=4 "
+			       "--set strategy.communication.bucket_mb=0.001"), 0);
+	ck_assert_int_eq(train(3, "acc_ps", NULL,
+			       "--set train.batch_size=4 --set train.accumulate_steps=4 "
+			       "--set strategy.type=parameter_server"), 0);
+	double a = max_rel_diff("ref", "acc1"), b = max_rel_diff("ref", "acc2");
+	double c = max_rel_diff("ref", "acc_ps");
+	printf("k=4 at batch 4 vs batch 16: 1 rank %.3g, 2 ranks %.3g, ps %.3g\n",
+	       a, b, c);
+	ck_assert(a <= 1e-4 && b <= 1e-4 && c <= 1e-4);
+}
+END_TEST
+
+/* ---- TF_CONFIG ----------------------------------------------------------------- */
+
+static const struct {
+	int np;
+	const char *json, *want;
+} tf_errors[] = {
+	{2, "{\"cluster\": {\"worker\": [\"a:1\"}",
+	 "TF_CONFIG: malformed JSON at byte offset 29"},
+	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 2}}",
+	 "TF_CONFIG: task index 2 is out of range: cluster.worker has 2 tasks"},
+	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", \"index\": -1}}",
+	 "TF_CONFIG: task.index -1 is negative"},
+	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}",
+	 "TF_CONFIG: task type 'ps' is not in the cluster (it has: worker)"},
+	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"a:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+	 "TF_CONFIG: duplicate address 'a:1': cluster.worker[0] and cluster.worker[1]"},
+	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\", \"c:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+	 "TF_CONFIG: the cluster has 3 tasks but 2 MPI ranks were started"},
+	{2, "{\"cluster\": {\"chief\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}",
+	 "TF_CONFIG: at most one chief is allowed, cluster.chief has 2"},
+	{3, "{\"cluster\": {\"chief\": [\"a:1\"], \"worker\": [\"b:1\"], \"evaluator\": [\"c:1\", \"d:1\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}",
+	 "TF_CONFIG: at most one evaluator is allowed, cluster.evaluator has 2"},
+	/* the same task on every rank: rank 1 is not worker 0 */
+	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+	 "TF_CONFIG: rank 1 was given task worker 0, which is rank 0"},
+	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"master\", \"index\": 0}}",
+	 "TF_CONFIG: unknown task type 'master'"},
+	{2, "[1, 2]", "TF_CONFIG: expected a JSON object"},
+};
+
+START_TEST(tf_config_errors)
+{
+	int i = _i;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/tf_config.json", tmpdir);
+	FILE *f = fopen(path, "w");
+	fputs(tf_errors[i].json, f);
+	fclose(f);
+	int st = run("TF_CONFIG=\"$(cat %s)\" timeout 60 mpirun -np %d -x TF_CONFIG "
+		     "%s/dtf-train -q %s/job.yaml >/dev/null 2>%s/tf.log",
+		     path, tf_errors[i].np, build_root, tmpdir, tmpdir);
+	char *log = slurp("tf.log");
+	ck_assert_msg(st == 2, "exit %d for %s\n%s", st, tf_errors[i].json, log);
+	ck_assert_msg(strstr(log, tf_errors[i].want) != NULL, "no '%s' in:\n%s",
+		      tf_errors[i].want, log);
+}
+END_TEST
+
+START_TEST(tf_config_cluster_trains)
+{
+	/* chief + worker + ps from TF_CONFIG, one per rank */
+	char env[512];
+	snprintf(env, sizeof(env), "PATH=%s:$PATH", tmpdir);
+	int st = run("timeout 120 mpirun -np 3 %s/tf.sh %s/dtf-train -q --threads 1 "
+		     "--set strategy.type=parameter_server --export-variables %s/tfc.bin "
+		     "%s/job.yaml 2>%s/tfc.log >/dev/null",
+		     tmpdir, build_root, tmpdir, tmpdir, tmpdir);
+	ck_assert_msg(st == 0, "exit %d\n%s", st, slurp("tfc.log"));
+	double d = max_rel_diff("ref", "tfc");
+	printf("TF_CONFIG chief+worker+ps vs one_device: %.3g\n", d);
+	ck_assert(d <= 1e-4);
+	st = run("timeout 60 mpirun -np 3 %s/tf.sh %s/dtf-train --print-cluster "
+		 "--set strategy.type=parameter_server %s/job.yaml >%s/pc.out 2>&1",
+		 tmpdir, build_root, tmpdir, tmpdir);
+	char *out = slurp("pc.out");
+	ck_assert_msg(st == 0, "%s", out);
+	ck_assert_str_eq(out, "rank 0: chief 0 h0:2222\n"
+			      "rank 1: worker 0 h1:2222\n"
+			      "rank 2: ps 0 h2:2222\n");
+	/* without TF_CONFIG: from the job */
+	st = run("timeout 60 mpirun -np 4 %s/dtf-train --print-cluster "
+		 "--set strategy.type=parameter_server --set strategy.num_ps=2 "
+		 "%s/job.yaml >%s/pc.out 2>&1",
+		 build_root, tmpdir, tmpdir);
+	out = slurp("pc.out");
+	ck_assert_msg(st == 0, "%s", out);
+	ck_assert_str_eq(out, "rank 0: worker 0 (chief)\nrank 1: worker 1\n"
+			      "rank 2: ps 0\nrank 3: ps 1\n");
+}
+END_TEST
+
+START_TEST(strategy_world_errors)
+{
+	int st = train(2, "onedev", NULL, "--set strategy.type=one_device");
+	ck_assert_int_eq(st, 2);
+	ck_assert(strstr(slurp("onedev.log"),
+			 "strategy one_device runs one process, but 2 ranks were started"));
+	st = train(4, "mir_nodes", "DTF_TEST_RANKS_PER_NODE=2",
+		   "--set strategy.type=mirrored");
+	ck_assert_int_eq(st, 2);
+	ck_assert(strstr(slurp("mir_nodes.log"),
+			 "strategy mirrored keeps its replicas on one node, but the 4 ranks span 2 nodes"));
+	st = train(2, "ps_only", NULL, "--set strategy.type=parameter_server "
+				       "--set strategy.num_ps=2");
+	ck_assert_int_eq(st, 2);
+	ck_assert(strstr(slurp("ps_only.log"), "leave no worker among the 2 ranks"));
+}
+END_TEST
+
+START_TEST(nonfinite_skip_and_fail)
+{
+	/* a learning rate of 1e30 makes the second step's gradients NaN */
+	const char *lr = "--set 'train.optimizer={adam: {learning_rate: 1e30}}'";
+	char sets[256];
+	snprintf(sets, sizeof(sets), "%s --set train.on_nonfinite=fail", lr);
+	int st = train(2, "nf_fail", NULL, sets);
+	char *log = slurp("nf_fail.log");
+	ck_assert_msg(st == 1, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "step 2: the summed gradients hold NaN or Inf"), "%s", log);
+	snprintf(sets, sizeof(sets), "%s --set train.on_nonfinite=skip "
+		 "--set strategy.type=central_storage", lr);
+	st = train(2, "nf_skip", NULL, sets);
+	log = slurp("nf_skip.log");
+	ck_assert_msg(st == 0, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "step 20: non-finite gradients, update skipped (19 so far)"),
+		      "%s", log);
+	snprintf(sets, sizeof(sets), "%s --set strategy.type=parameter_server", lr);
+	st = train(3, "nf_ps", NULL, sets);
+	ck_assert_msg(st == 1, "exit %d\n%s", st, slurp("nf_ps.log"));
+}
+END_TEST
+
+START_TEST(async_ps_learns)
+{
+	int st = train(3, "async", NULL,
+		       "--set strategy.type=parameter_server --set strategy.sync=false "
+		       "--set strategy.max_staleness=1 --set train.max_steps=0 "
+		       "--set train.epochs=3 --set logging.every_steps=1000");
+	char *log = slurp("async.log");
+	ck_assert_msg(st == 0, "exit %d\n%s", st, log);
+	const char *p = NULL, *q = log;
+	while ((q = strstr(q, "eval loss ")) != NULL) /* the last epoch's */
+		p = q++;
+	ck_assert_msg(p != NULL, "%s", log);
+	double loss, acc;
+	ck_assert_int_eq(sscanf(p, "eval loss %lf accuracy %lf", &loss, &acc), 2);
+	printf("async parameter_server, 3 epochs: test accuracy %.3f\n", acc);
+	ck_assert(acc > 0.6); /* chance is 0.25 */
+}
+END_TEST
+
+START_TEST(linear_scaling_logged)
+{
+	int st = run("timeout 60 mpirun -np 2 %s/dtf-train --threads 1 "
+		     "--set 'train.learning_rate_scaling={linear: {warmup_steps: 10}}' "
+		     "--set train.max_steps=10 --set logging.every_steps=10 "
+		     "%s/job.yaml 2>%s/lrs.log >/dev/null",
+		     build_root, tmpdir, tmpdir);
+	char *log = slurp("lrs.log");
+	ck_assert_msg(st == 0, "%s", log);
+	ck_assert_msg(strstr(log, "batch: global 16, per replica 8") != NULL, "%s", log);
+	ck_assert_msg(strstr(log, "learning rate 0.01, effective 0.02 (linear scaling") != NULL,
+		      "%s", log);
+	/* step 10 is update 9 of the 10-step warmup: 0.01 * (1 + 9/10) */
+	ck_assert_msg(strstr(log, "lr 0.019 ") != NULL, "%s", log);
+}
+END_TEST
+
+START_TEST(config_keys)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load(path, NULL, 0, &job), 0);
+	ck_assert(job->strategy.bucket_mb == 25 && job->strategy.overlap == 1);
+	ck_assert_int_eq(job->strategy.compression, DTF_GRAD_COMPRESSION_NONE);
+	ck_assert_int_eq(job->strategy.num_ps, 1);
+	ck_assert_int_eq(job->strategy.sync, 1);
+	ck_assert_int_eq(job->train.accumulate_steps, 1);
+	ck_assert_int_eq(job->train.on_nonfinite, DTF_NONFINITE_FAIL);
+	dtf_job_free(job);
+	const char *bad[] = {"strategy.communication.compression=fp8"};
+	ck_assert_int_eq(dtf_job_load(path, bad, 1, &job), -DTF_ERR_CONFIG);
+	ck_assert_msg(strstr(dtf_error_msg(), "strategy.communication.compression"),
+		      "%s", dtf_error_msg());
+	const char *bad2[] = {"train.learning_rate_scaling={none: {warmup_steps: 3}}"};
+	ck_assert_int_eq(dtf_job_load(path, bad2, 1, &job), -DTF_ERR_CONFIG);
+	ck_assert_msg(strstr(dtf_error_msg(), "'none' takes no settings"), "%s",
+		      dtf_error_msg());
+	const char *bad3[] = {"train.accumulate_steps=0"};
+	ck_assert_int_eq(dtf_job_load(path, bad3, 1, &job), -DTF_ERR_CONFIG);
+}
+END_TEST
+
+static Suite *dist_suite(void)
+{
+	Suite *s = suite_create("dist");
+	TCase *tc = tcase_create("strategies");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, half_conversions);
+	tcase_add_test(tc, config_keys);
+	tcase_add_loop_test(tc, strategies_match_one_device, 0,
+			    (int)(sizeof(same) / sizeof(same[0])));
+	tcase_add_test(tc, fused_overlapped_equals_per_tensor);
+	tcase_add_test(tc, compression_close_to_float32);
+	tcase_add_test(tc, fp16_eight_ranks_no_overflow);
+	tcase_add_test(tc, accumulation_matches_big_batch);
+	tcase_add_loop_test(tc, tf_config_errors, 0,
+			    (int)(sizeof(tf_errors) / sizeof(tf_errors[0])));
+	tcase_add_test(tc, tf_config_cluster_trains);
+	tcase_add_test(tc, strategy_world_errors);
+	tcase_add_test(tc, nonfinite_skip_and_fail);
+	tcase_add_test(tc, async_ps_learns);
+	tcase_add_test(tc, linear_scaling_logged);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(dist_suite());
+	srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
