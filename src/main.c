@@ -18,6 +18,7 @@
 #include "dist/comm.h"
 #include "dtf_config.h"
 #include "obs/obs.h"
+#include "train/threads.h"
 #include "train/train.h"
 
 static const char usage[] =
@@ -104,6 +105,7 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
+	dtf_threads_fix_blas_core(argv); /* may re-exec with a better BLAS */
 	struct dtf_train_opts opts = {0};
 	int print_cluster = 0;
 	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));

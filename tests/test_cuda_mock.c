@@ -127,6 +127,10 @@ static void same_as_cpu(const char *extra)
 	struct dtf_train_result rc_, rg;
 	size_t nc, ng;
 	unsigned long k0 = dtf_mock_cuda_kernels();
+	/* The mock device runs the reference CPU kernels; compare with the
+	 * CPU path on the same kernels (the fast CPU kernels are checked
+	 * against the reference in test_fast.c). */
+	setenv("DTF_CPU_KERNELS", "reference", 1);
 	float *c = train("cpu", extra, &rc_, &nc);
 	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0); /* cpu: no device */
 	float *g = train("cuda", extra, &rg, &ng);

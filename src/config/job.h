@@ -273,6 +273,8 @@ struct dtf_job {
 		double clipnorm;      /* global-norm clipping; 0 = off */
 		struct dtf_schedule_spec schedule;
 		int64_t eval_batch_size; /* per replica; default 0 = as train */
+		int64_t eval_every_steps; /* default 0 = after each epoch */
+		double stop_at_accuracy;  /* default 0 = train to the end */
 		int accumulate_steps; /* micro-batches per update, default 1 */
 		int lr_scaling;       /* enum dtf_lr_scaling, default none */
 		int64_t lr_warmup_steps; /* linear scaling ramp, default 0 */

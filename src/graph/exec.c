@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "graph/fast_exec.h"
 #include "ops/cpu/kernels.h"
 
 static float *F(const struct dtf_graph *g, int id)
@@ -233,6 +234,8 @@ static void exec_node(const struct dtf_graph *g, int i,
 	size_t numel = (size_t)dtf_shape_numel(&n->shape);
 	float *y = n->data;
 
+	if (ctx->fast && dtf_fast_exec_node(ctx->fast, g, i, ctx))
+		return;
 	switch (n->op) {
 	case DTF_OP_INPUT:
 	case DTF_OP_VARIABLE:

@@ -12,6 +12,8 @@
 #include "core/rng.h"
 #include "graph/graph.h"
 
+struct dtf_fast_plan;
+
 struct dtf_exec_ctx {
 	int training;      /* 0: dropout is the identity (inference) */
 	uint64_t step;     /* global step, salts the dropout masks */
@@ -22,6 +24,8 @@ struct dtf_exec_ctx {
 	struct dtf_philox_key dropout_key;
 	float *workspace;  /* g->workspace floats */
 	double loss_sum;   /* out: unscaled sum of per-example losses */
+	const struct dtf_fast_plan *fast; /* fast CPU path (graph/fast_exec.h),
+					     or NULL for the reference kernels */
 };
 
 /* The dropout salt of node n at global step `step` (the layer's salt mixed

@@ -11,6 +11,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "graph/graph.h"
+#include "ops/cpu/fast.h"
 
 int dtf_optimizer_init(struct dtf_optimizer *opt, const struct dtf_job *job,
 		       size_t n)
@@ -119,6 +120,12 @@ const char *dtf_optimizer_slot_name(const struct dtf_optimizer *opt, int k)
 	return "?";
 }
 
+void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool)
+{
+	opt->pool = pool;
+	opt->fast = 1;
+}
+
 /* ---- one segment of each optimizer ------------------------------------ */
 
 static void sgd(struct dtf_optimizer *opt, size_t off, size_t n,
@@ -154,6 +161,10 @@ static void adam(struct dtf_optimizer *opt, size_t off, size_t n,
 	float eps = (float)opt->epsilon;
 	float *restrict m = opt->slots + off;
 	float *restrict v = opt->slots + opt->n + off;
+	if (opt->fast) {
+		dtf_fast_adam(opt->pool, n, p, g, m, v, step, b1, b2, eps);
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		m[i] = b1 * m[i] + (1.0f - b1) * g[i];
 		v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];

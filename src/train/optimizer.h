@@ -61,6 +61,8 @@ struct dtf_optimizer {
 	int64_t iterations; /* updates applied so far (Adam's t - 1) */
 	double last_norm;   /* global gradient norm of the last update (0
 			       unless clipping) */
+	struct dtf_pool *pool; /* not owned; see dtf_optimizer_set_pool */
+	int fast;
 };
 
 /* Set up for n parameters from the job's train section; all of them one
@@ -69,6 +71,12 @@ struct dtf_optimizer {
 int dtf_optimizer_init(struct dtf_optimizer *opt, const struct dtf_job *job,
 		       size_t n);
 void dtf_optimizer_deinit(struct dtf_optimizer *opt);
+
+/* Run Adam's update as the fused, vectorized kernel dtf_fast_adam() on
+ * `pool` (NULL: one thread): the same bits as the reference loop, faster.
+ * Only Adam/AdamW's moment update changes; the rest stays as is. */
+struct dtf_pool;
+void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool);
 
 /* Copy segs[0..nsegs) (each inside [0, n)).  Errors: DTF_ERR_NOMEM. */
 int dtf_optimizer_set_segments(struct dtf_optimizer *opt,

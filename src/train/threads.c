@@ -1,12 +1,17 @@
 /*
- * threads.c - thread placement for the BLAS.
+ * threads.c - thread placement for the BLAS and the fast kernels, and
+ * OpenBLAS's kernel choice.
  */
 #include "train/threads.h"
 
 #include <cblas.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 #include <unistd.h>
+
+#include "ops/cpu/fast.h"
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -30,6 +35,51 @@ int dtf_threads_choose(int requested, int local_ranks)
 }
 
 void dtf_threads_set(int n) { openblas_set_num_threads(n); }
+
+const char *dtf_threads_blas_core(void) { return openblas_get_corename(); }
+
+/* Kernel set OpenBLAS should use on this CPU, or NULL when its own choice
+ * is fine.  Its generic fallback is Prescott (SSE3). */
+static const char *better_core(void)
+{
+	const char *core = openblas_get_corename();
+	if (!core || strcasecmp(core, "prescott") != 0)
+		return NULL;
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+		return "SkylakeX";
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return "Haswell";
+#endif
+	return NULL;
+}
+
+void dtf_threads_fix_blas_core(char **argv)
+{
+	if (getenv("OPENBLAS_CORETYPE"))
+		return; /* the user's choice, or our second run */
+	const char *core = better_core();
+	if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0)
+		return;
+	execv("/proc/self/exe", argv);
+	unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on as we are */
+}
+
+int dtf_threads_setup_fast(int threads, int *use_fast, struct dtf_pool **pool)
+{
+	const char *k = getenv("DTF_CPU_KERNELS");
+	*pool = NULL;
+	*use_fast = !(k && strcmp(k, "reference") == 0);
+	if (!*use_fast) {
+		dtf_threads_set(threads);
+		return 0;
+	}
+	/* One sgemm per pool thread: OpenBLAS must not start its own. */
+	dtf_threads_set(1);
+	return dtf_pool_new(threads, pool);
+}
 
 void dtf_threads_flush_denormals(void)
 {

@@ -21,4 +21,34 @@ void dtf_threads_flush_denormals(void);
 /* Tell OpenBLAS. */
 void dtf_threads_set(int n);
 
+/*
+ * OpenBLAS picks its kernels from the CPU model when the library loads.
+ * Debian's OpenBLAS 0.3.21 maps Sapphire Rapids (and other models newer
+ * than its table, or whose kernel set it does not ship) to its generic
+ * Prescott SSE3 kernels, which run sgemm about 5x slower than the AVX-512
+ * ones.  When OPENBLAS_CORETYPE is unset and OpenBLAS chose Prescott on a
+ * CPU with AVX-512 (AVX2+FMA), set OPENBLAS_CORETYPE=SkylakeX (Haswell)
+ * and re-execute the program (/proc/self/exe, same argv) so the library
+ * loads again with it; returns only when nothing was to be done or the
+ * exec failed.  Call first thing in main(), before MPI is initialised.
+ * An OPENBLAS_CORETYPE set by the user is always kept.
+ */
+void dtf_threads_fix_blas_core(char **argv);
+
+/* OpenBLAS's kernel set, for the log ("SkylakeX", "Haswell", ...). */
+const char *dtf_threads_blas_core(void);
+
+struct dtf_pool;
+
+/*
+ * Set up `threads` threads for the kernels.  Default: the fast kernels
+ * (ops/cpu/fast.h) on a pool of `threads` threads (*pool; NULL when 1),
+ * each calling OpenBLAS single-threaded.  With DTF_CPU_KERNELS=reference
+ * in the environment: the reference kernels (*use_fast = 0, no pool) with
+ * OpenBLAS using `threads` threads, the way to compare the two.  Call after
+ * dtf_threads_flush_denormals() so the workers inherit it.
+ * Errors: those of dtf_pool_new().
+ */
+int dtf_threads_setup_fast(int threads, int *use_fast, struct dtf_pool **pool);
+
 #endif

@@ -28,6 +28,7 @@
 #include "dist/strategy.h"
 #include "data/pipeline.h"
 #include "graph/exec.h"
+#include "graph/fast_exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "obs/obs.h"
@@ -63,12 +64,17 @@ struct replica {
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
 	struct dtf_gpu *gpu; /* NULL: this replica runs on the CPU */
+	struct dtf_pool *pool;      /* worker threads of the fast kernels */
+	struct dtf_fast_plan fast;  /* fast CPU path, or unused (reference) */
+	int use_fast;
 };
 
 static void replica_deinit(struct replica *r)
 {
 	dtf_gpu_free(r->gpu);
 	dtf_optimizer_deinit(&r->opt);
+	dtf_fast_plan_deinit(&r->fast);
+	dtf_pool_free(r->pool);
 	dtf_plan_deinit(&r->plan);
 	dtf_graph_deinit(&r->g);
 	dtf_free(r->layer_out);
@@ -214,6 +220,7 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_exec_ctx ctx = {.training = 0,
 				   .example_ids = r->ids,
 				   .workspace = r->plan.workspace,
+				   .fast = r->use_fast ? &r->fast : NULL,
 				   .loss_scale = 1.0f};
 	/* loss sum, correct, count, top-k correct (CPU path only) */
 	double local[4] = {0, 0, 0, 0};
@@ -700,12 +707,19 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 
 	int threads = dtf_threads_choose(opts->threads,
 					 comm ? dtf_comm_local_size(comm) : 1);
-	dtf_threads_set(threads);
 	dtf_threads_flush_denormals();
+	if ((rc = dtf_threads_setup_fast(threads, &r.use_fast, &r.pool)) < 0 ||
+	    (r.use_fast && (rc = dtf_fast_plan_init(&r.fast, &r.g, r.pool)) < 0))
+		goto out;
+	if (r.use_fast)
+		dtf_optimizer_set_pool(&r.opt, r.pool);
 	int64_t global_batch = (int64_t)batch * world;
-	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d BLAS thread(s) per rank",
+	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s, OpenBLAS %s)",
 		 job->name, world, comm ? dtf_comm_num_nodes(comm) : 1,
-		 dtf_strategy_name(job->strategy.type), threads);
+		 dtf_strategy_name(job->strategy.type), threads,
+		 r.use_fast ? "fast kernels, 1 BLAS thread each"
+			    : "reference kernels, all BLAS threads",
+		 dtf_threads_blas_core());
 	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
 		 (long long)global_batch, batch, job->train.accumulate_steps,
 		 (long long)global_batch * job->train.accumulate_steps,
@@ -808,7 +822,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		.loss_scale = (float)(1.0 / ((double)global_batch *
 					     job->train.accumulate_steps)),
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
-		.workspace = r.plan.workspace};
+		.workspace = r.plan.workspace,
+		.fast = r.use_fast ? &r.fast : NULL};
 	size_t np = r.g.nparams;
 	/* where to start: step 0, or the checkpoint's position, re-sharded
 	 * when the world size or per-replica batch changed */
@@ -836,6 +851,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	dtf_schedule_init(&sched, job, total_steps);
 	double lr = dtf_schedule_lr(&sched, step);
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
+	const int64_t every = job->train.eval_every_steps;
 
 	/* console, metrics, events, trace (obs/obs.h); a collective, after
 	 * the restore so steps continue from the checkpoint's */
@@ -914,13 +930,42 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				goto out;
 			if (step > 1)
 				step_allocs += dtf_alloc_count() - allocs_before;
+			if (eval && every && step % every == 0) {
+				/* train.eval_every_steps; all ranks see the same
+				 * (allreduced) accuracy, so all stop together */
+				struct eval_totals tot;
+				if ((rc = average_nontrainable(comm, &r)) < 0)
+					goto out;
+				dtf_fault_progress(fault, "evaluation", step);
+				if ((rc = dtf_strategy_sync_params(strat)) < 0)
+					goto out;
+				double te = now_seconds();
+				if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
+					goto out;
+				result->eval_loss = tot.loss_sum / tot.count;
+				result->eval_accuracy = tot.correct / tot.count;
+				dtf_obs_eval(obs, step, epoch, result->eval_loss,
+					     result->eval_accuracy, tot.count, te,
+					     now_seconds());
+				dtf_info("step %lld: %.1f s since the start; test loss %.4f  accuracy %.4f  (%.0f examples)",
+					 (long long)step, now_seconds() - t_start,
+					 result->eval_loss, result->eval_accuracy,
+					 tot.count);
+				if (job->train.stop_at_accuracy > 0 &&
+				    result->eval_accuracy >= job->train.stop_at_accuracy) {
+					dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
+						 result->eval_accuracy,
+						 job->train.stop_at_accuracy, (long long)step);
+					goto stopped;
+				}
+			}
 		}
 		if (rc < 0)
 			goto out;
 		dtf_pipeline_log_skipped(train, epoch);
 		if ((rc = average_nontrainable(comm, &r)) < 0)
 			goto out;
-		if (eval) {
+		if (eval && (!every || (step == total_steps && step % every))) {
 			struct eval_totals tot;
 			dtf_fault_progress(fault, "evaluation", step);
 			if ((rc = dtf_strategy_sync_params(strat)) < 0)
@@ -939,8 +984,15 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 					 epoch + 1, job->model.metric_top_k,
 					 result->eval_top_k_accuracy);
 			}
+			if (job->train.stop_at_accuracy > 0 &&
+			    result->eval_accuracy >= job->train.stop_at_accuracy) {
+				dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
+					 result->eval_accuracy, job->train.stop_at_accuracy);
+				break;
+			}
 		}
 	}
+stopped:
 	dtf_fault_idle(fault);
 	result->steps = step;
 	result->wall_seconds = now_seconds() - t_start;

@@ -1,0 +1,382 @@
+/*
+ * fast_exec.c - fusion plan and dispatch to the fast CPU kernels.
+ * See fast_exec.h for the patterns and the rule that makes them safe.
+ */
+#include "graph/fast_exec.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/error.h"
+
+enum action {
+	A_REF = 0,      /* reference kernel */
+	A_SKIP,         /* absorbed by an earlier node */
+	A_CONV,         /* conv2d [+ bias] [+ relu] into out[i] */
+	A_CONV_BWI,
+	A_CONV_BWF,
+	A_MATMUL,       /* matmul [+ bias] [+ relu] into out[i] */
+	A_BIAS_ACT,     /* bias_add [+ relu] into out[i] */
+	A_RELU,
+	A_RELU_GRAD,    /* relu_grad [+ bias grad into bias[i]] */
+	A_POOL,
+	A_POOL_GRAD,    /* max_pool2d_grad [+ relu_grad into out[i]] [+ bias grad] */
+	A_ADD,
+};
+
+static float *F(const struct dtf_graph *g, int id)
+{
+	return (float *)g->nodes[id].data;
+}
+
+/* The only consumer of node i, or -1 when it has none or several. */
+static int sole_consumer(const int *uses, const int *user, int i)
+{
+	return uses[i] == 1 ? user[i] : -1;
+}
+
+/* Channels of a (rows, c) view of the node's output. */
+static int last_dim(const struct dtf_node *n)
+{
+	int64_t c = n->shape.rank > 0 ? n->shape.d[n->shape.rank - 1] : 1;
+	return c > 0 ? (int)c : 1;
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Do the buffers of nodes a and b share any byte? */
+static int overlaps(const struct dtf_graph *g, int a, int b)
+{
+	if (a < 0 || b < 0 || a >= g->nnodes || b >= g->nnodes)
+		return 0;
+	const char *pa = g->nodes[a].data, *pb = g->nodes[b].data;
+	if (!pa || !pb)
+		return 0;
+	size_t na = (size_t)dtf_shape_numel(&g->nodes[a].shape) * 4;
+	size_t nb = (size_t)dtf_shape_numel(&g->nodes[b].shape) * 4;
+	return pa < pb + nb && pb < pa + na;
+}
+
+/* Does node k (as it will run: its own output, its fused output and bias
+ * gradient, its inputs) touch the buffer of node t? */
+static int touches(const struct dtf_graph *g, const struct dtf_fast_plan *fp,
+		   int k, int t)
+{
+	if (overlaps(g, k, t) || overlaps(g, fp->out[k], t))
+		return 1;
+	if ((fp->action[k] == A_RELU_GRAD || fp->action[k] == A_POOL_GRAD) &&
+	    overlaps(g, fp->bias[k], t))
+		return 1;
+	for (int j = 0; j < DTF_MAX_INPUTS; j++)
+		if (overlaps(g, g->nodes[k].inputs[j], t))
+			return 1;
+	return 0;
+}
+
+/*
+ * Node i writes the buffer of a later node t (t > i) at i's turn.  The
+ * memory planner (mem/plan.h) gave t's buffer a lifetime that starts at
+ * t; it may share it with buffers that die between i and t.  Safe when
+ * none of i's inputs shares it, and no node that runs in between (t's
+ * absorbed neighbours do not run) reads or writes it.
+ */
+static int early_write_ok(const struct dtf_graph *g,
+			  const struct dtf_fast_plan *fp, const int *absorber,
+			  int i, int t)
+{
+	if (t <= i)
+		return 1;
+	for (int j = 0; j < DTF_MAX_INPUTS; j++)
+		if (overlaps(g, g->nodes[i].inputs[j], t))
+			return 0;
+	for (int k = i + 1; k < t; k++) {
+		if (fp->action[k] == A_SKIP && absorber[k] == i)
+			continue;
+		if (fp->action[k] == A_SKIP)
+			continue; /* runs inside its absorber, checked there */
+		if (touches(g, fp, k, t))
+			return 0;
+	}
+	return 1;
+}
+
+/* Undo the fusions of node i: its absorbed nodes run on their own (the
+ * reference kernel), node i writes only its own output. */
+static void unfuse(const struct dtf_graph *g, struct dtf_fast_plan *fp,
+		   int *absorber, int i)
+{
+	for (int k = 0; k < fp->nnodes; k++)
+		if (absorber[k] == i) {
+			fp->action[k] = A_REF;
+			absorber[k] = -1;
+		}
+	fp->out[i] = i;
+	if (g->nodes[i].op != DTF_OP_BIAS_ADD)
+		fp->bias[i] = -1;
+}
+
+/* The bias_add_grad reading node i, when node i feeds only that and
+ * other nodes (it is a gradient used by several ops). */
+static int bias_grad_of(const struct dtf_graph *g, int i)
+{
+	for (int k = i + 1; k < g->nnodes; k++)
+		if (g->nodes[k].op == DTF_OP_BIAS_ADD_GRAD &&
+		    g->nodes[k].inputs[0] == i)
+			return k;
+	return -1;
+}
+
+int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
+		       struct dtf_pool *pool)
+{
+	memset(fp, 0, sizeof(*fp));
+	int n = g->nnodes, rc = 0, nt = dtf_pool_size(pool);
+	fp->pool = pool;
+	fp->nnodes = n;
+	fp->action = dtf_calloc((size_t)n, 1);
+	fp->out = dtf_calloc((size_t)n, sizeof(int));
+	fp->bias = dtf_calloc((size_t)n, sizeof(int));
+	int *uses = dtf_calloc((size_t)n, sizeof(int));
+	int *user = dtf_calloc((size_t)n, sizeof(int));
+	int *absorber = dtf_calloc((size_t)n, sizeof(int));
+	if (!fp->action || !fp->out || !fp->bias || !uses || !user || !absorber) {
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		const struct dtf_node *nd = &g->nodes[i];
+		for (int k = 0; k < DTF_MAX_INPUTS; k++) {
+			int in = nd->inputs[k];
+			if (in < 0 || in >= n)
+				continue;
+			if (k == 1 && nd->inputs[0] == in)
+				continue;
+			uses[in]++;
+			user[in] = i;
+		}
+		fp->out[i] = i;
+		fp->bias[i] = -1;
+		absorber[i] = -1;
+	}
+	size_t ws = 0;
+	for (int i = 0; i < n; i++) {
+		const struct dtf_node *nd = &g->nodes[i];
+		if (fp->action[i] == A_SKIP)
+			continue;
+		switch (nd->op) {
+		case DTF_OP_CONV2D:
+		case DTF_OP_MATMUL:
+		case DTF_OP_BIAS_ADD: {
+			int first = nd->op == DTF_OP_CONV2D ? A_CONV
+				    : nd->op == DTF_OP_MATMUL ? A_MATMUL
+							       : A_BIAS_ACT;
+			if (nd->op == DTF_OP_MATMUL &&
+			    (nd->a.mm.trans_a || nd->a.mm.trans_b)) {
+				fp->action[i] = A_MATMUL;
+				break;
+			}
+			fp->action[i] = (unsigned char)first;
+			int cur = i;
+			if (nd->op == DTF_OP_BIAS_ADD) {
+				fp->bias[i] = nd->inputs[1];
+			} else {
+				int b = sole_consumer(uses, user, cur);
+				int bv = b >= 0 ? g->nodes[b].inputs[1] : -1;
+				/* the bias must be ready when node i runs */
+				if (b >= 0 && g->nodes[b].op == DTF_OP_BIAS_ADD &&
+				    g->nodes[b].inputs[0] == cur && bv != cur &&
+				    (bv < i || g->nodes[bv].op == DTF_OP_VARIABLE)) {
+					fp->bias[i] = g->nodes[b].inputs[1];
+					fp->action[b] = A_SKIP;
+					absorber[b] = i;
+					cur = b;
+				}
+			}
+			int r = sole_consumer(uses, user, cur);
+			if (r >= 0 && g->nodes[r].op == DTF_OP_RELU) {
+				fp->action[r] = A_SKIP;
+				absorber[r] = i;
+				cur = r;
+			}
+			fp->out[i] = cur;
+			if (nd->op == DTF_OP_CONV2D)
+				ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
+			break;
+		}
+		case DTF_OP_CONV2D_BACKPROP_INPUT:
+			fp->action[i] = A_CONV_BWI;
+			ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
+			break;
+		case DTF_OP_CONV2D_BACKPROP_FILTER:
+			fp->action[i] = A_CONV_BWF;
+			ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
+			break;
+		case DTF_OP_RELU:
+			fp->action[i] = A_RELU;
+			break;
+		case DTF_OP_RELU_GRAD: {
+			fp->action[i] = A_RELU_GRAD;
+			int b = bias_grad_of(g, i);
+			if (b >= 0) {
+				fp->bias[i] = b;
+				fp->action[b] = A_SKIP;
+				absorber[b] = i;
+				int c = last_dim(nd);
+				ws = max_sz(ws, dtf_fast_bias_grad_workspace(c, nt));
+			}
+			break;
+		}
+		case DTF_OP_MAX_POOL2D:
+			fp->action[i] = A_POOL;
+			break;
+		case DTF_OP_MAX_POOL2D_GRAD: {
+			if (!dtf_fast_pool_tiles(&nd->a.win.g))
+				break; /* reference */
+			fp->action[i] = A_POOL_GRAD;
+			int c = nd->a.win.g.c;
+			ws = max_sz(ws, dtf_fast_bias_grad_workspace(c, nt));
+			int r = sole_consumer(uses, user, i);
+			/* relu_grad(dy = this, y = the pooled relu output) */
+			if (r >= 0 && g->nodes[r].op == DTF_OP_RELU_GRAD &&
+			    g->nodes[r].inputs[0] == i &&
+			    g->nodes[r].inputs[1] == nd->inputs[0]) {
+				fp->action[r] = A_SKIP;
+				absorber[r] = i;
+				fp->out[i] = r;
+				int b = bias_grad_of(g, r);
+				if (b >= 0) {
+					fp->bias[i] = b;
+					fp->action[b] = A_SKIP;
+					absorber[b] = i;
+				}
+			}
+			break;
+		}
+		case DTF_OP_ADD:
+			fp->action[i] = A_ADD;
+			break;
+		default:
+			break;
+		}
+	}
+	/* Undo the fusions whose early writes the memory plan does not
+	 * allow; undoing one makes more nodes run, so repeat until none
+	 * changes. */
+	for (int changed = 1; changed;) {
+		changed = 0;
+		for (int i = 0; i < n; i++) {
+			if (fp->action[i] == A_SKIP || fp->action[i] == A_REF)
+				continue;
+			int ok = early_write_ok(g, fp, absorber, i, fp->out[i]);
+			if ((fp->action[i] == A_RELU_GRAD ||
+			     fp->action[i] == A_POOL_GRAD) && fp->bias[i] >= 0)
+				ok = ok && early_write_ok(g, fp, absorber, i, fp->bias[i]);
+			if (!ok) {
+				unfuse(g, fp, absorber, i);
+				changed = 1;
+			}
+		}
+	}
+	for (int i = 0; i < n; i++)
+		fp->fused += fp->action[i] == A_SKIP;
+	fp->ws_floats = ws;
+	fp->workspace = dtf_alloc_aligned((ws ? ws : 1) * sizeof(float));
+	if (!fp->workspace)
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory for kernel workspace");
+out:
+	dtf_free(uses);
+	dtf_free(user);
+	dtf_free(absorber);
+	if (rc < 0)
+		dtf_fast_plan_deinit(fp);
+	return rc;
+}
+
+void dtf_fast_plan_deinit(struct dtf_fast_plan *fp)
+{
+	dtf_free(fp->action);
+	dtf_free(fp->out);
+	dtf_free(fp->bias);
+	dtf_free(fp->workspace);
+	memset(fp, 0, sizeof(*fp));
+}
+
+int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
+		       const struct dtf_graph *g, int i,
+		       const struct dtf_exec_ctx *ctx)
+{
+	(void)ctx;
+	if (i >= fp->nnodes)
+		return 0;
+	const struct dtf_node *n = &g->nodes[i];
+	struct dtf_pool *p = fp->pool;
+	float *ws = fp->workspace;
+	int a = n->inputs[0], b = n->inputs[1];
+	int out = fp->out[i], bias = fp->bias[i];
+	int relu = out != i && g->nodes[out].op == DTF_OP_RELU;
+	size_t numel = (size_t)dtf_shape_numel(&n->shape);
+
+	switch ((enum action)fp->action[i]) {
+	case A_REF:
+		return 0;
+	case A_SKIP:
+		return 1;
+	case A_CONV:
+		dtf_fast_conv2d(p, &n->a.win.g, F(g, a), F(g, b),
+				bias >= 0 ? F(g, bias) : NULL, relu, F(g, out), ws);
+		return 1;
+	case A_CONV_BWI:
+		dtf_fast_conv2d_backprop_input(p, &n->a.win.g, F(g, a), F(g, b),
+					       F(g, i), ws);
+		return 1;
+	case A_CONV_BWF:
+		dtf_fast_conv2d_backprop_filter(p, &n->a.win.g, F(g, a), F(g, b),
+						F(g, i), ws);
+		return 1;
+	case A_MATMUL: {
+		const struct dtf_shape *sa = &g->nodes[a].shape;
+		int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
+		int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+		dtf_fast_matmul(p, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
+				n->a.mm.trans_b, F(g, out));
+		if (bias >= 0 || relu)
+			dtf_fast_bias_act(p, (size_t)m, cols, F(g, out),
+					  bias >= 0 ? F(g, bias) : NULL, relu,
+					  F(g, out));
+		return 1;
+	}
+	case A_BIAS_ACT: {
+		int c = last_dim(n);
+		dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), F(g, b), relu,
+				  F(g, out));
+		return 1;
+	}
+	case A_RELU: {
+		int c = last_dim(n);
+		dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), NULL, 1, F(g, i));
+		return 1;
+	}
+	case A_RELU_GRAD: {
+		int c = last_dim(n);
+		dtf_fast_relu_grad_bias(p, numel / (size_t)c, c, F(g, a), F(g, b),
+					F(g, i), bias >= 0 ? F(g, bias) : NULL, ws);
+		return 1;
+	}
+	case A_POOL:
+		dtf_fast_max_pool2d(p, &n->a.win.g, F(g, a), F(g, i));
+		return 1;
+	case A_POOL_GRAD:
+		dtf_fast_max_pool2d_grad(p, &n->a.win.g, F(g, a), F(g, b),
+					 out != i, F(g, out),
+					 bias >= 0 ? F(g, bias) : NULL, ws);
+		return 1;
+	case A_ADD: {
+		float *y = F(g, i);
+		if (y != F(g, a))
+			memcpy(y, F(g, a), numel * sizeof(float));
+		dtf_fast_add_inplace(p, numel, F(g, b), y);
+		return 1;
+	}
+	}
+	return 0;
+}

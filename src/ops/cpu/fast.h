@@ -1,0 +1,147 @@
+/*
+ * fast.h - fast CPU paths: a thread pool and fused, threaded kernels.
+ *
+ * The reference kernels (kernels.h) stay the oracle; every function here is
+ * tested against them op by op (tests/test_fast.c) and computes the same
+ * mathematical result up to float rounding (sums are split across threads
+ * and blocks in a different order).  Same conventions as kernels.h: float32,
+ * NHWC, filter HWIO, row-major, caller-owned buffers, never allocate, never
+ * fail.  Work is split statically (by images, rows or columns) over the
+ * pool's threads, so a given thread count always gives the same bits.
+ *
+ * Threads: a process uses one pool of T threads (the caller plus T - 1
+ * workers) and OpenBLAS runs single-threaded inside each of them; each
+ * thread calls sgemm on its own slice.  Mixing OpenBLAS's own threads with
+ * ours would leave OpenBLAS's spinning workers competing with ours for the
+ * same cores.  A NULL pool means one thread: everything runs in the caller.
+ *
+ * Vector code: plain C loops compiled for AVX-512, AVX2+FMA and baseline
+ * x86-64 (GCC target_clones, chosen once at load time by the CPU), so a
+ * generic build still runs the wide paths.
+ */
+#ifndef DTF_OPS_CPU_FAST_H
+#define DTF_OPS_CPU_FAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/cpu/kernels.h"
+
+/* ---- thread pool --------------------------------------------------------- */
+
+struct dtf_pool;
+
+/* fn runs once per thread with tid in [0, nthreads). */
+typedef void (*dtf_pool_fn)(void *arg, int tid, int nthreads);
+
+/*
+ * A pool of `nthreads` threads: the caller of dtf_pool_run() is thread 0,
+ * nthreads - 1 workers are started here and wait (spinning briefly, then
+ * asleep) for work.  Workers inherit the caller's floating-point
+ * environment (FTZ/DAZ).  nthreads <= 1 makes a pool with no workers.
+ * Errors: DTF_ERR_NOMEM, DTF_ERR_IO (a thread could not be started).
+ */
+int dtf_pool_new(int nthreads, struct dtf_pool **out);
+/* Stop and join the workers; NULL is a no-op. */
+void dtf_pool_free(struct dtf_pool *p);
+/* Threads in the pool (1 for NULL). */
+int dtf_pool_size(const struct dtf_pool *p);
+/* Run fn on every thread and return when all have finished.  Not
+ * reentrant: fn must not call dtf_pool_run on the same pool. */
+void dtf_pool_run(struct dtf_pool *p, dtf_pool_fn fn, void *arg);
+
+/* [*lo, *hi) of `n` items for thread tid of nt, in multiples of `align`
+ * (the last thread takes the remainder). */
+void dtf_pool_split(size_t n, size_t align, int tid, int nt, size_t *lo,
+		    size_t *hi);
+
+/* ---- conv2d ---------------------------------------------------------------- */
+
+/* Floats of workspace the fast conv2d kernels need with `nthreads`
+ * threads (per-thread im2col blocks, padded images, partial filter
+ * gradients). */
+size_t dtf_fast_conv2d_workspace(const struct dtf_window_geom *g,
+				 int nthreads);
+
+/* y (n, oh, ow, o) = act(conv(x, w) + bias): bias (o) may be NULL (none),
+ * relu != 0 applies max(., 0).  A direct kernel where the im2col matrix is
+ * narrow (few input channels), im2col + sgemm per image block otherwise;
+ * bias and relu are applied to each block while it is in cache. */
+void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
+		     const float *x, const float *w, const float *bias,
+		     int relu, float *y, float *ws);
+
+/* dx (n, h, w, c) from dy (n, oh, ow, o) and w: Conv2DBackpropInput. */
+void dtf_fast_conv2d_backprop_input(struct dtf_pool *p,
+				    const struct dtf_window_geom *g,
+				    const float *dy, const float *w, float *dx,
+				    float *ws);
+
+/* dw (kh, kw, c, o) from x and dy: Conv2DBackpropFilter.  Each thread sums
+ * its images into its own partial, then the partials are added. */
+void dtf_fast_conv2d_backprop_filter(struct dtf_pool *p,
+				     const struct dtf_window_geom *g,
+				     const float *x, const float *dy, float *dw,
+				     float *ws);
+
+/* ---- dense --------------------------------------------------------------- */
+
+/* dtf_cpu_matmul split over the pool: the larger of m and n is cut into
+ * one slice per thread, each a single-threaded sgemm. */
+void dtf_fast_matmul(struct dtf_pool *p, int m, int n, int k, const float *a,
+		     int trans_a, const float *b, int trans_b, float *c);
+
+/* y (rows, c) = act(x + bias): bias may be NULL, relu != 0 applies
+ * max(., 0).  In place (y == x) allowed. */
+void dtf_fast_bias_act(struct dtf_pool *p, size_t rows, int c, const float *x,
+		       const float *bias, int relu, float *y);
+
+/* dx (rows, c) = dy where y > 0, else 0 (ReluGrad); when db is not NULL,
+ * db (c) = column sums of dx (BiasAddGrad), in the same pass.  dx == dy
+ * allowed. */
+void dtf_fast_relu_grad_bias(struct dtf_pool *p, size_t rows, int c,
+			     const float *dy, const float *y, float *dx,
+			     float *db, float *ws);
+
+/* Floats of workspace dtf_fast_relu_grad_bias needs (per-thread partial
+ * column sums). */
+size_t dtf_fast_bias_grad_workspace(int c, int nthreads);
+
+/* ---- pooling --------------------------------------------------------------- */
+
+/* dtf_cpu_max_pool2d over the pool (images split across threads). */
+void dtf_fast_max_pool2d(struct dtf_pool *p, const struct dtf_window_geom *g,
+			 const float *x, float *y);
+
+/*
+ * dx (n, h, w, c) = MaxPoolGrad(x, dy), then, when relu != 0, ReluGrad with
+ * x as the relu output (dx = 0 where x <= 0), and when db is not NULL,
+ * db (c) = column sums of dx: the backward of conv -> bias -> relu -> pool
+ * in one pass over dx, with no separate zero fill.  Windows must tile the
+ * input (dtf_fast_pool_tiles()); otherwise use the reference kernels.
+ */
+void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
+			      const struct dtf_window_geom *g, const float *x,
+			      const float *dy, int relu, float *dx, float *db,
+			      float *ws);
+
+/* 1 when pooling windows tile the input exactly: size == stride, no
+ * dilation, no padding, h and w multiples of the window. */
+int dtf_fast_pool_tiles(const struct dtf_window_geom *g);
+
+/* ---- optimizer ------------------------------------------------------------- */
+
+/* Adam as dtf_optimizer_apply (train/optimizer.h), one fused pass over n
+ * parameters split across the pool: m = b1 m + (1-b1) g;
+ * v = b2 v + (1-b2) g^2; p -= step * m / (sqrt(v) + eps), where step is the
+ * bias-corrected learning rate.  Same float operations in the same order as
+ * the reference loop, so the same bits. */
+void dtf_fast_adam(struct dtf_pool *p, size_t n, float *params,
+		   const float *grads, float *m, float *v, float step, float b1,
+		   float b2, float eps);
+
+/* y += x over the pool. */
+void dtf_fast_add_inplace(struct dtf_pool *p, size_t n, const float *x,
+			  float *y);
+
+#endif

@@ -1,0 +1,477 @@
+/*
+ * fast_conv.c - conv2d forward, backprop-input and backprop-filter split
+ * over a thread pool, with bias and relu fused into the forward pass.
+ *
+ * Two algorithms, chosen by geometry (use_direct()):
+ *  - direct: for narrow filters (few input channels, e.g. 5x5x1 -> 32, where
+ *    the im2col matrix has K = 25 columns and sgemm cannot reach its speed),
+ *    each image is copied once into a zero-padded buffer and every output
+ *    pixel is a sum of kh*kw*c broadcast-multiply-adds into a register tile
+ *    of 4 pixels x 32 outputs; the filter gradient is the transposed walk
+ *    (4 taps x 32 outputs accumulated over every pixel of the image).
+ *  - im2col + sgemm: per thread, blocks of a few images (sized to stay in
+ *    the L2 cache) are unrolled into (pixels, kh*kw*c) and multiplied with
+ *    a single-threaded sgemm; bias and relu run on the block's output while
+ *    it is still in cache.
+ * Images are split across threads; the filter gradient is summed into one
+ * partial per thread and the partials are added at the end.  This file
+ * allows the compiler to contract a*b+c into FMA, so results differ from
+ * the reference by rounding only.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+#include "ops/cpu/fast.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#include "ops/cpu/simd.h"
+
+/* Floats per im2col block per thread: about 1 MiB, half a typical L2. */
+#define BLOCK_FLOATS ((size_t)256 << 10)
+/* Output channels per register tile of the direct kernels. */
+#define OB 32
+/* Pixels (forward) or taps (filter gradient) per register tile. */
+#define PB 4
+
+static size_t kwidth(const struct dtf_window_geom *g)
+{
+	return (size_t)g->kh * g->kw * g->c;
+}
+
+static int use_direct(const struct dtf_window_geom *g)
+{
+	return kwidth(g) <= 64 && g->o % OB == 0;
+}
+
+/* Padded image extent: rows/cols of input the windows touch, from
+ * -pad_top/-pad_left. */
+static int pad_h(const struct dtf_window_geom *g)
+{
+	return (g->oh - 1) * g->stride_h + (g->kh - 1) * g->dilation_h + 1;
+}
+
+static int pad_w(const struct dtf_window_geom *g)
+{
+	return (g->ow - 1) * g->stride_w + (g->kw - 1) * g->dilation_w + 1;
+}
+
+static int block_images(const struct dtf_window_geom *g)
+{
+	size_t per = (size_t)g->oh * g->ow * kwidth(g);
+	size_t nb = per ? BLOCK_FLOATS / per : 1;
+	return nb < 1 ? 1 : (int)nb;
+}
+
+/* Floats of one thread's workspace, 16-float aligned. */
+static size_t thread_ws(const struct dtf_window_geom *g)
+{
+	size_t pad = (size_t)pad_h(g) * pad_w(g) * g->c;
+	size_t col = (size_t)block_images(g) * g->oh * g->ow * kwidth(g);
+	size_t part = kwidth(g) * g->o;
+	size_t work = pad > col ? pad : col;
+	return (work + part + 15) / 16 * 16;
+}
+
+size_t dtf_fast_conv2d_workspace(const struct dtf_window_geom *g,
+				 int nthreads)
+{
+	return thread_ws(g) * (size_t)(nthreads > 1 ? nthreads : 1);
+}
+
+/* xp (ph, pw, c) = image x (h, w, c) placed at (pad_top, pad_left), zeros
+ * around it (and cropped where the windows do not reach). */
+static void pad_image(const struct dtf_window_geom *g, const float *x,
+		      float *xp)
+{
+	const int ph = pad_h(g), pw = pad_w(g), c = g->c;
+	for (int py = 0; py < ph; py++) {
+		int iy = py - g->pad_top;
+		float *dst = xp + (size_t)py * pw * c;
+		if (iy < 0 || iy >= g->h) {
+			memset(dst, 0, (size_t)pw * c * sizeof *dst);
+			continue;
+		}
+		int x0 = g->pad_left;         /* first padded column with input */
+		int x1 = g->pad_left + g->w;  /* one past the last */
+		if (x1 > pw)
+			x1 = pw;
+		if (x0 > 0)
+			memset(dst, 0, (size_t)x0 * c * sizeof *dst);
+		if (x1 > x0)
+			memcpy(dst + (size_t)x0 * c, x + (size_t)iy * g->w * c,
+			       (size_t)(x1 - x0) * c * sizeof *dst);
+		if (x1 < pw)
+			memset(dst + (size_t)x1 * c, 0,
+			       (size_t)(pw - x1) * c * sizeof *dst);
+	}
+}
+
+/* ---- direct forward -------------------------------------------------------- */
+
+/* One image: y (oh, ow, o) from the padded image xp. */
+static inline DTF_BODY void direct_fwd_body(const struct dtf_window_geom *g,
+					    const float *restrict xp,
+					    const float *restrict w,
+					    const float *restrict bias,
+					    int relu, float *restrict y)
+{
+	const int pw = pad_w(g), c = g->c, O = g->o, kw = g->kw;
+	const int sh = g->stride_h, sw = g->stride_w;
+	const int dh = g->dilation_h, dw = g->dilation_w;
+	for (int oy = 0; oy < g->oh; oy++) {
+		for (int ox0 = 0; ox0 < g->ow; ox0 += PB) {
+			int np = g->ow - ox0 < PB ? g->ow - ox0 : PB;
+			for (int o0 = 0; o0 < O; o0 += OB) {
+				float acc[PB][OB];
+				for (int p = 0; p < PB; p++)
+					for (int j = 0; j < OB; j++)
+						acc[p][j] = bias ? bias[o0 + j] : 0.0f;
+				for (int ki = 0; ki < g->kh; ki++) {
+					const float *row = xp + ((size_t)(oy * sh + ki * dh) * pw) * c;
+					for (int kj = 0; kj < kw; kj++) {
+						for (int ci = 0; ci < c; ci++) {
+							const float *wr = w + (((size_t)ki * kw + kj) * c + ci) * O + o0;
+							const float *xr = row + ((size_t)ox0 * sw + kj * dw) * c + ci;
+							if (np == PB) {
+								for (int p = 0; p < PB; p++) {
+									float xv = xr[(size_t)p * sw * c];
+									for (int j = 0; j < OB; j++)
+										acc[p][j] += xv * wr[j];
+								}
+							} else {
+								for (int p = 0; p < np; p++) {
+									float xv = xr[(size_t)p * sw * c];
+									for (int j = 0; j < OB; j++)
+										acc[p][j] += xv * wr[j];
+								}
+							}
+						}
+					}
+				}
+				for (int p = 0; p < np; p++) {
+					float *yr = y + ((size_t)oy * g->ow + ox0 + p) * O + o0;
+					for (int j = 0; j < OB; j++)
+						yr[j] = relu && acc[p][j] < 0.0f ? 0.0f : acc[p][j];
+				}
+			}
+		}
+	}
+}
+DTF_ISA_FN(direct_fwd,
+	   (const struct dtf_window_geom *g, const float *restrict xp,
+	    const float *restrict w, const float *restrict bias, int relu,
+	    float *restrict y),
+	   (g, xp, w, bias, relu, y))
+
+/* ---- direct filter gradient ------------------------------------------------ */
+
+/* dw (K, o) += over the pixels of one image, from padded xp and dy. */
+static inline DTF_BODY void direct_bwf_body(const struct dtf_window_geom *g,
+					    const float *restrict xp,
+					    const float *restrict dy,
+					    float *restrict dw)
+{
+	const int pw = pad_w(g), c = g->c, O = g->o, kw = g->kw;
+	const int K = g->kh * kw * c;
+	const int sh = g->stride_h, sw = g->stride_w;
+	for (int t0 = 0; t0 < K; t0 += PB) {
+		int nt = K - t0 < PB ? K - t0 : PB;
+		size_t toff[PB];
+		for (int t = 0; t < PB; t++) {
+			int tap = t0 + (t < nt ? t : 0);
+			int ci = tap % c, kj = (tap / c) % kw, ki = tap / c / kw;
+			toff[t] = ((size_t)ki * g->dilation_h * pw +
+				   (size_t)kj * g->dilation_w) * c + ci;
+		}
+		for (int o0 = 0; o0 < O; o0 += OB) {
+			float acc[PB][OB];
+			for (int t = 0; t < PB; t++)
+				for (int j = 0; j < OB; j++)
+					acc[t][j] = 0.0f;
+			for (int oy = 0; oy < g->oh; oy++) {
+				const float *xrow = xp + (size_t)oy * sh * pw * c;
+				const float *dyrow = dy + (size_t)oy * g->ow * O + o0;
+				for (int ox = 0; ox < g->ow; ox++) {
+					const float *xpix = xrow + (size_t)ox * sw * c;
+					const float *d = dyrow + (size_t)ox * O;
+					for (int t = 0; t < PB; t++) {
+						float xv = xpix[toff[t]];
+						for (int j = 0; j < OB; j++)
+							acc[t][j] += xv * d[j];
+					}
+				}
+			}
+			for (int t = 0; t < nt; t++)
+				for (int j = 0; j < OB; j++)
+					dw[(size_t)(t0 + t) * O + o0 + j] += acc[t][j];
+		}
+	}
+}
+DTF_ISA_FN(direct_bwf,
+	   (const struct dtf_window_geom *g, const float *restrict xp,
+	    const float *restrict dy, float *restrict dw),
+	   (g, xp, dy, dw))
+
+/* ---- im2col ---------------------------------------------------------------- */
+
+/* col (nb*oh*ow, K) from images x (nb, h, w, c); padding reads 0. */
+static void im2col(const struct dtf_window_geom *g, int nb, const float *x,
+		   float *restrict col)
+{
+	const int h = g->h, w = g->w, c = g->c, kh = g->kh, kw = g->kw;
+	const int dh = g->dilation_h, dw = g->dilation_w;
+	const size_t rowlen = (size_t)kw * c;
+	float *restrict dst = col;
+	for (int b = 0; b < nb; b++) {
+		const float *img = x + (size_t)b * h * w * c;
+		for (int oy = 0; oy < g->oh; oy++) {
+			int iy0 = oy * g->stride_h - g->pad_top;
+			for (int ox = 0; ox < g->ow; ox++) {
+				int ix0 = ox * g->stride_w - g->pad_left;
+				int inside = dw == 1 && ix0 >= 0 && ix0 + kw <= w;
+				for (int ki = 0; ki < kh; ki++, dst += rowlen) {
+					int iy = iy0 + ki * dh;
+					if (iy < 0 || iy >= h) {
+						memset(dst, 0, rowlen * sizeof *dst);
+						continue;
+					}
+					const float *src = img + (size_t)iy * w * c;
+					if (inside) {
+						memcpy(dst, src + (size_t)ix0 * c,
+						       rowlen * sizeof *dst);
+						continue;
+					}
+					for (int kj = 0; kj < kw; kj++) {
+						int ix = ix0 + kj * dw;
+						float *d = dst + (size_t)kj * c;
+						if (ix < 0 || ix >= w)
+							memset(d, 0, (size_t)c * sizeof *d);
+						else
+							memcpy(d, src + (size_t)ix * c,
+							       (size_t)c * sizeof *d);
+					}
+				}
+			}
+		}
+	}
+}
+
+/* dx (nb, h, w, c) += scatter of col; the adjoint of im2col. */
+static inline DTF_BODY void col2im_add_body(const struct dtf_window_geom *g,
+					    int nb, const float *restrict col,
+					    float *restrict dx)
+{
+	const int h = g->h, w = g->w, c = g->c, kh = g->kh, kw = g->kw;
+	const int dh = g->dilation_h, dw = g->dilation_w;
+	const size_t rowlen = (size_t)kw * c;
+	const float *restrict s = col;
+	for (int b = 0; b < nb; b++) {
+		float *img = dx + (size_t)b * h * w * c;
+		for (int oy = 0; oy < g->oh; oy++) {
+			int iy0 = oy * g->stride_h - g->pad_top;
+			for (int ox = 0; ox < g->ow; ox++) {
+				int ix0 = ox * g->stride_w - g->pad_left;
+				int inside = dw == 1 && ix0 >= 0 && ix0 + kw <= w;
+				for (int ki = 0; ki < kh; ki++, s += rowlen) {
+					int iy = iy0 + ki * dh;
+					if (iy < 0 || iy >= h)
+						continue;
+					float *restrict d = img + (size_t)iy * w * c;
+					if (inside) {
+						d += (size_t)ix0 * c;
+						for (size_t t = 0; t < rowlen; t++)
+							d[t] += s[t];
+						continue;
+					}
+					for (int kj = 0; kj < kw; kj++) {
+						int ix = ix0 + kj * dw;
+						if (ix < 0 || ix >= w)
+							continue;
+						float *restrict dd = d + (size_t)ix * c;
+						const float *ss = s + (size_t)kj * c;
+						for (int t = 0; t < c; t++)
+							dd[t] += ss[t];
+					}
+				}
+			}
+		}
+	}
+}
+DTF_ISA_FN(col2im_add,
+	   (const struct dtf_window_geom *g, int nb, const float *restrict col,
+	    float *restrict dx),
+	   (g, nb, col, dx))
+
+/* y (rows, c) = act(y + bias), in place. */
+static inline DTF_BODY void bias_act_rows_body(size_t rows, int c,
+					       float *restrict y,
+					       const float *restrict bias,
+					       int relu)
+{
+	for (size_t r = 0; r < rows; r++) {
+		float *yr = y + r * c;
+		if (bias)
+			for (int j = 0; j < c; j++)
+				yr[j] += bias[j];
+		if (relu)
+			for (int j = 0; j < c; j++)
+				yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f;
+	}
+}
+DTF_ISA_FN(bias_act_rows,
+	   (size_t rows, int c, float *restrict y, const float *restrict bias,
+	    int relu),
+	   (rows, c, y, bias, relu))
+
+/* ---- the three ops ---------------------------------------------------------- */
+
+struct conv_job {
+	const struct dtf_window_geom *g;
+	const float *x, *w, *bias, *dy;
+	float *y, *dx, *dw, *ws;
+	int relu;
+};
+
+static float *my_ws(const struct conv_job *j, int tid)
+{
+	return j->ws + (size_t)tid * thread_ws(j->g);
+}
+
+static void fwd_task(void *arg, int tid, int nt)
+{
+	const struct conv_job *j = arg;
+	const struct dtf_window_geom *g = j->g;
+	const size_t in_img = (size_t)g->h * g->w * g->c;
+	const size_t out_pix = (size_t)g->oh * g->ow;
+	const int K = (int)kwidth(g), O = g->o;
+	size_t lo, hi;
+	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
+	float *ws = my_ws(j, tid);
+	if (use_direct(g)) {
+		for (size_t b = lo; b < hi; b++) {
+			pad_image(g, j->x + b * in_img, ws);
+			direct_fwd(g, ws, j->w, j->bias, j->relu,
+				   j->y + b * out_pix * O);
+		}
+		return;
+	}
+	const int nb = block_images(g);
+	for (size_t b = lo; b < hi; b += (size_t)nb) {
+		int cnt = hi - b < (size_t)nb ? (int)(hi - b) : nb;
+		float *y = j->y + b * out_pix * O;
+		im2col(g, cnt, j->x + b * in_img, ws);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans,
+			    (int)(cnt * out_pix), O, K, 1.0f, ws, K, j->w, O,
+			    0.0f, y, O);
+		if (j->bias || j->relu)
+			bias_act_rows((size_t)cnt * out_pix, O, y, j->bias,
+				      j->relu);
+	}
+}
+
+void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
+		     const float *x, const float *w, const float *bias,
+		     int relu, float *y, float *ws)
+{
+	if (g->n <= 0)
+		return;
+	struct conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
+			     .ws = ws, .relu = relu};
+	dtf_pool_run(p, fwd_task, &j);
+}
+
+static void bwi_task(void *arg, int tid, int nt)
+{
+	const struct conv_job *j = arg;
+	const struct dtf_window_geom *g = j->g;
+	const size_t in_img = (size_t)g->h * g->w * g->c;
+	const size_t out_pix = (size_t)g->oh * g->ow;
+	const int K = (int)kwidth(g), O = g->o;
+	size_t lo, hi;
+	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
+	if (hi <= lo)
+		return;
+	float *ws = my_ws(j, tid);
+	memset(j->dx + lo * in_img, 0, (hi - lo) * in_img * sizeof(float));
+	const int nb = block_images(g);
+	for (size_t b = lo; b < hi; b += (size_t)nb) {
+		int cnt = hi - b < (size_t)nb ? (int)(hi - b) : nb;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans,
+			    (int)(cnt * out_pix), K, O, 1.0f,
+			    j->dy + b * out_pix * O, O, j->w, O, 0.0f, ws, K);
+		col2im_add(g, cnt, ws, j->dx + b * in_img);
+	}
+}
+
+void dtf_fast_conv2d_backprop_input(struct dtf_pool *p,
+				    const struct dtf_window_geom *g,
+				    const float *dy, const float *w, float *dx,
+				    float *ws)
+{
+	if (g->n <= 0)
+		return;
+	struct conv_job j = {.g = g, .dy = dy, .w = w, .dx = dx, .ws = ws};
+	dtf_pool_run(p, bwi_task, &j);
+}
+
+/* Each thread's partial filter gradient sits after its work area. */
+static float *partial(const struct conv_job *j, int tid)
+{
+	return my_ws(j, tid) + thread_ws(j->g) - (kwidth(j->g) * j->g->o + 15) / 16 * 16;
+}
+
+static void bwf_task(void *arg, int tid, int nt)
+{
+	const struct conv_job *j = arg;
+	const struct dtf_window_geom *g = j->g;
+	const size_t in_img = (size_t)g->h * g->w * g->c;
+	const size_t out_pix = (size_t)g->oh * g->ow;
+	const int K = (int)kwidth(g), O = g->o;
+	size_t lo, hi;
+	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
+	float *ws = my_ws(j, tid);
+	float *part = partial(j, tid);
+	memset(part, 0, (size_t)K * O * sizeof *part);
+	if (use_direct(g)) {
+		for (size_t b = lo; b < hi; b++) {
+			pad_image(g, j->x + b * in_img, ws);
+			direct_bwf(g, ws, j->dy + b * out_pix * O, part);
+		}
+		return;
+	}
+	const int nb = block_images(g);
+	for (size_t b = lo; b < hi; b += (size_t)nb) {
+		int cnt = hi - b < (size_t)nb ? (int)(hi - b) : nb;
+		im2col(g, cnt, j->x + b * in_img, ws);
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, O,
+			    (int)(cnt * out_pix), 1.0f, ws, K,
+			    j->dy + b * out_pix * O, O, 1.0f, part, O);
+	}
+}
+
+/* dw = sum of the partials, columns split across threads. */
+static void bwf_reduce_task(void *arg, int tid, int nt)
+{
+	const struct conv_job *j = arg;
+	size_t n = kwidth(j->g) * j->g->o, lo, hi;
+	dtf_pool_split(n, 16, tid, nt, &lo, &hi);
+	for (size_t i = lo; i < hi; i++) {
+		float s = 0.0f;
+		for (int t = 0; t < nt; t++)
+			s += partial(j, t)[i];
+		j->dw[i] = s;
+	}
+}
+
+void dtf_fast_conv2d_backprop_filter(struct dtf_pool *p,
+				     const struct dtf_window_geom *g,
+				     const float *x, const float *dy, float *dw,
+				     float *ws)
+{
+	struct conv_job j = {.g = g, .x = x, .dy = dy, .dw = dw, .ws = ws};
+	dtf_pool_run(p, bwf_task, &j);
+	dtf_pool_run(p, bwf_reduce_task, &j);
+}

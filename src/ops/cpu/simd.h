@@ -1,0 +1,48 @@
+/*
+ * simd.h - compile one loop body for several x86 vector ISAs and pick the
+ * widest the CPU has at run time.
+ *
+ * DTF_ISA_FN(name, (params), (args)) expects `static inline DTF_BODY void
+ * name##_body params` to be defined before it, and defines `static void
+ * name params` that calls a copy of the body compiled for AVX-512
+ * (512-bit vectors), AVX2+FMA, or the build's baseline, whichever the CPU
+ * supports (__builtin_cpu_supports reads a table filled at load time).
+ * Off x86 or off GCC/clang the body is called directly.
+ */
+#ifndef DTF_OPS_CPU_SIMD_H
+#define DTF_OPS_CPU_SIMD_H
+
+#if defined(__GNUC__)
+#define DTF_BODY __attribute__((always_inline))
+#else
+#define DTF_BODY
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && \
+	!defined(__clang__)
+#define DTF_T512 \
+	__attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,prefer-vector-width=512")))
+#define DTF_T256 __attribute__((target("avx2,fma")))
+#define DTF_ISA_FN(name, params, args)                                  \
+	DTF_T512 static void name##_512 params { name##_body args; }    \
+	DTF_T256 static void name##_256 params { name##_body args; }    \
+	static void name##_base params { name##_body args; }            \
+	static void name params                                         \
+	{                                                               \
+		if (__builtin_cpu_supports("avx512f") &&                \
+		    __builtin_cpu_supports("avx512vl") &&               \
+		    __builtin_cpu_supports("avx512dq") &&               \
+		    __builtin_cpu_supports("avx512bw"))                 \
+			name##_512 args;                                \
+		else if (__builtin_cpu_supports("avx2") &&              \
+			 __builtin_cpu_supports("fma"))                 \
+			name##_256 args;                                \
+		else                                                    \
+			name##_base args;                               \
+	}
+#else
+#define DTF_ISA_FN(name, params, args) \
+	static void name params { name##_body args; }
+#endif
+
+#endif

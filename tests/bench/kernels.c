@@ -1,0 +1,237 @@
+/*
+ * kernels.c - per-kernel microbenchmark of the Fashion-MNIST CNN's ops
+ * (graphs/fashion_mnist_cnn.yaml) and the sgemm ceiling.
+ *
+ *   bench_kernels sgemm [-t THREADS] [-r REPEATS] [-s SIZE]
+ *       cblas_sgemm SIZE x SIZE x SIZE (default 1024) on THREADS OpenBLAS
+ *       threads (default 1); prints "sgemm T threads: X GFLOP/s", the best
+ *       of REPEATS (default 20) calls.  The ceiling tests/bench/
+ *       cpu_vs_pytorch.sh divides dtf-train's achieved rate by.
+ *   bench_kernels ops [-t THREADS] [-r REPEATS] [-b BATCH]
+ *       every op of one training step at BATCH (default 64), reference
+ *       kernels (OpenBLAS on THREADS threads) beside the fast kernels (a
+ *       pool of THREADS threads, OpenBLAS single-threaded in each): the
+ *       best of REPEATS (default 10) runs of each, in milliseconds.
+ *
+ * Taking the minimum over repeats makes the numbers usable on a busy
+ * machine; they are still single-process figures, not training speed.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/alloc.h"
+#include "core/rng.h"
+#include "ops/cpu/fast.h"
+#include "ops/cpu/kernels.h"
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *buf(size_t n, unsigned seed)
+{
+	float *p = dtf_alloc_aligned(n * sizeof(float));
+	if (!p) {
+		fprintf(stderr, "bench_kernels: out of memory\n");
+		exit(1);
+	}
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		p[i] = (float)((seed >> 9) & 0xffff) / 65536.0f - 0.5f;
+	}
+	return p;
+}
+
+#define BEST(var, reps, stmt)                                  \
+	do {                                                   \
+		var = 1e30;                                    \
+		for (int r_ = 0; r_ < (reps); r_++) {          \
+			double t0_ = now();                    \
+			stmt;                                  \
+			double t_ = now() - t0_;               \
+			if (t_ < var)                          \
+				var = t_;                      \
+		}                                              \
+	} while (0)
+
+static int run_sgemm(int threads, int reps, int size)
+{
+	openblas_set_num_threads(threads);
+	size_t n = (size_t)size * size;
+	float *a = buf(n, 1), *b = buf(n, 2), *c = buf(n, 3);
+	double best;
+	BEST(best, reps,
+	     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, size, size,
+			 size, 1.0f, a, size, b, size, 0.0f, c, size));
+	printf("sgemm %d threads: %.1f GFLOP/s (%dx%dx%d, best of %d, OpenBLAS %s)\n",
+	       threads, 2.0 * size * size * (double)size / best / 1e9, size,
+	       size, size, reps, openblas_get_corename());
+	dtf_free(a);
+	dtf_free(b);
+	dtf_free(c);
+	return 0;
+}
+
+static struct dtf_window_geom geom(int n, int h, int c, int k, int o,
+				   int stride)
+{
+	struct dtf_window_geom g = {.n = n, .h = h, .w = h, .c = c, .kh = k,
+				    .kw = k, .o = o, .stride_h = stride,
+				    .stride_w = stride, .dilation_h = 1,
+				    .dilation_w = 1};
+	dtf_window_geom_finish(&g, stride == 1 ? DTF_PAD_SAME : DTF_PAD_VALID);
+	return g;
+}
+
+static double tot_ref, tot_fast;
+
+static void row(const char *op, double ref, double fast, double flop)
+{
+	tot_ref += ref;
+	tot_fast += fast;
+	printf("%-34s %9.3f %9.3f %7.2fx", op, ref * 1e3, fast * 1e3,
+	       ref / fast);
+	if (flop > 0)
+		printf("  %6.1f -> %6.1f GFLOP/s", flop / ref / 1e9,
+		       flop / fast / 1e9);
+	printf("\n");
+}
+
+static int run_ops(int threads, int reps, int B)
+{
+	struct dtf_pool *pool = NULL;
+	if (dtf_pool_new(threads, &pool) < 0) {
+		fprintf(stderr, "bench_kernels: cannot start threads\n");
+		return 1;
+	}
+	struct dtf_window_geom c1 = geom(B, 28, 1, 5, 32, 1);
+	struct dtf_window_geom p1 = geom(B, 28, 32, 2, 0, 2);
+	struct dtf_window_geom c2 = geom(B, 14, 32, 5, 64, 1);
+	struct dtf_window_geom p2 = geom(B, 14, 64, 2, 0, 2);
+	size_t ws_ref = dtf_cpu_conv2d_workspace(&c1);
+	if (dtf_cpu_conv2d_workspace(&c2) > ws_ref)
+		ws_ref = dtf_cpu_conv2d_workspace(&c2);
+	size_t ws_fast = dtf_fast_conv2d_workspace(&c2, threads);
+	if (dtf_fast_conv2d_workspace(&c1, threads) > ws_fast)
+		ws_fast = dtf_fast_conv2d_workspace(&c1, threads);
+	ws_fast += dtf_fast_bias_grad_workspace(1024, threads);
+	float *wsr = buf(ws_ref, 9), *wsf = buf(ws_fast, 9);
+	size_t a0 = (size_t)B * 784, a1 = a0 * 32, a1p = a1 / 4;
+	size_t a2 = a1p * 2, a2p = a2 / 4;
+	float *x = buf(a0, 1), *w1 = buf(800, 2), *b1 = buf(32, 3);
+	float *y1 = buf(a1, 4), *y1f = buf(a1, 5), *q1 = buf(a1p, 6);
+	float *w2 = buf(51200, 7), *b2 = buf(64, 8), *y2 = buf(a2, 10);
+	float *y2f = buf(a2, 11), *q2 = buf(a2p, 12);
+	float *w3 = buf((size_t)3136 * 1024, 13), *b3 = buf(1024, 14);
+	float *h = buf((size_t)B * 1024, 15), *hf = buf((size_t)B * 1024, 16);
+	float *dh = buf((size_t)B * 1024, 17), *dq2 = buf(a2p, 18);
+	float *dw3 = buf((size_t)3136 * 1024, 19), *db = buf(1024, 20);
+	float *dy2 = buf(a2, 21), *dq1 = buf(a1p, 22), *dy1 = buf(a1, 23);
+	float *dw2 = buf(51200, 24), *dw1 = buf(800, 25), *tmp = buf(a1, 26);
+	size_t np = 3274634;
+	float *pp = buf(np, 27), *gg = buf(np, 28), *mm = buf(np, 29);
+	float *vv = buf(np, 30);
+	for (size_t i = 0; i < np; i++)
+		vv[i] = vv[i] * vv[i];
+	double r, f;
+	int T = threads;
+	printf("batch %d, %d thread(s); best of %d; milliseconds\n", B, T, reps);
+	printf("%-34s %9s %9s %8s\n", "op", "reference", "fast", "speedup");
+
+#define REF(stmt) do { openblas_set_num_threads(T); BEST(r, reps, stmt); } while (0)
+#define FAST(stmt) do { openblas_set_num_threads(1); BEST(f, reps, stmt); } while (0)
+	REF((dtf_cpu_conv2d(&c1, x, w1, tmp, wsr),
+	     dtf_cpu_bias_add(a1 / 32, 32, tmp, b1, tmp), dtf_cpu_relu(a1, tmp, y1)));
+	FAST(dtf_fast_conv2d(pool, &c1, x, w1, b1, 1, y1f, wsf));
+	row("conv1 5x5x1x32 + bias + relu", r, f, 2.0 * B * 784 * 800);
+	REF(dtf_cpu_max_pool2d(&p1, y1, q1));
+	FAST(dtf_fast_max_pool2d(pool, &p1, y1, q1));
+	row("max_pool1", r, f, 0);
+	REF((dtf_cpu_conv2d(&c2, q1, w2, tmp, wsr),
+	     dtf_cpu_bias_add(a2 / 64, 64, tmp, b2, tmp), dtf_cpu_relu(a2, tmp, y2)));
+	FAST(dtf_fast_conv2d(pool, &c2, q1, w2, b2, 1, y2f, wsf));
+	row("conv2 5x5x32x64 + bias + relu", r, f, 2.0 * B * 196 * 800 * 64);
+	REF(dtf_cpu_max_pool2d(&p2, y2, q2));
+	FAST(dtf_fast_max_pool2d(pool, &p2, y2, q2));
+	row("max_pool2", r, f, 0);
+	REF((dtf_cpu_matmul(B, 1024, 3136, q2, 0, w3, 0, tmp),
+	     dtf_cpu_bias_add((size_t)B, 1024, tmp, b3, tmp), dtf_cpu_relu((size_t)B * 1024, tmp, h)));
+	FAST((dtf_fast_matmul(pool, B, 1024, 3136, q2, 0, w3, 0, hf),
+	      dtf_fast_bias_act(pool, (size_t)B, 1024, hf, b3, 1, hf)));
+	row("dense1 3136x1024 + bias + relu", r, f, 2.0 * B * 3136 * 1024);
+	REF((dtf_cpu_relu_grad((size_t)B * 1024, dh, h, tmp),
+	     dtf_cpu_bias_add_grad((size_t)B, 1024, tmp, db)));
+	FAST(dtf_fast_relu_grad_bias(pool, (size_t)B, 1024, dh, h, tmp, db, wsf));
+	row("dense1 relu_grad + bias_grad", r, f, 0);
+	REF(dtf_cpu_matmul(3136, 1024, B, q2, 1, dh, 0, dw3));
+	FAST(dtf_fast_matmul(pool, 3136, 1024, B, q2, 1, dh, 0, dw3));
+	row("dense1 grad_kernel", r, f, 2.0 * B * 3136 * 1024);
+	REF(dtf_cpu_matmul(B, 3136, 1024, dh, 0, w3, 1, dq2));
+	FAST(dtf_fast_matmul(pool, B, 3136, 1024, dh, 0, w3, 1, dq2));
+	row("dense1 grad_input", r, f, 2.0 * B * 3136 * 1024);
+	REF((dtf_cpu_max_pool2d_grad(&p2, y2, dq2, tmp),
+	     dtf_cpu_relu_grad(a2, tmp, y2, dy2),
+	     dtf_cpu_bias_add_grad(a2 / 64, 64, dy2, db)));
+	FAST(dtf_fast_max_pool2d_grad(pool, &p2, y2, dq2, 1, dy2, db, wsf));
+	row("pool2 + relu + bias grads", r, f, 0);
+	REF(dtf_cpu_conv2d_backprop_input(&c2, dy2, w2, dq1, wsr));
+	FAST(dtf_fast_conv2d_backprop_input(pool, &c2, dy2, w2, dq1, wsf));
+	row("conv2 backprop_input", r, f, 2.0 * B * 196 * 800 * 64);
+	REF(dtf_cpu_conv2d_backprop_filter(&c2, q1, dy2, dw2, wsr));
+	FAST(dtf_fast_conv2d_backprop_filter(pool, &c2, q1, dy2, dw2, wsf));
+	row("conv2 backprop_filter", r, f, 2.0 * B * 196 * 800 * 64);
+	REF((dtf_cpu_max_pool2d_grad(&p1, y1, dq1, tmp),
+	     dtf_cpu_relu_grad(a1, tmp, y1, dy1),
+	     dtf_cpu_bias_add_grad(a1 / 32, 32, dy1, db)));
+	FAST(dtf_fast_max_pool2d_grad(pool, &p1, y1, dq1, 1, dy1, db, wsf));
+	row("pool1 + relu + bias grads", r, f, 0);
+	REF(dtf_cpu_conv2d_backprop_filter(&c1, x, dy1, dw1, wsr));
+	FAST(dtf_fast_conv2d_backprop_filter(pool, &c1, x, dy1, dw1, wsf));
+	row("conv1 backprop_filter", r, f, 2.0 * B * 784 * 800);
+	/* Adam: the reference loop of train/optimizer.c, inlined here */
+	REF(for (size_t i = 0; i < np; i++) {
+		mm[i] = 0.9f * mm[i] + (1.0f - 0.9f) * gg[i];
+		vv[i] = 0.999f * vv[i] + (1.0f - 0.999f) * gg[i] * gg[i];
+		pp[i] -= 1e-3f * mm[i] / (__builtin_sqrtf(vv[i]) + 1e-7f);
+	});
+	FAST(dtf_fast_adam(pool, np, pp, gg, mm, vv, 1e-3f, 0.9f, 0.999f, 1e-7f));
+	row("adam (3.27M parameters)", r, f, 0);
+	printf("%-34s %9.3f %9.3f %7.2fx\n", "total", tot_ref * 1e3,
+	       tot_fast * 1e3, tot_ref / tot_fast);
+	dtf_pool_free(pool);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "ops";
+	int threads = 1, reps = 0, size = 1024, batch = 64;
+	for (int i = 2; i + 1 < argc; i += 2) {
+		int v = atoi(argv[i + 1]);
+		if (strcmp(argv[i], "-t") == 0)
+			threads = v;
+		else if (strcmp(argv[i], "-r") == 0)
+			reps = v;
+		else if (strcmp(argv[i], "-s") == 0)
+			size = v;
+		else if (strcmp(argv[i], "-b") == 0)
+			batch = v;
+		else
+			goto usage;
+		if (v < 1)
+			goto usage;
+	}
+	if (strcmp(mode, "sgemm") == 0)
+		return run_sgemm(threads, reps ? reps : 20, size);
+	if (strcmp(mode, "ops") == 0)
+		return run_ops(threads, reps ? reps : 10, batch);
+usage:
+	fprintf(stderr, "usage: bench_kernels sgemm|ops [-t THREADS] [-r REPEATS] [-s SIZE] [-b BATCH]\n");
+	return 2;
+}

@@ -1,0 +1,582 @@
+/*
+ * test_fast.c - the fast CPU paths (ops/cpu/fast.h, graph/fast_exec.h)
+ * against the reference kernels (ops/cpu/kernels.h), op by op, forward and
+ * backward, on 1 and 3 threads, and whole graphs (fused plan vs reference
+ * executor: loss, logits and every variable's gradient).  The reference
+ * kernels' own gradient checks are in test_ops.c and test_graph.c; the
+ * fused graph is checked against the reference executor rather than by
+ * finite differences, which in float32 cannot resolve a CNN this size
+ * (a +-eps step crosses relu and max-pool kinks for most first-layer
+ * weights, in the reference executor as much as in this one).
+ *
+ * Tolerances: |fast - ref| <= 1e-4 + 1e-4 * |ref| for results of sums
+ * (conv2d, matmul, bias gradients: the fast kernels add in a different
+ * order and may use FMA); exact equality for pooling, relu and the Adam
+ * update, which do the same float operations on the same values.  Whole
+ * graphs: 1e-4 relative on the gradient vector (the sums of several layers
+ * compound).  Outputs are poisoned with NaN first, so an element the fast
+ * path forgets to write fails.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "core/alloc.h"
+#include "core/error.h"
+#include "graph/exec.h"
+#include "graph/fast_exec.h"
+#include "graph/lower.h"
+#include "mem/plan.h"
+#include "ops/cpu/fast.h"
+#include "ops/cpu/kernels.h"
+#include "train/optimizer.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x5eed;
+
+static uint64_t next_u64(void)
+{
+	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+static float frand(float lo, float hi)
+{
+	return lo + (hi - lo) * (float)((next_u64() >> 40) / 16777216.0);
+}
+
+static float *falloc(size_t n)
+{
+	float *p = malloc((n ? n : 1) * sizeof *p);
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = NAN;
+	return p;
+}
+
+static float *frandom(size_t n, float lo, float hi)
+{
+	float *p = falloc(n);
+	for (size_t i = 0; i < n; i++)
+		p[i] = frand(lo, hi);
+	return p;
+}
+
+/* Values on a coarse grid, so pooling windows hold ties. */
+static float *fgrid(size_t n)
+{
+	float *p = falloc(n);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)((int)(next_u64() % 7) - 3) * 0.25f;
+	return p;
+}
+
+static void close_enough(const char *what, const float *ref,
+			 const float *got, size_t n, double tol)
+{
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)ref[i] - got[i]);
+		ck_assert_msg(!isnan(got[i]) && d <= tol + tol * fabs(ref[i]),
+			      "%s[%zu]: reference %.8g, fast %.8g", what, i,
+			      ref[i], got[i]);
+	}
+}
+
+static void exactly(const char *what, const float *ref, const float *got,
+		    size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(memcmp(&ref[i], &got[i], sizeof(float)) == 0,
+			      "%s[%zu]: reference %.9g, fast %.9g", what, i,
+			      ref[i], got[i]);
+}
+
+static struct dtf_window_geom geom(int n, int h, int w, int c, int kh,
+				   int kw, int o, int s, int d,
+				   enum dtf_padding pad)
+{
+	struct dtf_window_geom g = {.n = n, .h = h, .w = w, .c = c, .kh = kh,
+				    .kw = kw, .o = o, .stride_h = s,
+				    .stride_w = s, .dilation_h = d,
+				    .dilation_w = d};
+	ck_assert_int_eq(dtf_window_geom_finish(&g, pad), 0);
+	return g;
+}
+
+static const int thread_counts[] = {1, 3};
+
+/* ---- thread pool --------------------------------------------------------- */
+
+struct count_job {
+	int hits[8];
+	size_t covered[1000];
+};
+
+static void count_task(void *arg, int tid, int nt)
+{
+	struct count_job *j = arg;
+	j->hits[tid]++;
+	size_t lo, hi;
+	dtf_pool_split(1000, 16, tid, nt, &lo, &hi);
+	for (size_t i = lo; i < hi; i++)
+		j->covered[i]++;
+}
+
+START_TEST(pool_runs_every_thread_once)
+{
+	for (int nt = 1; nt <= 4; nt++) {
+		struct dtf_pool *p;
+		ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
+		ck_assert_int_eq(dtf_pool_size(p), nt);
+		for (int rep = 0; rep < 200; rep++) {
+			struct count_job j;
+			memset(&j, 0, sizeof j);
+			dtf_pool_run(p, count_task, &j);
+			for (int t = 0; t < 8; t++)
+				ck_assert_int_eq(j.hits[t], t < nt);
+			for (int i = 0; i < 1000; i++)
+				ck_assert_uint_eq(j.covered[i], 1);
+		}
+		dtf_pool_free(p);
+	}
+	struct count_job j;
+	memset(&j, 0, sizeof j);
+	dtf_pool_run(NULL, count_task, &j);
+	ck_assert_int_eq(j.hits[0], 1);
+	dtf_pool_free(NULL);
+	/* split boundaries are multiples of the alignment */
+	size_t lo, hi;
+	dtf_pool_split(100, 16, 1, 3, &lo, &hi);
+	ck_assert_uint_eq(lo, 48);
+	ck_assert_uint_eq(hi, 80);
+	dtf_pool_split(100, 16, 2, 3, &lo, &hi);
+	ck_assert_uint_eq(lo, 80);
+	ck_assert_uint_eq(hi, 100);
+}
+END_TEST
+
+/* ---- conv2d ---------------------------------------------------------------- */
+
+/* Geometries: the direct kernel (few input channels, o multiple of 32)
+ * and im2col + sgemm, with same/valid padding, stride 2, dilation 2. */
+static struct dtf_window_geom conv_case(int i)
+{
+	switch (i) {
+	case 0: return geom(5, 12, 12, 1, 5, 5, 32, 1, 1, DTF_PAD_SAME);
+	case 1: return geom(3, 9, 7, 2, 3, 3, 64, 2, 1, DTF_PAD_SAME);
+	case 2: return geom(4, 10, 10, 1, 3, 3, 32, 1, 2, DTF_PAD_VALID);
+	case 3: return geom(5, 14, 14, 8, 5, 5, 16, 1, 1, DTF_PAD_SAME);
+	case 4: return geom(3, 9, 11, 6, 3, 3, 20, 2, 1, DTF_PAD_SAME);
+	case 5: return geom(2, 8, 8, 12, 1, 1, 8, 1, 1, DTF_PAD_VALID);
+	default: return geom(7, 7, 7, 32, 5, 5, 64, 1, 1, DTF_PAD_SAME);
+	}
+}
+#define NCONV 7
+
+START_TEST(conv2d_forward_matches_reference)
+{
+	for (int ci = 0; ci < NCONV; ci++) {
+		struct dtf_window_geom g = conv_case(ci);
+		size_t nx = (size_t)g.n * g.h * g.w * g.c;
+		size_t nw = (size_t)g.kh * g.kw * g.c * g.o;
+		size_t ny = (size_t)g.n * g.oh * g.ow * g.o;
+		float *x = frandom(nx, -1, 1), *w = frandom(nw, -1, 1);
+		float *b = frandom((size_t)g.o, -0.5f, 0.5f);
+		float *ref = falloc(ny), *ws = falloc(dtf_cpu_conv2d_workspace(&g));
+		dtf_cpu_conv2d(&g, x, w, ref, ws);
+		float *refb = falloc(ny), *refr = falloc(ny);
+		dtf_cpu_bias_add(ny / (size_t)g.o, g.o, ref, b, refb);
+		dtf_cpu_relu(ny, refb, refr);
+		for (int ti = 0; ti < 2; ti++) {
+			int nt = thread_counts[ti];
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
+			float *fws = falloc(dtf_fast_conv2d_workspace(&g, nt));
+			float *y = falloc(ny);
+			dtf_fast_conv2d(p, &g, x, w, NULL, 0, y, fws);
+			close_enough("conv2d", ref, y, ny, 1e-4);
+			dtf_fast_conv2d(p, &g, x, w, b, 0, y, fws);
+			close_enough("conv2d+bias", refb, y, ny, 1e-4);
+			dtf_fast_conv2d(p, &g, x, w, b, 1, y, fws);
+			close_enough("conv2d+bias+relu", refr, y, ny, 1e-4);
+			free(y);
+			free(fws);
+			dtf_pool_free(p);
+		}
+		free(x); free(w); free(b); free(ref); free(refb); free(refr);
+		free(ws);
+	}
+}
+END_TEST
+
+START_TEST(conv2d_backward_matches_reference)
+{
+	for (int ci = 0; ci < NCONV; ci++) {
+		struct dtf_window_geom g = conv_case(ci);
+		size_t nx = (size_t)g.n * g.h * g.w * g.c;
+		size_t nw = (size_t)g.kh * g.kw * g.c * g.o;
+		size_t ny = (size_t)g.n * g.oh * g.ow * g.o;
+		float *x = frandom(nx, -1, 1), *w = frandom(nw, -1, 1);
+		float *dy = frandom(ny, -1, 1);
+		float *ws = falloc(dtf_cpu_conv2d_workspace(&g));
+		float *dx = falloc(nx), *dw = falloc(nw);
+		dtf_cpu_conv2d_backprop_input(&g, dy, w, dx, ws);
+		dtf_cpu_conv2d_backprop_filter(&g, x, dy, dw, ws);
+		for (int ti = 0; ti < 2; ti++) {
+			int nt = thread_counts[ti];
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
+			float *fws = falloc(dtf_fast_conv2d_workspace(&g, nt));
+			float *fdx = falloc(nx), *fdw = falloc(nw);
+			dtf_fast_conv2d_backprop_input(p, &g, dy, w, fdx, fws);
+			close_enough("backprop_input", dx, fdx, nx, 1e-4);
+			dtf_fast_conv2d_backprop_filter(p, &g, x, dy, fdw, fws);
+			/* sums over n*oh*ow ~ 1000 products */
+			close_enough("backprop_filter", dw, fdw, nw, 1e-4);
+			free(fdx); free(fdw); free(fws);
+			dtf_pool_free(p);
+		}
+		free(x); free(w); free(dy); free(ws); free(dx); free(dw);
+	}
+}
+END_TEST
+
+/* ---- dense ------------------------------------------------------------------- */
+
+START_TEST(matmul_matches_reference)
+{
+	const int shapes[][3] = {{5, 70, 33}, {70, 5, 33}, {40, 40, 1},
+				 {17, 130, 64}, {1, 3, 2}};
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+		for (int tr = 0; tr < 4; tr++) {
+			int ta = tr & 1, tb = tr >> 1;
+			float *a = frandom((size_t)m * k, -1, 1);
+			float *b = frandom((size_t)k * n, -1, 1);
+			float *ref = falloc((size_t)m * n);
+			dtf_cpu_matmul(m, n, k, a, ta, b, tb, ref);
+			for (int ti = 0; ti < 2; ti++) {
+				struct dtf_pool *p;
+				ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+				float *c = falloc((size_t)m * n);
+				dtf_fast_matmul(p, m, n, k, a, ta, b, tb, c);
+				close_enough("matmul", ref, c, (size_t)m * n, 1e-4);
+				free(c);
+				dtf_pool_free(p);
+			}
+			free(a); free(b); free(ref);
+		}
+	}
+}
+END_TEST
+
+START_TEST(bias_act_and_relu_grad_match_reference)
+{
+	const int shapes[][2] = {{300, 64}, {7, 1030}, {100000, 3}, {1, 1}};
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		size_t rows = (size_t)shapes[s][0];
+		int c = shapes[s][1];
+		size_t n = rows * (size_t)c;
+		float *x = frandom(n, -1, 1), *b = frandom((size_t)c, -1, 1);
+		float *dy = frandom(n, -1, 1);
+		float *rb = falloc(n), *rr = falloc(n), *rg = falloc(n);
+		float *rdb = falloc((size_t)c);
+		dtf_cpu_bias_add(rows, c, x, b, rb);
+		dtf_cpu_relu(n, rb, rr);
+		dtf_cpu_relu_grad(n, dy, rr, rg);
+		dtf_cpu_bias_add_grad(rows, c, rg, rdb);
+		for (int ti = 0; ti < 2; ti++) {
+			int nt = thread_counts[ti];
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
+			float *y = falloc(n), *db = falloc((size_t)c);
+			float *ws = falloc(dtf_fast_bias_grad_workspace(c, nt));
+			dtf_fast_bias_act(p, rows, c, x, b, 0, y);
+			exactly("bias_add", rb, y, n);
+			dtf_fast_bias_act(p, rows, c, x, b, 1, y);
+			exactly("bias_add+relu", rr, y, n);
+			memcpy(y, rb, n * sizeof *y);
+			dtf_fast_bias_act(p, rows, c, y, NULL, 1, y); /* in place */
+			exactly("relu in place", rr, y, n);
+			dtf_fast_relu_grad_bias(p, rows, c, dy, rr, y, db, ws);
+			exactly("relu_grad", rg, y, n);
+			close_enough("bias_add_grad", rdb, db, (size_t)c, 1e-5);
+			free(y); free(db); free(ws);
+			dtf_pool_free(p);
+		}
+		free(x); free(b); free(dy); free(rb); free(rr); free(rg);
+		free(rdb);
+	}
+}
+END_TEST
+
+/* ---- pooling ------------------------------------------------------------------ */
+
+START_TEST(max_pool_matches_reference)
+{
+	struct dtf_window_geom cases[] = {
+		geom(3, 8, 6, 32, 2, 2, 0, 2, 1, DTF_PAD_VALID),  /* tiles */
+		geom(2, 9, 9, 70, 3, 3, 0, 3, 1, DTF_PAD_VALID),  /* tiles, c > 64 */
+		geom(2, 7, 7, 5, 3, 3, 0, 2, 1, DTF_PAD_SAME),    /* overlapping */
+		geom(2, 7, 5, 4, 2, 2, 0, 2, 1, DTF_PAD_SAME),    /* padded */
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		struct dtf_window_geom g = cases[k];
+		size_t nx = (size_t)g.n * g.h * g.w * g.c;
+		size_t ny = (size_t)g.n * g.oh * g.ow * g.c;
+		/* x as a relu output: a coarse grid clipped at 0, so tiles
+		 * hold ties and all-zero windows */
+		float *x = fgrid(nx), *dy = frandom(ny, -1, 1);
+		dtf_cpu_relu(nx, x, x);
+		float *ry = falloc(ny), *rpg = falloc(nx), *rrg = falloc(nx);
+		float *rdb = falloc((size_t)g.c);
+		dtf_cpu_max_pool2d(&g, x, ry);
+		dtf_cpu_max_pool2d_grad(&g, x, dy, rpg);
+		dtf_cpu_relu_grad(nx, rpg, x, rrg);
+		dtf_cpu_bias_add_grad(nx / (size_t)g.c, g.c, rrg, rdb);
+		float *rdb0 = falloc((size_t)g.c);
+		dtf_cpu_bias_add_grad(nx / (size_t)g.c, g.c, rpg, rdb0);
+		for (int ti = 0; ti < 2; ti++) {
+			int nt = thread_counts[ti];
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
+			float *y = falloc(ny);
+			dtf_fast_max_pool2d(p, &g, x, y);
+			exactly("max_pool2d", ry, y, ny);
+			free(y);
+			if (dtf_fast_pool_tiles(&g)) {
+				float *dx = falloc(nx), *db = falloc((size_t)g.c);
+				float *ws = falloc(dtf_fast_bias_grad_workspace(g.c, nt));
+				dtf_fast_max_pool2d_grad(p, &g, x, dy, 0, dx, NULL, ws);
+				exactly("max_pool2d_grad", rpg, dx, nx);
+				dtf_fast_max_pool2d_grad(p, &g, x, dy, 0, dx, db, ws);
+				close_enough("pool grad bias", rdb0, db, (size_t)g.c, 1e-5);
+				dtf_fast_max_pool2d_grad(p, &g, x, dy, 1, dx, db, ws);
+				exactly("max_pool2d_grad+relu_grad", rrg, dx, nx);
+				close_enough("pool+relu grad bias", rdb, db, (size_t)g.c, 1e-5);
+				free(dx); free(db); free(ws);
+			}
+			dtf_pool_free(p);
+		}
+		ck_assert_int_eq(dtf_fast_pool_tiles(&g), k < 2);
+		free(x); free(dy); free(ry); free(rpg); free(rrg); free(rdb);
+		free(rdb0);
+	}
+}
+END_TEST
+
+/* ---- optimizer ----------------------------------------------------------------- */
+
+START_TEST(adam_is_bit_identical)
+{
+	size_t n = 1000 + 7; /* a vector tail */
+	struct dtf_optimizer ref = {.kind = DTF_OPT_ADAM, .beta_1 = 0.9,
+				    .beta_2 = 0.999, .epsilon = 1e-7, .n = n};
+	struct dtf_optimizer fast = ref;
+	ref.slots = calloc(2 * n, sizeof(float));
+	fast.slots = calloc(2 * n, sizeof(float));
+	float *p1 = frandom(n, -1, 1), *p2 = malloc(n * sizeof(float));
+	memcpy(p2, p1, n * sizeof(float));
+	struct dtf_pool *pool;
+	ck_assert_int_eq(dtf_pool_new(3, &pool), 0);
+	dtf_optimizer_set_pool(&fast, pool);
+	for (int step = 0; step < 5; step++) {
+		float *g = frandom(n, -1e-2f, 1e-2f);
+		dtf_optimizer_apply(&ref, p1, g, 1e-3);
+		dtf_optimizer_apply(&fast, p2, g, 1e-3);
+		free(g);
+	}
+	exactly("adam params", p1, p2, n);
+	exactly("adam slots", ref.slots, fast.slots, 2 * n);
+	dtf_pool_free(pool);
+	free(ref.slots); free(fast.slots); free(p1); free(p2);
+}
+END_TEST
+
+/* ---- whole graphs -------------------------------------------------------------- */
+
+static const char *cnn_job =
+	"name: small-cnn\n"
+	"data:\n"
+	"  train: {files: 'x-*.tfrecord'}\n"
+	"  features:\n"
+	"    image: {type: float, shape: [12, 12, 1]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 32, kernel: 5, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 2}}\n"
+	"    - {conv2d: {filters: 20, kernel: 3, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 3, strides: 2, padding: same}}\n"
+	"    - {conv2d: {filters: 8, kernel: 2, padding: valid}}\n"
+	"    - relu\n"
+	"    - flatten\n"
+	"    - {dense: {units: 24, activation: relu}}\n"
+	"    - {dropout: {rate: 0.3}}\n"
+	"    - {dense: {units: 5, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 6}\n";
+
+#define GB 6
+
+struct model {
+	struct dtf_job *job;
+	struct dtf_graph g;
+	struct dtf_plan plan;
+	float *params, *grads;
+	uint64_t ids[GB];
+	struct dtf_exec_ctx ctx;
+};
+
+static void model_build(struct model *m, const char *text)
+{
+	memset(m, 0, sizeof(*m));
+	int rc = dtf_job_load_string("small.yaml", text, NULL, 0, &m->job);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	ck_assert_int_eq(dtf_graph_lower_model(m->job, GB, &m->g, NULL), 0);
+	ck_assert_int_eq(dtf_graph_backward(&m->g), 0);
+	m->params = dtf_alloc_aligned(m->g.nparams * sizeof(float));
+	m->grads = dtf_alloc_aligned(m->g.nparams * sizeof(float));
+	ck_assert_int_eq(dtf_plan_graph(&m->g, m->params, m->grads, &m->plan), 0);
+	dtf_graph_init_params(&m->g, 3, m->params);
+	struct dtf_philox_key key = dtf_philox_make_key(99, 1);
+	for (int i = 0; i < m->g.nnodes; i++) {
+		struct dtf_node *n = &m->g.nodes[i];
+		if (n->op == DTF_OP_VARIABLE && n->shape.rank == 1)
+			dtf_rng_uniform(key, (uint32_t)i, 0, 0, -0.2f, 0.2f,
+					n->data, (size_t)n->shape.d[0]);
+		if (n->op == DTF_OP_INPUT && n->dtype == DTF_FLOAT32)
+			dtf_rng_uniform(key, (uint32_t)i, 1, 0, 0.0f, 1.0f,
+					n->data, (size_t)dtf_shape_numel(&n->shape));
+		if (n->op == DTF_OP_INPUT && n->dtype == DTF_INT32)
+			for (int r = 0; r < GB; r++)
+				((int32_t *)n->data)[r] = (r * 3 + 1) % 5;
+	}
+	for (int r = 0; r < GB; r++)
+		m->ids[r] = 500 + (uint64_t)r * 3;
+	m->ctx = (struct dtf_exec_ctx){
+		.training = 1, .step = 2, .example_ids = m->ids, .valid = GB,
+		.loss_scale = 1.0f / GB,
+		.dropout_key = dtf_philox_make_key(11, DTF_RNG_DROPOUT),
+		.workspace = m->plan.workspace};
+}
+
+static void model_free(struct model *m)
+{
+	dtf_plan_deinit(&m->plan);
+	dtf_graph_deinit(&m->g);
+	dtf_free(m->params);
+	dtf_free(m->grads);
+	dtf_job_free(m->job);
+}
+
+/* The fused plan gives the reference's loss, logits and gradient vector,
+ * and actually fuses (conv+bias+relu, pool+relu+bias grads, ...). */
+START_TEST(fused_graph_matches_reference)
+{
+	struct model m;
+	model_build(&m, cnn_job);
+	size_t np = m.g.nparams;
+	dtf_exec_forward(&m.g, &m.ctx);
+	dtf_exec_backward(&m.g, &m.ctx);
+	double ref_loss = m.ctx.loss_sum;
+	const struct dtf_node *lg = &m.g.nodes[m.g.logits];
+	size_t nl = (size_t)dtf_shape_numel(&lg->shape);
+	float *ref_logits = malloc(nl * sizeof(float));
+	memcpy(ref_logits, lg->data, nl * sizeof(float));
+	float *ref_grads = malloc(np * sizeof(float));
+	memcpy(ref_grads, m.grads, np * sizeof(float));
+	for (int ti = 0; ti < 2; ti++) {
+		struct dtf_pool *p;
+		ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+		struct dtf_fast_plan fp;
+		ck_assert_int_eq(dtf_fast_plan_init(&fp, &m.g, p), 0);
+		/* conv1: bias_add, relu; conv2: bias_add, relu; pool1 grad
+		 * absorbs relu_grad and bias grad; dense1: bias_add, relu;
+		 * logits: bias_add; ... */
+		ck_assert_int_ge(fp.fused, 8);
+		for (size_t i = 0; i < np; i++)
+			m.grads[i] = NAN;
+		for (int i = 0; i < m.g.nnodes; i++)
+			if (m.g.nodes[i].op != DTF_OP_VARIABLE &&
+			    m.g.nodes[i].op != DTF_OP_INPUT && m.g.nodes[i].data &&
+			    m.g.nodes[i].dtype == DTF_FLOAT32)
+				memset(m.g.nodes[i].data, 0xff,
+				       (size_t)dtf_shape_numel(&m.g.nodes[i].shape) * 4);
+		m.ctx.fast = &fp;
+		dtf_exec_forward(&m.g, &m.ctx);
+		dtf_exec_backward(&m.g, &m.ctx);
+		m.ctx.fast = NULL;
+		ck_assert_msg(fabs(m.ctx.loss_sum - ref_loss) <= 1e-5 * fabs(ref_loss),
+			      "loss %.9g vs %.9g", m.ctx.loss_sum, ref_loss);
+		close_enough("logits", ref_logits, lg->data, nl, 1e-5);
+		double worst = 0;
+		for (int v = 0; v < m.g.nforward; v++) {
+			const struct dtf_node *n = &m.g.nodes[v];
+			if (n->op != DTF_OP_VARIABLE)
+				continue;
+			size_t o = n->a.var.offset;
+			size_t cnt = (size_t)dtf_shape_numel(&n->shape);
+			for (size_t i = o; i < o + cnt; i++) {
+				double d = fabs((double)ref_grads[i] - m.grads[i]) /
+					   fmax(fabs(ref_grads[i]), 1e-3);
+				ck_assert_msg(!isnan(m.grads[i]),
+					      "%s: gradient %zu not written",
+					      n->name, i - o);
+				worst = d > worst ? d : worst;
+			}
+		}
+		ck_assert_msg(worst <= 1e-4, "gradient max relative difference %g", worst);
+		dtf_fast_plan_deinit(&fp);
+		dtf_pool_free(p);
+	}
+	free(ref_logits);
+	free(ref_grads);
+	model_free(&m);
+}
+END_TEST
+
+/* ---- runner ------------------------------------------------------------- */
+
+static Suite *fast_suite(void)
+{
+	Suite *s = suite_create("fast");
+	struct {
+		const char *name;
+		const TTest *tests[3];
+	} cases[] = {
+		{"pool", {pool_runs_every_thread_once}},
+		{"conv2d", {conv2d_forward_matches_reference,
+			    conv2d_backward_matches_reference}},
+		{"dense", {matmul_matches_reference,
+			   bias_act_and_relu_grad_match_reference}},
+		{"max_pool2d", {max_pool_matches_reference}},
+		{"adam", {adam_is_bit_identical}},
+		{"graph", {fused_graph_matches_reference}},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		TCase *tc = tcase_create(cases[i].name);
+		tcase_set_timeout(tc, 300);
+		for (size_t j = 0; j < 3 && cases[i].tests[j]; j++)
+			tcase_add_test(tc, cases[i].tests[j]);
+		suite_add_tcase(s, tc);
+	}
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(fast_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
