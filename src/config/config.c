@@ -834,20 +834,33 @@ static const struct field feature_fields[] = {
 static const struct section feature_section = {
 	feature_fields, NFIELDS(feature_fields), -1, check_feature};
 
+
+/* The number of pairs of the non-empty mapping `val`, or an error saying
+ * what was expected ("expected WHAT, got ..."). */
+static int mapping_size(struct ctx *c, const yaml_node_t *val,
+			const char *path, const char *what, int *n)
+{
+	char buf[128];
+	if (val->type != YAML_MAPPING_NODE ||
+	    val->data.mapping.pairs.top == val->data.mapping.pairs.start)
+		return fail(c, val, path, "expected %s, got %s", what,
+			    describe(val, buf, sizeof(buf)));
+	*n = (int)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
+	return 0;
+}
+
 static int read_features(struct ctx *c, void *base, const yaml_node_t *key,
 			 const yaml_node_t *val, const char *path)
 {
 	struct dtf_job *job = base;
-	char buf[80], sub[PATH_MAX_];
 
-	if (val->type != YAML_MAPPING_NODE ||
-	    val->data.mapping.pairs.top == val->data.mapping.pairs.start)
-		return fail(c, val, path,
-			    "expected a mapping of feature names to "
-			    "{type, shape, ...}, got %s",
-			    describe(val, buf, sizeof(buf)));
-	int n = (int)(val->data.mapping.pairs.top -
-		      val->data.mapping.pairs.start);
+	char sub[PATH_MAX_];
+	int n = 0;
+	int rc_ = mapping_size(c, val, path,
+			       "a mapping of feature names to {type, shape, ...}",
+			       &n);
+	if (rc_ < 0)
+		return rc_;
 	job->data.features = dtf_calloc((size_t)n, sizeof(*job->data.features));
 	if (!job->data.features)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
@@ -1536,16 +1549,14 @@ static int read_graph(struct ctx *c, void *base, const yaml_node_t *key,
 		      const yaml_node_t *val, const char *path)
 {
 	struct dtf_job *job = base;
-	char buf[80], npath[PATH_MAX_], apath[PATH_MAX_];
 
-	if (val->type != YAML_MAPPING_NODE ||
-	    val->data.mapping.pairs.top == val->data.mapping.pairs.start)
-		return fail(c, val, path,
-			    "expected a mapping of node names to {op: "
-			    "{inputs: [...], ...}}, got %s",
-			    describe(val, buf, sizeof(buf)));
-	int n = (int)(val->data.mapping.pairs.top -
-		      val->data.mapping.pairs.start);
+	char npath[PATH_MAX_], apath[PATH_MAX_];
+	int n = 0;
+	int rc_ = mapping_size(c, val, path,
+			       "a mapping of node names to {op: {inputs: [...], ...}}",
+			       &n);
+	if (rc_ < 0)
+		return rc_;
 	job->model.nodes = dtf_calloc((size_t)n, sizeof(*job->model.nodes));
 	if (!job->model.nodes)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
