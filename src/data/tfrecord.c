@@ -27,6 +27,10 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -172,6 +176,136 @@ static const struct source file_source = {
 	file_read, file_skip, file_rewind, file_size, file_close,
 };
 
+/*
+ * A plain regular file mapped whole: bytes map[pos, size).  Mapping spares
+ * the copy read(2) makes.  A file that shrinks while mapped would raise
+ * SIGBUS on the lost pages; every mapping is listed in `guard` so that the
+ * SIGBUS handler (installed once, at the first mapping) can name the file
+ * and end the process with the data-error status instead of a crash.  A
+ * fault outside every listed mapping goes to the handler there was before.
+ */
+struct fmap {
+	int fd;
+	const uint8_t *map;
+	uint64_t size, pos;
+	int slot; /* in guard[] */
+};
+
+#define GUARD_SLOTS 256
+static struct {
+	atomic_flag taken;
+	_Atomic(uintptr_t) base; /* 0: free */
+	size_t size;
+	const char *path;
+} guard[GUARD_SLOTS];
+static struct sigaction guard_prev;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static int guard_status; /* exit status of a data error */
+
+static void put_str(const char *s)
+{
+	ssize_t k = write(2, s, strlen(s));
+	(void)k;
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		uintptr_t b = atomic_load_explicit(&guard[i].base,
+						   memory_order_acquire);
+		if (b && a >= b && a - b < guard[i].size) {
+			put_str("dtf: fatal: ");
+			put_str(guard[i].path);
+			put_str(": the file shrank while it was being read "
+				"(SIGBUS on a mapped page); input files must "
+				"not change during a run\n");
+			_exit(guard_status);
+		}
+	}
+	/* not ours: the previous disposition takes the re-executed fault */
+	if (guard_prev.sa_flags & SA_SIGINFO) {
+		guard_prev.sa_sigaction(sig, si, uc);
+		return;
+	}
+	sigaction(SIGBUS, &guard_prev, NULL);
+}
+
+static void guard_install(void)
+{
+	guard_status = dtf_error_exit_status(-DTF_ERR_DATA);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigbus;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &guard_prev);
+}
+
+/* A guard slot for [base, base + size) or -1 when all are taken. */
+static int guard_add(const void *base, size_t size, const char *path)
+{
+	pthread_once(&guard_once, guard_install);
+	for (int i = 0; i < GUARD_SLOTS; i++)
+		if (!atomic_flag_test_and_set(&guard[i].taken)) {
+			guard[i].size = size;
+			guard[i].path = path;
+			atomic_store_explicit(&guard[i].base, (uintptr_t)base,
+					      memory_order_release);
+			return i;
+		}
+	return -1;
+}
+
+static void guard_remove(int i)
+{
+	atomic_store_explicit(&guard[i].base, 0, memory_order_release);
+	atomic_flag_clear(&guard[i].taken);
+}
+
+static long long map_read(void *ctx, void *dst, size_t n)
+{
+	struct fmap *m = ctx;
+	uint64_t left = m->size - m->pos;
+	if (n > left)
+		n = (size_t)left;
+	memcpy(dst, m->map + m->pos, n);
+	m->pos += n;
+	return (long long)n;
+}
+
+static int map_skip(void *ctx, uint64_t n)
+{
+	struct fmap *m = ctx;
+	m->pos = n > m->size - m->pos ? m->size : m->pos + n;
+	return 0;
+}
+
+static int map_rewind(void *ctx)
+{
+	((struct fmap *)ctx)->pos = 0;
+	return 0;
+}
+
+static long long map_size(void *ctx)
+{
+	return (long long)((struct fmap *)ctx)->size;
+}
+
+static void map_close(void *ctx)
+{
+	struct fmap *m = ctx;
+	guard_remove(m->slot);
+	munmap((void *)m->map, (size_t)m->size);
+	close(m->fd);
+	m->map = NULL;
+	m->fd = -1;
+}
+
+static const struct source map_source = {
+	map_read, map_skip, map_rewind, map_size, map_close,
+};
+
 /* Inflate state of a compressed reader (kept across files). */
 struct zin {
 	z_stream zs;
@@ -293,6 +427,7 @@ struct dtf_tfrecord_reader {
 	long long size;     /* file size in bytes, -1 if unknown */
 	enum dtf_compression compression;
 	struct fin f;       /* plain files */
+	struct fmap m;
 	struct zin z;       /* compressed sources */
 	int resumable;      /* the last error left the reader at the next
 			       record (a data CRC mismatch) */
@@ -383,6 +518,25 @@ int dtf_tfrecord_reader_reopen(struct dtf_tfrecord_reader *r,
 #ifdef POSIX_FADV_SEQUENTIAL
 		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
+		struct stat st;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ,
+				       MAP_PRIVATE, fd, 0);
+			int slot = -1;
+			if (m != MAP_FAILED &&
+			    (slot = guard_add(m, (size_t)st.st_size,
+					      r->path)) < 0)
+				munmap(m, (size_t)st.st_size);
+			if (slot >= 0) {
+				madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
+				r->m = (struct fmap){fd, m, (uint64_t)st.st_size,
+						     0, slot};
+				r->src = &map_source;
+				r->ctx = &r->m;
+				r->size = (long long)st.st_size;
+				return 0;
+			}
+		}
 		r->f = (struct fin){fd, (uint8_t *)r->iobuf, 0, 0};
 		r->src = &file_source;
 		r->ctx = &r->f;
@@ -468,6 +622,8 @@ int dtf_tfrecord_reader_reserve_path(struct dtf_tfrecord_reader *r,
 		memcpy(p, r->path, strlen(r->path) + 1);
 	else
 		p[0] = 0;
+	if (r->ctx == &r->m)
+		guard[r->m.slot].path = p;
 	dtf_free(r->path);
 	r->path = p;
 	r->path_cap = len + 1;
@@ -568,7 +724,16 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 	uint8_t c[4];
 	long long got = 0;
 	const uint8_t *rec = NULL;
-	if (r->src == &file_source && n + 4 <= IO_BUFFER &&
+	if (r->src == &map_source) {
+		if (n + 4 <= r->m.size - r->m.pos) {
+			rec = r->m.map + r->m.pos;
+			memcpy(c, rec + n, 4);
+			r->m.pos += n + 4;
+			got = (long long)n + 4;
+		}
+	}
+	if (rec) {
+	} else if (r->src == &file_source && n + 4 <= IO_BUFFER &&
 	    (rec = file_peek(&r->f, (size_t)n + 4))) {
 		/* in place: the data and its CRC are in the input buffer */
 		memcpy(c, rec + n, 4);
