@@ -219,7 +219,8 @@ double tu_max_rel_diff(const float *got, const float *ref, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		double rel = fabs((double)got[i] - ref[i]) /
 			     fmax(fabs((double)ref[i]), 1e-2);
-		worst = rel > worst ? rel : worst;
+		if (!(rel <= worst)) /* NaN counts as the worst */
+			worst = isnan(rel) ? INFINITY : rel;
 		k += ref[i] != 0.0f;
 	}
 	if (moved)

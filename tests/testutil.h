@@ -138,8 +138,8 @@ void tu_cut_file(const char *path, long size);
  * file aborts the test ("missing PATH"). */
 float *tu_read_vars(const char *dir, const char *name, size_t *n);
 
-/* max over i of |got[i] - ref[i]| / max(|ref[i]|, 1e-2) (NaN never
- * raises it), and in *moved (if not NULL) how many ref[i] are not 0. */
+/* max over i of |got[i] - ref[i]| / max(|ref[i]|, 1e-2) (a NaN makes it
+ * infinite), and in *moved (if not NULL) how many ref[i] are not 0. */
 double tu_max_rel_diff(const float *got, const float *ref, size_t n,
 		       size_t *moved);
 
