@@ -10,6 +10,8 @@
  *    same training run without an evaluator (2 ranks, no TF_CONFIG), on
  *    the same number of examples with the same accuracy; the chief writes
  *    no eval lines and eval/ holds the evaluator's event file alone;
+ *  - a run resumed with an evaluator ends and its evaluator, which first
+ *    evaluates the checkpoint it finds (step 10), reaches step 20;
  *  - a training that fails on a corrupt record (data.on_error: fail) ends
  *    every rank, the evaluator included, with exit status 3 in time;
  *  - an evaluator without checkpoint.dir or data.eval is a job error:
@@ -295,6 +297,27 @@ START_TEST(training_failure_ends_evaluator)
 }
 END_TEST
 
+START_TEST(resumed_run)
+{
+	/* 10 steps, then --resume to 20 with the evaluator beside: the
+	 * replicas share the restored checkpoint among themselves */
+	write_job("res", 1, 1);
+	int st = run_cluster("res", "--set train.max_steps=10");
+	ck_assert_msg(st == 0, "exit %d\n%s", st, slurp("res.log"));
+	st = run_cluster("res", "--resume");
+	char *log = slurp("res.log");
+	ck_assert_msg(st == 0, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "resuming from "), "%s", log);
+	ck_assert_msg(strstr(log, "evaluator: the training ended at step 20;"),
+		      "%s", log);
+	struct eval_line ev[32];
+	int n = eval_lines("res-logs/eval/metrics.jsonl", ev, 32);
+	ck_assert_int_ge(n, 2);
+	ck_assert_int_eq(ev[0].step, 10); /* the first run's final step */
+	ck_assert_int_eq(ev[n - 1].step, 20);
+}
+END_TEST
+
 START_TEST(job_errors)
 {
 	static const struct {
@@ -328,6 +351,7 @@ static Suite *evaluator_suite(void)
 	tcase_add_test(tc, job_errors);
 	tcase_add_test(tc, evaluates_each_checkpoint);
 	tcase_add_test(tc, training_failure_ends_evaluator);
+	tcase_add_test(tc, resumed_run);
 	suite_add_tcase(s, tc);
 	return s;
 }
