@@ -10,8 +10,8 @@
  *    same training run without an evaluator (2 ranks, no TF_CONFIG), on
  *    the same number of examples with the same accuracy; the chief writes
  *    no eval lines and eval/ holds the evaluator's event file alone;
- *  - a run resumed with an evaluator ends and its evaluator, which first
- *    evaluates the checkpoint it finds (step 10), reaches step 20;
+ *  - a run resumed with an evaluator ends; its evaluator, finding
+ *    checkpoints 5 and 10, evaluates the newest only, then up to step 20;
  *  - a training that fails on a corrupt record (data.on_error: fail) ends
  *    every rank, the evaluator included, with exit status 3 in time;
  *  - an evaluator without checkpoint.dir or data.eval is a job error:
@@ -304,16 +304,23 @@ START_TEST(resumed_run)
 	write_job("res", 1, 1);
 	int st = run_cluster("res", "--set train.max_steps=10");
 	ck_assert_msg(st == 0, "exit %d\n%s", st, slurp("res.log"));
+	struct eval_line ev[32];
+	int n1 = eval_lines("res-logs/eval/metrics.jsonl", ev, 32);
+	ck_assert_int_ge(n1, 1);
+	ck_assert_int_eq(ev[n1 - 1].step, 10);
 	st = run_cluster("res", "--resume");
 	char *log = slurp("res.log");
 	ck_assert_msg(st == 0, "exit %d\n%s", st, log);
 	ck_assert_msg(strstr(log, "resuming from "), "%s", log);
 	ck_assert_msg(strstr(log, "evaluator: the training ended at step 20;"),
 		      "%s", log);
-	struct eval_line ev[32];
 	int n = eval_lines("res-logs/eval/metrics.jsonl", ev, 32);
-	ck_assert_int_ge(n, 2);
-	ck_assert_int_eq(ev[0].step, 10); /* the first run's final step */
+	ck_assert_int_ge(n, n1 + 1);
+	/* checkpoints 5 and 10 were there when it started: never the older
+	 * one (10, or a later one the chief wrote before its first look) */
+	ck_assert_int_ge(ev[n1].step, 10);
+	for (int i = n1 + 1; i < n; i++)
+		ck_assert_int_gt(ev[i].step, ev[i - 1].step);
 	ck_assert_int_eq(ev[n - 1].step, 20);
 }
 END_TEST
