@@ -37,6 +37,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/crc32c.h"
 #include "data/input.h"
 
@@ -201,6 +202,7 @@ static struct {
 static struct sigaction guard_prev;
 static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
 static int guard_status; /* exit status of a data error */
+static char guard_prefix[192]; /* "[rank N host] error: " */
 
 static void put_str(const char *s)
 {
@@ -215,7 +217,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 		uintptr_t b = atomic_load_explicit(&guard[i].base,
 						   memory_order_acquire);
 		if (b && a >= b && a - b < guard[i].size) {
-			put_str("dtf: fatal: ");
+			put_str(guard_prefix);
 			put_str(guard[i].path);
 			put_str(": the file shrank while it was being read "
 				"(SIGBUS on a mapped page); input files must "
@@ -234,6 +236,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 static void guard_install(void)
 {
 	guard_status = dtf_error_exit_status(-DTF_ERR_DATA);
+	dtf_log_prefix(DTF_LOG_ERROR, guard_prefix, sizeof(guard_prefix));
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = on_sigbus;
