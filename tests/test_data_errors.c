@@ -185,6 +185,36 @@ START_TEST(flipped_data_byte)
 }
 END_TEST
 
+/* A bad eval record stops the run at start, before any training step,
+ * not at the first evaluation. */
+START_TEST(bad_eval_record_found_at_start)
+{
+	char dir[1024], path[1100];
+	case_dir("badeval", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	ck_assert_int_eq(tu_run("cp '%s/train-00001-of-00002.tfrecord' "
+				"'%s/eval.tfrecord'",
+				dir, dir),
+			 0);
+	snprintf(path, sizeof(path), "%s/eval.tfrecord", dir);
+	tu_patch_xor(path, 7 * rec + 12 + 40, 0x20);
+	char args[1400];
+	snprintf(args, sizeof(args),
+		 "--set data.eval.files=%s --set logging.every_steps=1", path);
+	static char log[65536];
+	int st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "error: %s: record 7 at byte offset %ld: data CRC mismatch "
+		 "(corrupt record)\n",
+		 path, 7 * rec);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+	ck_assert_msg(!strstr(log, "step 1/"), "trained before failing:\n%s",
+		      log);
+}
+END_TEST
+
 START_TEST(huge_length)
 {
 	char dir[1024], path[1100];
@@ -420,6 +450,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, cut_inside_data);
 	tcase_add_test(tc, flipped_data_byte);
 	tcase_add_test(tc, huge_length);
+	tcase_add_test(tc, bad_eval_record_found_at_start);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("files");

@@ -253,6 +253,30 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	return 0;
 }
 
+/*
+ * Read this rank's eval data once at start (framing, CRCs, decoding into
+ * the input buffers), so that a bad eval record stops the run before
+ * training instead of at the first evaluation, maybe hours in.  With
+ * data.on_error: skip the bad records are left out here as at every
+ * evaluation.  Errors: those of dtf_pipeline_next().
+ */
+static int check_eval_data(struct replica *r, struct dtf_pipeline *eval)
+{
+	double t0 = now_seconds();
+	int64_t n = 0;
+	int count = 0;
+	int rc = dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0 &&
+	       (rc = dtf_pipeline_next(eval, r->feed, r->ids, &count)) == 0 &&
+	       count > 0)
+		n += count;
+	if (rc == 0)
+		dtf_log(DTF_LOG_DEBUG, 1,
+			"data.eval: %lld records read and decoded in %.3f s",
+			(long long)n, now_seconds() - t0);
+	return rc;
+}
+
 /* ---- the loop ---------------------------------------------------------- */
 
 static int open_pipeline(const struct dtf_job *job, const char *pattern,
@@ -679,6 +703,8 @@ static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
 	if (rc == 0)
 		rc = open_pipeline(job, job->data.eval_files, 0, 1, batch, 0,
 				   &eval);
+	if (rc == 0)
+		rc = check_eval_data(r, eval);
 	task.eval = eval;
 	if (rc == 0)
 		rc = dtf_evaluator_new(&(struct dtf_evaluator_config){
@@ -858,6 +884,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		/* with an evaluator task, it evaluates; the chief does not */
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
+	if (rc == 0 && eval)
+		rc = check_eval_data(&r, eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
 	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
