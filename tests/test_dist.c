@@ -243,12 +243,32 @@ END_TEST
 
 /* ---- TF_CONFIG ----------------------------------------------------------------- */
 
+#define W2 "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, "
 static const struct {
 	int np;
 	const char *json, *want;
 } tf_errors[] = {
 	{2, "{\"cluster\": {\"worker\": [\"a:1\"}",
-	 "TF_CONFIG: malformed JSON at byte offset 29"},
+	 "TF_CONFIG: byte 30: not valid JSON: ']' expected near '}'"},
+	/* strict JSON: what a YAML flow mapping would let through */
+	{2, W2 "\"task\": {\"type\": \"worker\", \"index\": 0}} trailing",
+	 "TF_CONFIG: byte 81: not valid JSON: end of file expected near 'trailing'"},
+	{2, W2 "\"cluster\": {\"worker\": [\"c:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}",
+	 "TF_CONFIG: byte 41: not valid JSON: duplicate object key near '\"cluster\"'"},
+	{2, W2 "\"task\": {\"type\": \"worker\", \"index\": 0, \"index\": 1}}",
+	 "TF_CONFIG: byte 80: not valid JSON: duplicate object key near '\"index\"'"},
+	{2, W2 "\"task\": {\"type\": \"worker\", \"index\": \"0\"}}",
+	 "TF_CONFIG: task.index must be a JSON number, got the string \"0\""},
+	{2, W2 "\"task\": {\"type\": \"worker\", \"index\": 1.5}}",
+	 "TF_CONFIG: task.index must be an integer, got 1.5"},
+	{2, "{'cluster': {\"worker\": [\"a:1\", \"b:1\"]}}",
+	 "TF_CONFIG: byte 2: not valid JSON: string or '}' expected near '''"},
+	{2, "{cluster: {\"worker\": [\"a:1\", \"b:1\"]}}",
+	 "TF_CONFIG: byte 2: not valid JSON: string or '}' expected near 'cluster'"},
+	{2, "{\"cluster\": {\"worker\": [a:1, b:1]}}",
+	 "TF_CONFIG: byte 25: not valid JSON: invalid token near 'a'"},
+	{2, W2 "/* comment */ \"task\": {\"type\": \"worker\", \"index\": 0}}",
+	 "TF_CONFIG: byte 41: not valid JSON: string or '}' expected near '/'"},
 	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 2}}",
 	 "TF_CONFIG: task index 2 is out of range: cluster.worker has 2 tasks"},
 	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"worker\", \"index\": -1}}",
@@ -286,6 +306,18 @@ START_TEST(tf_config_errors)
 	ck_assert_msg(st == 2, "exit %d for %s\n%s", st, tf_errors[i].json, log);
 	ck_assert_msg(strstr(log, tf_errors[i].want) != NULL, "no '%s' in:\n%s",
 		      tf_errors[i].want, log);
+	/* the same bad TF_CONFIG on every rank: every rank says why */
+	for (int r = 0; r < tf_errors[i].np && !strstr(tf_errors[i].want, "was given"); r++) {
+		char tag[32], line[1024] = "";
+		snprintf(tag, sizeof(tag), "[rank %d ", r);
+		const char *p = strstr(log, tag);
+		if (p)
+			snprintf(line, sizeof(line), "%.*s",
+				 (int)strcspn(p, "\n"), p);
+		ck_assert_msg(strstr(line, tf_errors[i].want) != NULL,
+			      "rank %d lacks '%s' in:\n%s", r,
+			      tf_errors[i].want, log);
+	}
 }
 END_TEST
 

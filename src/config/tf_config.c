@@ -1,5 +1,5 @@
 /*
- * tf_config.c - TF_CONFIG (JSON, read as a YAML flow mapping) -> cluster.
+ * tf_config.c - TF_CONFIG (strict JSON, read with Jansson) -> cluster.
  *
  * Every check happens here, in one process, before MPI is asked anything,
  * so a bad TF_CONFIG on any rank becomes an error that the ranks agree on
@@ -7,12 +7,9 @@
  */
 #include "config/tf_config.h"
 
-#include <errno.h>
 #include <stdarg.h>
-#include <limits.h>
-#include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
+#include <jansson.h>
 
 #include "config/config.h"
 #include "core/alloc.h"
@@ -57,31 +54,6 @@ static int bad(const char *fmt, ...)
 	return dtf_error(DTF_ERR_CONFIG, "TF_CONFIG: %s", msg);
 }
 
-static yaml_node_t *node(yaml_document_t *d, int id)
-{
-	return yaml_document_get_node(d, id);
-}
-
-static yaml_node_t *get(yaml_document_t *d, const yaml_node_t *map,
-			const char *key)
-{
-	for (yaml_node_pair_t *p = map->data.mapping.pairs.start;
-	     p < map->data.mapping.pairs.top; p++) {
-		yaml_node_t *k = node(d, p->key);
-		if (k->type == YAML_SCALAR_NODE &&
-		    !strcmp((const char *)k->data.scalar.value, key))
-			return node(d, p->value);
-	}
-	return NULL;
-}
-
-static const char *text(const yaml_node_t *n)
-{
-	return n && n->type == YAML_SCALAR_NODE
-		       ? (const char *)n->data.scalar.value
-		       : NULL;
-}
-
 /* Rank of (type, index): chief, workers, ps, evaluator. */
 static int rank_of(const int count[DTF_TASK_COUNT_], int type, int index)
 {
@@ -91,27 +63,22 @@ static int rank_of(const int count[DTF_TASK_COUNT_], int type, int index)
 	return r + index;
 }
 
-static int read_cluster(yaml_document_t *d, const yaml_node_t *cl,
-			struct dtf_cluster *c)
+static int read_cluster(json_t *cl, struct dtf_cluster *c)
 {
-	if (cl->type != YAML_MAPPING_NODE)
+	if (!json_is_object(cl))
 		return bad("\"cluster\" must be an object mapping task types to lists of \"host:port\"");
-	const yaml_node_t *lists[DTF_TASK_COUNT_] = {0};
-	for (yaml_node_pair_t *p = cl->data.mapping.pairs.start;
-	     p < cl->data.mapping.pairs.top; p++) {
-		const char *k = text(node(d, p->key));
-		yaml_node_t *v = node(d, p->value);
-		int t = k ? type_from_name(k) : -1;
+	json_t *lists[DTF_TASK_COUNT_] = {0};
+	const char *k;
+	json_t *v;
+	json_object_foreach(cl, k, v) {
+		int t = type_from_name(k);
 		if (t < 0)
 			return bad("unknown task type '%s' in \"cluster\" (known: chief, worker, ps, evaluator)",
-				   k ? k : "?");
-		if (lists[t])
-			return bad("task type '%s' appears twice in \"cluster\"", k);
-		if (v->type != YAML_SEQUENCE_NODE)
+				   k);
+		if (!json_is_array(v))
 			return bad("cluster.%s must be a list of \"host:port\" strings", k);
 		lists[t] = v;
-		c->count[t] = (int)(v->data.sequence.items.top -
-				    v->data.sequence.items.start);
+		c->count[t] = (int)json_array_size(v);
 	}
 	if (c->count[DTF_TASK_CHIEF] > 1)
 		return bad("at most one chief is allowed, cluster.chief has %d",
@@ -128,8 +95,8 @@ static int read_cluster(yaml_document_t *d, const yaml_node_t *cl,
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	for (int t = 0; t < DTF_TASK_COUNT_; t++) {
 		for (int i = 0; i < c->count[t]; i++) {
-			const char *a = text(node(
-				d, lists[t]->data.sequence.items.start[i]));
+			const char *a =
+				json_string_value(json_array_get(lists[t], (size_t)i));
 			if (!a || !a[0])
 				return bad("cluster.%s[%d] must be a \"host:port\" string",
 					   type_names[t], i);
@@ -155,13 +122,12 @@ static int read_cluster(yaml_document_t *d, const yaml_node_t *cl,
 	return 0;
 }
 
-static int read_task(yaml_document_t *d, const yaml_node_t *tk,
-		     struct dtf_cluster *c)
+static int read_task(json_t *tk, struct dtf_cluster *c)
 {
-	if (tk->type != YAML_MAPPING_NODE)
+	if (!json_is_object(tk))
 		return bad("\"task\" must be an object {\"type\": ..., \"index\": ...}");
-	const char *type = text(get(d, tk, "type"));
-	const char *index = text(get(d, tk, "index"));
+	const char *type = json_string_value(json_object_get(tk, "type"));
+	json_t *index = json_object_get(tk, "index");
 	if (!type)
 		return bad("task.type is missing or not a string");
 	int t = type_from_name(type);
@@ -169,14 +135,18 @@ static int read_task(yaml_document_t *d, const yaml_node_t *tk,
 		return bad("unknown task type '%s' (known: chief, worker, ps, evaluator)",
 			   type);
 	if (!index)
-		return bad("task.index is missing or not a number");
-	char *end;
-	errno = 0;
-	long v = strtol(index, &end, 10);
-	if (end == index || *end || errno || v > INT_MAX || v < INT_MIN)
-		return bad("task.index must be an integer, got '%s'", index);
+		return bad("task.index is missing");
+	if (json_is_string(index))
+		return bad("task.index must be a JSON number, got the string \"%s\"",
+			   json_string_value(index));
+	if (json_is_real(index))
+		return bad("task.index must be an integer, got %g",
+			   json_real_value(index));
+	if (!json_is_integer(index))
+		return bad("task.index must be a JSON number (an integer)");
+	json_int_t v = json_integer_value(index);
 	if (v < 0)
-		return bad("task.index %ld is negative", v);
+		return bad("task.index %lld is negative", (long long)v);
 	if (c->count[t] == 0) {
 		char have[128] = "";
 		for (int u = 0; u < DTF_TASK_COUNT_; u++)
@@ -188,8 +158,9 @@ static int read_task(yaml_document_t *d, const yaml_node_t *tk,
 			   type, have);
 	}
 	if (v >= c->count[t])
-		return bad("task index %ld is out of range: cluster.%s has %d task%s",
-			   v, type, c->count[t], c->count[t] == 1 ? "" : "s");
+		return bad("task index %lld is out of range: cluster.%s has %d task%s",
+			   (long long)v, type, c->count[t],
+			   c->count[t] == 1 ? "" : "s");
 	c->self.type = (enum dtf_task_type)t;
 	c->self.index = (int)v;
 	strcpy(c->self.addr, c->tasks[rank_of(c->count, t, (int)v)].addr);
@@ -197,47 +168,56 @@ static int read_task(yaml_document_t *d, const yaml_node_t *tk,
 	return 0;
 }
 
+/*
+ * The byte (counting from 1) where Jansson's error is: its position is just
+ * past the token the message names ("... near 'TOKEN'"), so step back to
+ * the token's first byte when the text there is that token.
+ */
+static size_t error_byte(const char *json, const json_error_t *e)
+{
+	size_t pos = (size_t)e->position;
+	const char *near = strstr(e->text, " near '");
+	size_t n = near ? strlen(near + 7) : 0;
+	if (n < 1 || near[7 + n - 1] != '\'')
+		return pos;
+	n--; /* the token, without the closing quote */
+	if (n == 0 || n > pos || pos > strlen(json) ||
+	    memcmp(json + pos - n, near + 7, n))
+		return pos;
+	return pos - n + 1;
+}
+
 int dtf_cluster_parse(const char *json, struct dtf_cluster *out)
 {
-	yaml_parser_t parser;
-	yaml_document_t doc;
+	json_error_t e;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	out->from_tf_config = 1;
-	if (!yaml_parser_initialize(&parser))
-		return dtf_error(DTF_ERR_NOMEM, "out of memory");
-	yaml_parser_set_input_string(&parser, (const unsigned char *)json,
-				     strlen(json));
-	if (!yaml_parser_load(&parser, &doc)) {
-		yaml_mark_t m = parser.problem_mark;
-		rc = bad("malformed JSON at byte offset %zu: %s%s%s",
-			 m.index, parser.problem ? parser.problem : "syntax error",
-			 parser.context ? " " : "",
-			 parser.context ? parser.context : "");
-		yaml_parser_delete(&parser);
-		return rc;
-	}
-	yaml_parser_delete(&parser);
-	yaml_node_t *root = yaml_document_get_root_node(&doc);
-	const yaml_node_t *cl, *tk;
-	if (!root || root->type != YAML_MAPPING_NODE) {
+	/* strict RFC 8259: no trailing text (Jansson's default), no
+	 * duplicate keys, no comments or single quotes (never accepted) */
+	json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &e);
+	if (!root)
+		return bad("byte %zu: not valid JSON: %s", error_byte(json, &e),
+			   e.text);
+	json_t *cl, *tk;
+	if (!json_is_object(root)) {
 		rc = bad("expected a JSON object {\"cluster\": ..., \"task\": ...}");
 		goto out;
 	}
-	if (!(cl = get(&doc, root, "cluster"))) {
+	if (!(cl = json_object_get(root, "cluster"))) {
 		rc = bad("missing \"cluster\"");
 		goto out;
 	}
-	if (!(tk = get(&doc, root, "task"))) {
+	if (!(tk = json_object_get(root, "task"))) {
 		rc = bad("missing \"task\"");
 		goto out;
 	}
-	if ((rc = read_cluster(&doc, cl, out)) < 0)
+	if ((rc = read_cluster(cl, out)) < 0)
 		goto out;
-	rc = read_task(&doc, tk, out);
+	rc = read_task(tk, out);
 out:
-	yaml_document_delete(&doc);
+	json_decref(root);
 	if (rc < 0) {
 		dtf_free(out->tasks);
 		memset(out, 0, sizeof(*out));

@@ -24,8 +24,10 @@
  * (rank 0 the chief), except, for strategy parameter_server, the last
  * strategy.num_ps ranks, which are ps.
  *
- * JSON is read with libyaml (a JSON object is a YAML flow mapping), so this
- * file lives in config/, the only module that includes <yaml.h>.
+ * TF_CONFIG is read as strict JSON (RFC 8259) with Jansson: trailing text,
+ * duplicate keys (anywhere), comments, single quotes and unquoted keys or
+ * strings are errors "TF_CONFIG: byte N: ...", N the byte offset where the
+ * parser stopped; "index" must be a JSON integer (not "0", not 1.5).
  */
 #ifndef DTF_CONFIG_TF_CONFIG_H
 #define DTF_CONFIG_TF_CONFIG_H
