@@ -207,7 +207,7 @@ START_TEST(test_sketch_parses)
 	ck_assert(job->train.momentum == 0.0);
 	ck_assert_int_eq(job->train.nesterov, 0);
 	ck_assert_int_eq(job->train.eval_batch_size, 0);
-	ck_assert_str_eq(job->train.where, "graphs/x.yaml:22:1");
+	ck_assert_str_eq(job->train.where, "graphs/x.yaml:23:15");
 
 	ck_assert_int_eq(job->strategy.type,
 			 DTF_STRATEGY_MULTI_WORKER_MIRRORED);
@@ -695,6 +695,105 @@ START_TEST(test_override_errors_name_set)
 }
 END_TEST
 
+/* A value given by --set is blamed on "--set KEY", whatever check finds it
+ * (a section check, a missing key, a cross-reference). */
+START_TEST(test_override_errors_blame_set)
+{
+	const char *ov[] = {"train.per_replica_batch_size=1000000000"};
+	ck_assert_msg_is(load_fail(edit("  batch_size: 128", "  per_replica_batch_size: 8"),
+				   ov, 1, DTF_ERR_CONFIG),
+			 "--set train.per_replica_batch_size: "
+			 "train.per_replica_batch_size: 1000000000 is more "
+			 "than 16777216");
+	ck_assert_msg_is(load_fail(edit("  batch_size: 128",
+					"  per_replica_batch_size: 16777217"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:23:27: train.per_replica_batch_size: "
+			 "16777217 is more than 16777216");
+	/* the batch errors that need the number of ranks come later, at
+	 * train.where: the batch size given */
+	struct dtf_job *job = load_ok(SKETCH, NULL, 0);
+	ck_assert_str_eq(job->train.where, "graphs/x.yaml:23:15");
+	dtf_job_free(job);
+	const char *ov2[] = {"train={batch_size: 64}"};
+	job = load_ok(SKETCH, ov2, 1);
+	ck_assert_str_eq(job->train.where, "--set train");
+	dtf_job_free(job);
+	const char *ov3[] = {"model={}"};
+	ck_assert_msg_is(load_fail(SKETCH, ov3, 1, DTF_ERR_CONFIG),
+			 "--set model: model: missing required key 'loss'");
+	const char *ov4[] = {"model.input=label"};
+	ck_assert_msg_is(load_fail(SKETCH, ov4, 1, DTF_ERR_CONFIG),
+			 "--set model.input: model.input: feature 'label' is "
+			 "int64; the model input must be a float or bytes "
+			 "feature");
+	const char *ov5[] = {"strategy.type=parameter_server",
+			     "checkpoint.dir=ck"};
+	ck_assert_msg_is(load_fail(SKETCH, ov5, 2, DTF_ERR_CONFIG),
+			 "--set checkpoint.dir: checkpoint.dir: checkpoints "
+			 "are not supported with strategy parameter_server "
+			 "yet (the ps ranks hold the variables and optimizer "
+			 "state)");
+}
+END_TEST
+
+/* Messages that said the wrong thing. */
+START_TEST(test_override_errors_say_what)
+{
+	const char *ov[] = {"model.layers.8.dense.units=3"};
+	ck_assert_msg_is(load_fail(SKETCH, ov, 1, DTF_ERR_CONFIG),
+			 "--set model.layers.8.dense.units: index 8 is out of "
+			 "range: model.layers has 8 items");
+	const char *ov2[] = {"model.layers=[]"};
+	ck_assert_msg_is(load_fail(SKETCH, ov2, 1, DTF_ERR_CONFIG),
+			 "--set model.layers: model.layers: expected a "
+			 "non-empty list of layers, got an empty list");
+	const char *ov3[] = {"data.features={}"};
+	ck_assert_msg_is(load_fail(SKETCH, ov3, 1, DTF_ERR_CONFIG),
+			 "--set data.features: data.features: expected a "
+			 "mapping of feature names to {type, shape, ...}, got "
+			 "an empty mapping");
+	static const char k33[] = "a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q.r.s.t.u."
+				  "v.w.x.y.z.a.b.c.d.e.f.g=1";
+	const char *ov4[] = {k33};
+	char want[256];
+	snprintf(want, sizeof(want),
+		 "--set '%s': the key has more than 32 components (the most "
+		 "a key path may have)", k33);
+	ck_assert_msg_is(load_fail(SKETCH, ov4, 1, DTF_ERR_USAGE), want);
+	/* 32 components are fine (the unknown key is another matter) */
+	const char *ov5[] = {k33 + 2};
+	ck_assert_has(load_fail(SKETCH, ov5, 1, DTF_ERR_CONFIG),
+		      "unknown key 'b'");
+	/* cross-reference errors in the file carry its position */
+	ck_assert_msg_is(load_fail(edit("  input: image", "  input: label"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:10:10: model.input: feature 'label' is "
+			 "int64; the model input must be a float or bytes "
+			 "feature");
+	const char *aug[] = {"data.train.augment={feature: label, "
+			     "flip_left_right: true}"};
+	ck_assert_msg_is(load_fail(SKETCH, aug, 1, DTF_ERR_CONFIG),
+			 "--set data.train.augment: data.train.augment.feature: "
+			 "feature 'label' is not a float image of shape "
+			 "[H, W, C]");
+	ck_assert_msg_is(
+		load_fail(edit("shuffle_buffer: 10000}",
+			       "shuffle_buffer: 10000, augment: {feature: image, "
+			       "crop_padding: 29}}"),
+			  NULL, 0, DTF_ERR_CONFIG),
+		"graphs/x.yaml:4:124: data.train.augment.crop_padding: 29 is "
+		"larger than the image 'image' (28 x 28)");
+	ck_assert_msg_is(
+		load_fail(edit("shuffle_buffer: 10000}",
+			       "shuffle_buffer: 10000, augment: {feature: imag, "
+			       "flip_left_right: true}}"),
+			  NULL, 0, DTF_ERR_CONFIG),
+		"graphs/x.yaml:4:103: data.train.augment.feature: no feature "
+		"named 'imag' in data.features (did you mean 'image'?)");
+}
+END_TEST
+
 /* ---- files --------------------------------------------------------------------- */
 
 START_TEST(test_load_file)
@@ -769,6 +868,8 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_override_flow);
 	tcase_add_test(tc, test_override_malformed);
 	tcase_add_test(tc, test_override_errors_name_set);
+	tcase_add_test(tc, test_override_errors_blame_set);
+	tcase_add_test(tc, test_override_errors_say_what);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("files");

@@ -431,6 +431,22 @@ START_TEST(linear_scaling_logged)
 }
 END_TEST
 
+/* A batch error found once the ranks are known points at the batch size
+ * given: here an override, named "--set KEY". */
+START_TEST(batch_error_names_set)
+{
+	int st = tu_run("timeout 60 mpirun -np 3 %s/dtf-train --threads 1 "
+			"--set 'train={batch_size: 64}' "
+			"%s/job.yaml 2>%s/bat.log >/dev/null",
+			build_root, tmpdir, tmpdir);
+	const char *log = tu_slurp(tmpdir, "bat.log");
+	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "] error: --set train: train.batch_size: the "
+				  "global batch 64 is not divisible by the 3 "
+				  "replicas\n") != NULL, "%s", log);
+}
+END_TEST
+
 START_TEST(config_keys)
 {
 	char path[512];
@@ -474,6 +490,7 @@ static Suite *dist_suite(void)
 	tcase_add_loop_test(tc, tf_config_errors, 0,
 			    (int)(sizeof(tf_errors) / sizeof(tf_errors[0])));
 	tcase_add_test(tc, tf_config_cluster_trains);
+	tcase_add_test(tc, batch_error_names_set);
 	tcase_add_test(tc, strategy_world_errors);
 	tcase_add_test(tc, nonfinite_skip_and_fail);
 	tcase_add_test(tc, async_ps_learns);

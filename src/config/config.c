@@ -132,12 +132,57 @@ struct section {
 static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
 		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/*
+ * The deepest node of the document along key path `path` ("a.b[2].c", as
+ * messages write it); NULL when not even the first key is there.
+ */
+static const yaml_node_t *path_node(struct ctx *c, const char *path)
+{
+	const yaml_node_t *n = dtf_ytree_root(c->t), *deepest = NULL;
+	char key[PATH_MAX_];
+	const char *p = path;
+
+	while (n && p && *p) {
+		if (*p == '[') {
+			char *end;
+			long i = strtol(p + 1, &end, 10);
+			if (*end != ']' || n->type != YAML_SEQUENCE_NODE ||
+			    i < 0 || i >= n->data.sequence.items.top -
+						  n->data.sequence.items.start)
+				break;
+			n = yaml_document_get_node(
+				&c->t->doc, n->data.sequence.items.start[i]);
+			p = end + 1;
+		} else {
+			size_t len = strcspn(p, ".[");
+			if (len >= sizeof(key))
+				break;
+			memcpy(key, p, len);
+			key[len] = '\0';
+			n = dtf_ytree_get(c->t, n, key);
+			p += len;
+		}
+		if (n)
+			deepest = n;
+		if (*p == '.')
+			p++;
+	}
+	return deepest;
+}
+
 static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
 		const char *fmt, ...)
 {
 	char where[DTF_WHERE_MAX], msg[768];
 	va_list ap;
 
+	/* a value given by --set is blamed on "--set KEY", not on the
+	 * file's mapping it was grafted into */
+	if (path && !dtf_ytree_is_override(c->t, n)) {
+		const yaml_node_t *pn = path_node(c, path);
+		if (dtf_ytree_is_override(c->t, pn))
+			n = pn;
+	}
 	dtf_ytree_where(c->t, n, where, sizeof(where));
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -162,6 +207,19 @@ static const char *describe(const yaml_node_t *n, char *buf, size_t size)
 	else
 		snprintf(buf, size, "'%s'", s);
 	return buf;
+}
+
+/* describe(), telling an empty list or mapping from a full one. */
+static const char *describe_empty(const yaml_node_t *n, char *buf,
+				  size_t size)
+{
+	if (n->type == YAML_SEQUENCE_NODE &&
+	    n->data.sequence.items.top == n->data.sequence.items.start)
+		return "an empty list";
+	if (n->type == YAML_MAPPING_NODE &&
+	    n->data.mapping.pairs.top == n->data.mapping.pairs.start)
+		return "an empty mapping";
+	return describe(n, buf, size);
 }
 
 static int levenshtein(const char *a, const char *b)
@@ -584,8 +642,8 @@ static int read_section(struct ctx *c, const struct section *s, void *base,
 		return fail(c, map, path, "expected a mapping, got %s",
 			    describe(map, buf, sizeof(buf)));
 	if (s->where_off >= 0 && key)
-		dtf_ytree_where(c->t, key, (char *)base + s->where_off,
-				DTF_WHERE_MAX);
+		dtf_ytree_where(c->t, dtf_ytree_blame(c->t, key, map),
+				(char *)base + s->where_off, DTF_WHERE_MAX);
 	if (map && map->type == YAML_MAPPING_NODE) {
 		for (yaml_node_pair_t *pr = map->data.mapping.pairs.start;
 		     pr < map->data.mapping.pairs.top; pr++) {
@@ -844,7 +902,7 @@ static int mapping_size(struct ctx *c, const yaml_node_t *val,
 	if (val->type != YAML_MAPPING_NODE ||
 	    val->data.mapping.pairs.top == val->data.mapping.pairs.start)
 		return fail(c, val, path, "expected %s, got %s", what,
-			    describe(val, buf, sizeof(buf)));
+			    describe_empty(val, buf, sizeof(buf)));
 	*n = (int)(val->data.mapping.pairs.top - val->data.mapping.pairs.start);
 	return 0;
 }
@@ -1513,7 +1571,7 @@ static int read_layers(struct ctx *c, void *base, const yaml_node_t *key,
 	if (val->type != YAML_SEQUENCE_NODE ||
 	    val->data.sequence.items.top == val->data.sequence.items.start)
 		return fail(c, val, path, "expected a non-empty list of layers, "
-			    "got %s", describe(val, buf, sizeof(buf)));
+			    "got %s", describe_empty(val, buf, sizeof(buf)));
 	int n = (int)(val->data.sequence.items.top -
 		      val->data.sequence.items.start);
 	job->model.layers = dtf_calloc((size_t)n, sizeof(*job->model.layers));
@@ -1690,7 +1748,8 @@ static int read_loss(struct ctx *c, void *base, const yaml_node_t *key,
 	if (rc)
 		return rc;
 	job->model.loss = (enum dtf_loss_kind)ch->value;
-	dtf_ytree_where(c->t, key, job->model.loss_where,
+	dtf_ytree_where(c->t, dtf_ytree_blame(c->t, key, val),
+			job->model.loss_where,
 			sizeof(job->model.loss_where));
 	join_path(sub, path, ch->name);
 	return read_section(c, ch->attrs, job, kind, attrs, sub);
@@ -2046,6 +2105,20 @@ static int check_train(struct ctx *c, void *base, const yaml_node_t *key,
 		return fail(c, key, path,
 			    "missing required key 'batch_size' (or "
 			    "'per_replica_batch_size')");
+	const yaml_node_t *b = dtf_ytree_get(
+		c->t, map, have_replica ? "per_replica_batch_size" : "batch_size");
+	if (job->train.per_replica_batch_size > DTF_BATCH_MAX) {
+		char sub[PATH_MAX_];
+		join_path(sub, path, "per_replica_batch_size");
+		return fail(c, b, sub, "%lld is more than %d",
+			    (long long)job->train.per_replica_batch_size,
+			    DTF_BATCH_MAX);
+	}
+	/* the batch errors found later (they need the number of ranks)
+	 * point at the batch size given */
+	if (b)
+		dtf_ytree_where(c->t, b, job->train.where,
+				sizeof(job->train.where));
 	return 0;
 }
 
@@ -2492,6 +2565,38 @@ static int check_inputs(const struct dtf_job *job, const struct dtf_layer *ls,
 	return 0;
 }
 
+/* data.train.augment names a float image feature [H, W, C] that a crop
+ * padding fits (the pipeline checks the same; here it has a position). */
+static int check_augment(struct ctx *c)
+{
+	const struct dtf_augment_spec *a = &c->job->data.augment;
+	if (!a->feature[0] || (!a->crop_padding && !a->flip_left_right))
+		return 0;
+	char sug[96];
+	const struct dtf_feature_spec *f = find_feature(c->job, a->feature);
+	if (!f)
+		return fail(c, path_node(c, "data.train.augment.feature"),
+			    "data.train.augment.feature",
+			    "no feature named '%s' in data.features%s",
+			    a->feature,
+			    suggest(a->feature, c->job->data.features,
+				    c->job->data.nfeatures, feature_name_at,
+				    sug, sizeof(sug)));
+	if (f->rank != 3 || f->dtype != DTF_FLOAT32)
+		return fail(c, path_node(c, "data.train.augment.feature"),
+			    "data.train.augment.feature",
+			    "feature '%s' is not a float image of shape "
+			    "[H, W, C]",
+			    f->name);
+	if (a->crop_padding > f->shape[0] || a->crop_padding > f->shape[1])
+		return fail(c, path_node(c, "data.train.augment.crop_padding"),
+			    "data.train.augment.crop_padding",
+			    "%d is larger than the image '%s' (%lld x %lld)",
+			    a->crop_padding, f->name, (long long)f->shape[0],
+			    (long long)f->shape[1]);
+	return 0;
+}
+
 static int check_job(struct ctx *c)
 {
 	const struct dtf_job *job = c->job;
@@ -2516,6 +2621,20 @@ static int check_job(struct ctx *c)
 			    suggest(job->model.input, job->data.features,
 				    job->data.nfeatures, feature_name_at, sug,
 				    sizeof(sug)));
+	const struct dtf_feature_spec *in = find_feature(job, job->model.input);
+	if (in && in->dtype != DTF_FLOAT32)
+		return fail(c, c->slot[SLOT_INPUT], "model.input",
+			    "feature '%s' is int64; the model input must be a "
+			    "float or bytes feature",
+			    in->name);
+	if ((rc = check_augment(c)) < 0)
+		return rc;
+	if (job->checkpoint.dir &&
+	    job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER)
+		return fail(c, path_node(c, "checkpoint.dir"), "checkpoint.dir",
+			    "checkpoints are not supported with strategy "
+			    "parameter_server yet (the ps ranks hold the "
+			    "variables and optimizer state)");
 	const struct dtf_layer *ls = graph ? job->model.nodes
 					   : job->model.layers;
 	int n = graph ? job->model.nnodes : job->model.nlayers;

@@ -15,6 +15,9 @@
 #include "data/input.h"
 
 #define DTF_WHERE_MAX 320
+/* Largest per-replica batch (train.batch_size / ranks, or
+ * train.per_replica_batch_size): 2^24 examples. */
+#define DTF_BATCH_MAX (1 << 24)
 
 /*
  * Kinds of model.layers items (high level, Keras-like) and of model.graph
@@ -279,7 +282,8 @@ struct dtf_job {
 		int lr_scaling;       /* enum dtf_lr_scaling, default none */
 		int64_t lr_warmup_steps; /* linear scaling ramp, default 0 */
 		int on_nonfinite;     /* enum dtf_on_nonfinite, default fail */
-		char where[DTF_WHERE_MAX]; /* of "train:" for batch errors */
+		char where[DTF_WHERE_MAX]; /* of the batch size given (or
+					      "--set KEY"), for batch errors */
 	} train;
 
 	struct {

@@ -185,6 +185,21 @@ void dtf_ytree_where(const struct dtf_ytree *t, const yaml_node_t *n,
 		 n->start_mark.column + 1);
 }
 
+int dtf_ytree_is_override(const struct dtf_ytree *t, const yaml_node_t *n)
+{
+	if (!n || !t->loaded)
+		return 0;
+	int id = id_of(t, n);
+	return id > t->nbase && t->novr > 0 && id >= t->ovr_first[0];
+}
+
+const yaml_node_t *dtf_ytree_blame(const struct dtf_ytree *t,
+				   const yaml_node_t *key,
+				   const yaml_node_t *val)
+{
+	return dtf_ytree_is_override(t, val) || !key ? val : key;
+}
+
 int dtf_ytree_is_null(const yaml_node_t *n)
 {
 	if (!n)
@@ -234,8 +249,10 @@ static int split_override(char *s, char **keys, const char **value)
 		char *dot = strchr(k, '.');
 		if (dot)
 			*dot = '\0';
-		if (!*k || n == OVR_KEYS_MAX)
+		if (!*k)
 			return -1;
+		if (n == OVR_KEYS_MAX)
+			return -2;
 		keys[n++] = k;
 		if (!dot)
 			break;
@@ -254,6 +271,12 @@ int dtf_ytree_check_overrides(const char *const *ov, int n)
 			return dtf_error(DTF_ERR_NOMEM, "out of memory");
 		int nk = split_override(s, keys, &value);
 		dtf_free(s);
+		if (nk == -2)
+			return dtf_error(DTF_ERR_USAGE,
+					 "--set '%s': the key has more than "
+					 "%d components (the most a key path "
+					 "may have)",
+					 ov[i], OVR_KEYS_MAX);
 		if (nk < 0)
 			return dtf_error(DTF_ERR_USAGE,
 					 "--set '%s': expected KEY.PATH=VALUE "
@@ -428,6 +451,14 @@ static int apply_one(struct dtf_ytree *t, char **keys, int nk,
 			int nitems = (int)(n->data.sequence.items.top -
 					   n->data.sequence.items.start);
 			int ix = list_index(keys[i], nitems);
+			if (ix < 0 && keys[i][strspn(keys[i], "0123456789")] == '\0')
+				return dtf_error(
+					DTF_ERR_CONFIG,
+					"--set %s: index %s is out of range: "
+					"%.*s has %d item%s",
+					keypath, keys[i],
+					(int)(keys[i] - keys[0]) - 1, keypath,
+					nitems, nitems == 1 ? "" : "s");
 			if (ix >= 0) {
 				where = (struct slot){cur, ix};
 				if (last)

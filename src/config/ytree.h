@@ -56,6 +56,15 @@ yaml_node_t *dtf_ytree_root(struct dtf_ytree *t);
 void dtf_ytree_where(const struct dtf_ytree *t, const yaml_node_t *n,
 		     char *buf, size_t size);
 
+/* 1 if n was made by a --set override (its position is "--set a.b.c"). */
+int dtf_ytree_is_override(const struct dtf_ytree *t, const yaml_node_t *n);
+
+/* The node a message should point at for a key whose key node is `key` and
+ * value node `val`: `val` when an override made it, else `key`. */
+const yaml_node_t *dtf_ytree_blame(const struct dtf_ytree *t,
+				   const yaml_node_t *key,
+				   const yaml_node_t *val);
+
 /* A plain "", "~" or "null" scalar (or NULL). */
 int dtf_ytree_is_null(const yaml_node_t *n);
 
