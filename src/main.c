@@ -124,7 +124,7 @@ int main(int argc, char **argv)
 			char *end;
 			long v = strtol(optarg, &end, 10);
 			if (*end || v < 1 || v > 1024) {
-				fprintf(stderr, "dtf-train: --threads: expected a positive integer, got '%s'\n", optarg);
+				fprintf(stderr, "dtf-train: --threads: expected an integer from 1 to 1024, got '%s'\n", optarg);
 				status = 2;
 				goto out;
 			}

@@ -473,6 +473,29 @@ START_TEST(usage_errors)
 		    build_root, tmp, tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u3.log", "DTF_FAULT='explode': expected ACTION");
+	/* --allow-fresh-start only means something for a resume */
+	st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train --allow-fresh-start "
+		    "--set checkpoint.dir=%s/u %s/job.yaml >/dev/null 2>%s/u4.log",
+		    build_root, tmp, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	ck_assert_log("u4.log", "error: --allow-fresh-start applies to a resume "
+		      "only: give --resume too (or set checkpoint.resume: auto)\n");
+	st = tu_run("%s/dtf-train -n -t 2000 %s/job.yaml >/dev/null 2>%s/u5.log",
+		    build_root, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	ck_assert_log("u5.log", "dtf-train: --threads: expected an integer from 1 "
+		      "to 1024, got '2000'\n");
+	/* checkpoint.dir is made with its parents (mkdir -p) ... */
+	ck_assert_int_eq(train(1, "", "deep/er", "--set train.max_steps=5",
+			       "u6.log"), 0);
+	ck_assert_int_eq(tu_file_size(tmp, "deep/er/ckpt-5.dtf"), CKPT_BYTES);
+	/* ... and a file in the way is a checkpoint error, exit status 4 */
+	tu_run("printf x > %s/afile", tmp);
+	ck_assert_int_eq(train(1, "", "afile/ck", "--set train.max_steps=5",
+			       "u7.log"), 4);
+	ck_assert_log("u7.log", "/afile/ck: cannot create the checkpoint "
+		      "directory: ");
+	ck_assert_log("u7.log", "/afile is not a directory\n");
 }
 END_TEST
 

@@ -475,6 +475,36 @@ static void write_table(struct dtf_checkpointer *ck)
 	}
 }
 
+/* mkdir -p `dir` (as logging.dir is made).  Errors: DTF_ERR_CHECKPOINT
+ * naming the component that could not be made. */
+static int make_dirs(const char *dir)
+{
+	char *buf = dtf_strdup(dir);
+	int rc = 0;
+	if (!buf)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	size_t n = strlen(buf);
+	for (size_t i = 1; i <= n && rc == 0; i++) {
+		if (buf[i] != '/' && buf[i] != '\0')
+			continue;
+		char c = buf[i];
+		buf[i] = '\0';
+		struct stat st;
+		if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+			rc = dtf_error(DTF_ERR_CHECKPOINT,
+				       "%s: cannot create the checkpoint directory%s%s: %s",
+				       dir, c ? " " : "", c ? buf : "",
+				       strerror(errno));
+		else if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+			rc = dtf_error(DTF_ERR_CHECKPOINT,
+				       "%s: cannot create the checkpoint directory: %s is not a directory",
+				       dir, buf);
+		buf[i] = c;
+	}
+	dtf_free(buf);
+	return rc;
+}
+
 int dtf_checkpointer_new(const struct dtf_job *job, const struct dtf_graph *g,
 			 float *params, struct dtf_optimizer *opt, int chief,
 			 struct dtf_fault *fault, struct dtf_checkpointer **out)
@@ -499,12 +529,8 @@ int dtf_checkpointer_new(const struct dtf_job *job, const struct dtf_graph *g,
 	if ((rc = build_table(ck, g, params)) < 0)
 		goto fail;
 	if (chief) {
-		if (mkdir(ck->dir, 0777) < 0 && errno != EEXIST) {
-			rc = dtf_error(DTF_ERR_CHECKPOINT,
-				       "%s: cannot create the checkpoint directory: %s",
-				       ck->dir, strerror(errno));
+		if ((rc = make_dirs(ck->dir)) < 0)
 			goto fail;
-		}
 		ck->staging = dtf_alloc_aligned(ck->file_bytes);
 		if (!ck->staging) {
 			rc = dtf_error(DTF_ERR_NOMEM,

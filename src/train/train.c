@@ -764,7 +764,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	result->eval_top_k_accuracy = -1;
 
 	rc = 0;
-	if (resume && !opts->dry_run && !job->checkpoint.dir)
+	if (opts->allow_fresh_start && !resume)
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "--allow-fresh-start applies to a resume only: "
+			       "give --resume too (or set checkpoint.resume: auto)");
+	if (rc == 0 && resume && !opts->dry_run && !job->checkpoint.dir)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "%s: resuming needs checkpoint.dir in the job file",
 			       job->path);
