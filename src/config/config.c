@@ -31,6 +31,7 @@
 #include <strings.h>
 
 #include "config/ytree.h"
+#include "data/example.h"
 #include "core/alloc.h"
 #include "core/error.h"
 
@@ -947,6 +948,9 @@ static int read_features(struct ctx *c, void *base, const yaml_node_t *key,
 		return rc_;
 	job->data.features = arr;
 	job->data.nfeatures = n;
+	if (n > DTF_EXAMPLE_MAX_FEATURES)
+		return fail(c, val, path, "%d features; at most %d are supported",
+			    n, DTF_EXAMPLE_MAX_FEATURES);
 	for (int i = 0; i < n; i++) {
 		const yaml_node_t *k, *v;
 		mapping_pair(c, val, i, &k, &v);
