@@ -405,9 +405,11 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		return 0;
 	return dtf_error(DTF_ERR_SIGNAL,
 			 "stopped by %s (received by rank %d) at step %lld: %s; "
-			 "exit status 75: run again with --resume to continue",
+			 "exit status 75: %s",
 			 dtf_fault_signal_name(sig), who, (long long)pos->step,
-			 path);
+			 path,
+			 ck ? "run again with --resume to continue"
+			    : "a new run starts from step 0 (set checkpoint.dir to be able to resume)");
 }
 
 static void add_times(struct dtf_step_times *sum,
