@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -397,6 +398,43 @@ START_TEST(trace_is_valid_json_after_a_kill)
 }
 END_TEST
 
+/* A flush that runs out of space part way leaves the file the valid array
+ * of the last good flush (RLIMIT_FSIZE stands in for a full disk). */
+START_TEST(trace_is_valid_json_after_a_full_disk)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/full.rank0.json", tmpdir);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		signal(SIGXFSZ, SIG_IGN);
+		struct rlimit lim = {3000, 3000};
+		if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+			_exit(5);
+		struct dtf_trace *t;
+		if (dtf_trace_open(path, 0, "h", 10.0, &t) < 0)
+			_exit(3);
+		int s, rc = 0;
+		for (s = 1; s <= 50 && rc == 0; s++) {
+			dtf_trace_span(t, "forward", 0, 10.0 + s, 10.5 + s, s, -1);
+			dtf_trace_span(t, "allreduce", 1, 10.5 + s, 10.6 + s, s, 2);
+			rc = dtf_trace_flush(t);
+		}
+		dtf_trace_close(t);
+		_exit(rc < 0 && s > 3 ? 0 : 4); /* it did fill up, later */
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	ck_assert_int_eq(json_ok(path), 0);
+	char *text = tu_read_file(NULL, path, NULL);
+	int n = count_str(text, "\"name\":\"forward\"");
+	ck_assert_int_ge(n, 2);
+	ck_assert_int_eq(count_str(text, "\"name\":\"allreduce\""), n);
+	free(text);
+}
+END_TEST
+
 START_TEST(trace_merge_joins_ranks)
 {
 	char p0[512], p1[512], out[512];
@@ -681,6 +719,7 @@ static Suite *obs_suite(void)
 	tc = tcase_create("trace");
 	tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);
 	tcase_add_test(tc, trace_is_valid_json_after_a_kill);
+	tcase_add_test(tc, trace_is_valid_json_after_a_full_disk);
 	tcase_add_test(tc, trace_merge_joins_ranks);
 	tcase_add_test(tc, merge_trace_option_merges_rank_files);
 	suite_add_tcase(s, tc);
