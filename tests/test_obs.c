@@ -49,7 +49,7 @@ static const char job_text[] =
 	"    - flatten\n"
 	"    - {dense: {units: 4, name: logits}}\n"
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
-	"  metrics: [accuracy]\n"
+	"  metrics: [accuracy, {top_k_accuracy: {k: 2}}]\n"
 	"train:\n"
 	"  batch_size: 16\n"
 	"  epochs: 2\n"
@@ -504,9 +504,16 @@ static void check_events_match_metrics(const char *metrics)
 		 tmpdir);
 	one_file(pattern, path, sizeof(path));
 	read_events(path, ef);
-	ck_assert_int_eq(ef->n, 4);
+	ck_assert_int_eq(ef->n, 6);
 	ck_assert_ptr_nonnull(find_scalar(ef, 30, "loss"));
 	ck_assert_ptr_nonnull(find_scalar(ef, 60, "accuracy"));
+	/* top-2 accuracy is at least the accuracy, as metrics.jsonl says */
+	line = strstr(metrics, "{\"kind\":\"eval\",\"step\":60,");
+	ck_assert_ptr_nonnull(line);
+	double top2 = atof(strstr(line, "\"top_k_accuracy\":") + 17);
+	ck_assert_float_eq_tol(find_scalar(ef, 60, "top_k_accuracy")->value,
+			       top2, 1e-6);
+	ck_assert_float_ge(top2, find_scalar(ef, 60, "accuracy")->value);
 	ck_assert_int_eq(ef->session_starts, 0);
 	free(ef);
 }
@@ -542,6 +549,7 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\","), 6);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"eval\",\"step\":30,\"epoch\":1,"), 1);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"eval\",\"step\":60,\"epoch\":2,"), 1);
+	ck_assert_int_eq(count_str(m, ",\"top_k_accuracy\":"), 2);
 	ck_assert_int_eq(count_str(m, "\"step_time_ms\":{\"data_wait\":"), 6);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\",\"step\":60,"), 1);
 	ck_assert_int_eq(count_str(m, "\"peak_rss_mb\":["), 1);
