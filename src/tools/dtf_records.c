@@ -525,10 +525,14 @@ static int show_schema(const char *path, enum dtf_compression comp,
 	static struct schema sc;
 	memset(&sc, 0, sizeof(sc));
 	int64_t k = 0;
-	while (k < limit && (rc = dtf_tfrecord_reader_next(r, &d, &n)) > 0) {
+	uint64_t at = 0;
+	while (k < limit && (at = dtf_tfrecord_reader_offset(r),
+			     rc = dtf_tfrecord_reader_next(r, &d, &n)) > 0) {
 		int wr = dtf_example_walk(d, n, schema_visit, &sc);
 		if (wr) {
-			printf("  record %" PRId64 ": %s\n", k, dtf_error_msg());
+			printf("  record %" PRId64 " at byte offset %" PRIu64
+			       ": %s\n",
+			       k, at, dtf_error_msg());
 			rc = wr;
 			break;
 		}
