@@ -794,6 +794,11 @@ static int cmd_synth(int argc, char **argv)
 	if (optind < argc)
 		return usage_error("synth: unexpected argument '%s'",
 				   argv[optind]);
+	if (nshards > count && count > 0)
+		return dtf_error(DTF_ERR_USAGE,
+				 "synth: --shards %" PRId64 " is more than "
+				 "--count %" PRId64 " (shards would be empty)",
+				 nshards, count);
 	int64_t hw = shape[0] * shape[1];
 	if (hw < classes)
 		return dtf_error(DTF_ERR_USAGE,
