@@ -11,8 +11,8 @@
  *
  * Tolerances: |fast - ref| <= 1e-4 + 1e-4 * |ref| for results of sums
  * (conv2d, matmul, bias gradients: the fast kernels add in a different
- * order and may use FMA); exact equality for pooling, relu and the Adam
- * update, which do the same float operations on the same values.  Whole
+ * order and may use FMA); exact equality for pooling, relu, dropout and
+ * the Adam update, which do the same float operations on the same values.  Whole
  * graphs: 1e-4 relative on the gradient vector (the sums of several layers
  * compound).  Outputs are poisoned with NaN first, so an element the fast
  * path forgets to write fails.
@@ -372,6 +372,50 @@ START_TEST(max_pool_matches_reference)
 }
 END_TEST
 
+/* ---- dropout ------------------------------------------------------------------ */
+
+START_TEST(dropout_is_bit_identical)
+{
+	/* 1007 columns: full 64-element vector steps, then a tail with a
+	 * partial Philox block; big enough to be split over threads */
+	const size_t rows = 300, cols = 1007, n = rows * cols;
+	const float rates[] = {0.4f, 0.0f, 1.0f};
+	uint64_t *ids = malloc(rows * sizeof *ids);
+	for (size_t r = 0; r < rows; r++)
+		ids[r] = next_u64(); /* both 32-bit halves in play */
+	struct dtf_philox_key key = dtf_philox_make_key(7, DTF_RNG_DROPOUT);
+	float *x = frandom(n, -1, 1), *ref = falloc(n), *got = falloc(n);
+	for (size_t ri = 0; ri < 3; ri++) {
+		dtf_cpu_dropout(rows, cols, rates[ri], key, ids, 1234, x, ref);
+		size_t kept = 0;
+		for (size_t i = 0; i < n; i++)
+			kept += ref[i] != 0.0f;
+		if (ri == 0) /* the mask is not trivial */
+			ck_assert(kept > n / 2 && kept < n * 7 / 10);
+		for (int ti = 0; ti < 2; ti++) {
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+			memset(got, 0xff, n * sizeof *got);
+			dtf_fast_dropout(p, rows, cols, rates[ri], key, ids, 1234,
+					 x, got);
+			exactly("dropout", ref, got, n);
+			/* in place, as dropout_grad may run */
+			memcpy(got, x, n * sizeof *got);
+			dtf_fast_dropout(p, rows, cols, rates[ri], key, ids, 1234,
+					 got, got);
+			exactly("dropout in place", ref, got, n);
+			/* a few rows: one thread, no pool */
+			memset(got, 0xff, n * sizeof *got);
+			dtf_fast_dropout(p, 3, cols, rates[ri], key, ids, 1234, x,
+					 got);
+			exactly("dropout 3 rows", ref, got, 3 * cols);
+			dtf_pool_free(p);
+		}
+	}
+	free(ids); free(x); free(ref); free(got);
+}
+END_TEST
+
 /* ---- optimizer ----------------------------------------------------------------- */
 
 START_TEST(adam_is_bit_identical)
@@ -560,6 +604,7 @@ static Suite *fast_suite(void)
 			   bias_act_and_relu_grad_match_reference}},
 		{"max_pool2d", {max_pool_matches_reference}},
 		{"adam", {adam_is_bit_identical}},
+		{"dropout", {dropout_is_bit_identical}},
 		{"graph", {fused_graph_matches_reference}},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -22,6 +22,7 @@ enum action {
 	A_POOL,
 	A_POOL_GRAD,    /* max_pool2d_grad [+ relu_grad into out[i]] [+ bias grad] */
 	A_ADD,
+	A_DROPOUT,      /* dropout or dropout_grad */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -255,6 +256,10 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		case DTF_OP_ADD:
 			fp->action[i] = A_ADD;
 			break;
+		case DTF_OP_DROPOUT:
+		case DTF_OP_DROPOUT_GRAD:
+			fp->action[i] = A_DROPOUT;
+			break;
 		default:
 			break;
 		}
@@ -305,7 +310,6 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 		       const struct dtf_graph *g, int i,
 		       const struct dtf_exec_ctx *ctx)
 {
-	(void)ctx;
 	if (i >= fp->nnodes)
 		return 0;
 	const struct dtf_node *n = &g->nodes[i];
@@ -375,6 +379,15 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 		if (y != F(g, a))
 			memcpy(y, F(g, a), numel * sizeof(float));
 		dtf_fast_add_inplace(p, numel, F(g, b), y);
+		return 1;
+	}
+	case A_DROPOUT: {
+		size_t rows = (size_t)n->shape.d[0];
+		dtf_fast_dropout(p, rows, numel / rows,
+				 ctx->training ? n->a.drop.rate : 0.0f,
+				 ctx->dropout_key, ctx->example_ids,
+				 dtf_exec_dropout_salt(n, ctx->step), F(g, a),
+				 F(g, i));
 		return 1;
 	}
 	}

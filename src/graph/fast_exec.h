@@ -13,7 +13,7 @@
  * and it is the producer's only consumer in the whole graph (forward and
  * backward), so no other node ever reads the buffers that fusion leaves
  * unwritten.  Everything else runs on the pool where a fast kernel exists
- * (conv2d and its gradients, matmul, max pooling, add) and on the reference
+ * (conv2d and its gradients, matmul, max pooling, add, dropout) and on the reference
  * kernel otherwise.  The executor asks dtf_fast_exec_node() first
  * (graph/exec.c); with no plan (ctx->fast == NULL) every node runs the
  * reference kernel, which is how the tests compare the two.

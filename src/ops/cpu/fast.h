@@ -129,6 +129,18 @@ void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
  * dilation, no padding, h and w multiples of the window. */
 int dtf_fast_pool_tiles(const struct dtf_window_geom *g);
 
+/* ---- dropout ---------------------------------------------------------------- */
+
+/* dtf_cpu_dropout (and, with dy for x, dtf_cpu_dropout_grad) over the pool:
+ * the same Philox mask and the same products, so the same bits; Philox
+ * blocks are computed 16 at a time in AVX-512 lanes (scalar on other
+ * CPUs), rows are split across threads.  y == x allowed (each element is
+ * read before it is written, by the same thread). */
+void dtf_fast_dropout(struct dtf_pool *p, size_t rows, size_t cols,
+		      float rate, struct dtf_philox_key key,
+		      const uint64_t *example_id, uint32_t salt,
+		      const float *x, float *y);
+
 /* ---- optimizer ------------------------------------------------------------- */
 
 /* Adam as dtf_optimizer_apply (train/optimizer.h), one fused pass over n
