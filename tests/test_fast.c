@@ -444,6 +444,36 @@ START_TEST(adam_is_bit_identical)
 }
 END_TEST
 
+START_TEST(nonfinite_finds_every_nan_and_inf)
+{
+	const size_t n = 200003; /* split over threads, with a vector tail */
+	float *x = frandom(n, -1e30f, 1e30f);
+	x[17] = 3.4e38f; /* the largest finites are fine */
+	x[18] = -3.4e38f;
+	const size_t where[] = {0, 5, 65535, 65536, 100000, n - 17, n - 1};
+	const float bad[] = {NAN, INFINITY, -INFINITY};
+	for (int ti = 0; ti < 2; ti++) {
+		struct dtf_pool *p;
+		ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+		ck_assert_int_eq(dtf_fast_nonfinite(p, n, x), 0);
+		for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
+			for (int b = 0; b < 3; b++) {
+				float keep = x[where[w]];
+				x[where[w]] = bad[b];
+				ck_assert_msg(dtf_fast_nonfinite(p, n, x) == 1,
+					      "%g at %zu missed", bad[b], where[w]);
+				/* a short vector: one thread */
+				if (where[w] < 1000)
+					ck_assert_int_eq(dtf_fast_nonfinite(p, 1000, x), 1);
+				x[where[w]] = keep;
+			}
+		ck_assert_int_eq(dtf_fast_nonfinite(p, 0, x), 0);
+		dtf_pool_free(p);
+	}
+	free(x);
+}
+END_TEST
+
 /* ---- whole graphs -------------------------------------------------------------- */
 
 static const char *cnn_job =
@@ -603,7 +633,7 @@ static Suite *fast_suite(void)
 		{"dense", {matmul_matches_reference,
 			   bias_act_and_relu_grad_match_reference}},
 		{"max_pool2d", {max_pool_matches_reference}},
-		{"adam", {adam_is_bit_identical}},
+		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
 		{"dropout", {dropout_is_bit_identical}},
 		{"graph", {fused_graph_matches_reference}},
 	};

@@ -152,6 +152,10 @@ void dtf_fast_adam(struct dtf_pool *p, size_t n, float *params,
 		   const float *grads, float *m, float *v, float step, float b1,
 		   float b2, float eps);
 
+/* 1 when x (n) holds a NaN or an infinity, else 0: a vectorized scan
+ * split over the pool (one thread below 64 Ki floats). */
+int dtf_fast_nonfinite(struct dtf_pool *p, size_t n, const float *x);
+
 /* y += x over the pool. */
 void dtf_fast_add_inplace(struct dtf_pool *p, size_t n, const float *x,
 			  float *y);
