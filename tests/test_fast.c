@@ -372,6 +372,68 @@ START_TEST(max_pool_matches_reference)
 }
 END_TEST
 
+/* The backward of conv2d -> relu -> max pool, with the pool gradient
+ * formed per image for the filter gradient only, against the reference
+ * chain MaxPoolGrad -> ReluGrad -> BiasAddGrad, Conv2DBackpropFilter. */
+START_TEST(pool_grad_conv_filter_matches_reference)
+{
+	struct {
+		struct dtf_window_geom cg, pg;
+	} cases[] = {
+		/* direct kernel (5x5x1 -> 32), 2x2 pooling */
+		{geom(5, 12, 12, 1, 5, 5, 32, 1, 1, DTF_PAD_SAME),
+		 geom(5, 12, 12, 32, 2, 2, 0, 2, 1, DTF_PAD_VALID)},
+		/* im2col + sgemm (3x3x6 -> 20, stride 2), 3x3 pooling */
+		{geom(4, 11, 11, 6, 3, 3, 20, 2, 1, DTF_PAD_SAME),
+		 geom(4, 6, 6, 20, 3, 3, 0, 3, 1, DTF_PAD_VALID)},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		struct dtf_window_geom cg = cases[k].cg, pg = cases[k].pg;
+		ck_assert(dtf_fast_pool_tiles(&pg));
+		ck_assert(cg.oh == pg.h && cg.ow == pg.w && cg.o == pg.c);
+		size_t ncx = (size_t)cg.n * cg.h * cg.w * cg.c;
+		size_t nx = (size_t)pg.n * pg.h * pg.w * pg.c;
+		size_t ny = (size_t)pg.n * pg.oh * pg.ow * pg.c;
+		size_t nw = (size_t)cg.kh * cg.kw * cg.c * cg.o;
+		float *cx = frandom(ncx, -1, 1), *x = fgrid(nx);
+		float *dy = frandom(ny, -1, 1);
+		dtf_cpu_relu(nx, x, x);
+		float *rpg = falloc(nx), *rrg = falloc(nx), *rdb = falloc((size_t)pg.c);
+		float *rdw = falloc(nw), *rws = falloc(dtf_cpu_conv2d_workspace(&cg));
+		for (int relu = 0; relu < 2; relu++) {
+			dtf_cpu_max_pool2d_grad(&pg, x, dy, rpg);
+			if (relu)
+				dtf_cpu_relu_grad(nx, rpg, x, rrg);
+			else
+				memcpy(rrg, rpg, nx * sizeof *rrg);
+			dtf_cpu_bias_add_grad(nx / (size_t)pg.c, pg.c, rrg, rdb);
+			dtf_cpu_conv2d_backprop_filter(&cg, cx, rrg, rdw, rws);
+			for (int ti = 0; ti < 2; ti++) {
+				int nt = thread_counts[ti];
+				struct dtf_pool *p;
+				ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
+				float *ws = falloc(dtf_fast_pool_grad_conv2d_filter_workspace(
+					&pg, &cg, nt));
+				float *dw = falloc(nw), *db = falloc((size_t)pg.c);
+				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, db,
+								 &cg, cx, dw, ws);
+				close_enough("filter gradient", rdw, dw, nw, 1e-4);
+				close_enough("bias gradient", rdb, db, (size_t)pg.c, 1e-5);
+				/* without the bias gradient */
+				float *dw2 = falloc(nw);
+				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, NULL,
+								 &cg, cx, dw2, ws);
+				exactly("filter gradient, no bias", dw, dw2, nw);
+				free(ws); free(dw); free(db); free(dw2);
+				dtf_pool_free(p);
+			}
+		}
+		free(cx); free(x); free(dy); free(rpg); free(rrg); free(rdb);
+		free(rdw); free(rws);
+	}
+}
+END_TEST
+
 /* ---- dropout ------------------------------------------------------------------ */
 
 START_TEST(dropout_is_bit_identical)
@@ -576,7 +638,18 @@ START_TEST(fused_graph_matches_reference)
 		/* conv1: bias_add, relu; conv2: bias_add, relu; pool1 grad
 		 * absorbs relu_grad and bias grad; dense1: bias_add, relu;
 		 * logits: bias_add; ... */
-		ck_assert_int_ge(fp.fused, 8);
+		ck_assert_int_ge(fp.fused, 9);
+		/* conv1's filter gradient is formed by pool1's gradient,
+		 * image by image */
+		int nexts = 0;
+		for (int i = 0; i < m.g.nnodes; i++)
+			if (fp.next[i] >= 0) {
+				nexts++;
+				ck_assert_int_eq(m.g.nodes[i].op, DTF_OP_MAX_POOL2D_GRAD);
+				ck_assert_int_eq(m.g.nodes[fp.next[i]].op,
+						 DTF_OP_CONV2D_BACKPROP_FILTER);
+			}
+		ck_assert_int_eq(nexts, 1);
 		for (size_t i = 0; i < np; i++)
 			m.grads[i] = NAN;
 		for (int i = 0; i < m.g.nnodes; i++)
@@ -632,7 +705,8 @@ static Suite *fast_suite(void)
 			    conv2d_backward_matches_reference}},
 		{"dense", {matmul_matches_reference,
 			   bias_act_and_relu_grad_match_reference}},
-		{"max_pool2d", {max_pool_matches_reference}},
+		{"max_pool2d", {max_pool_matches_reference,
+				pool_grad_conv_filter_matches_reference}},
 		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
 		{"dropout", {dropout_is_bit_identical}},
 		{"graph", {fused_graph_matches_reference}},

@@ -8,6 +8,8 @@
  *   conv2d | matmul -> bias_add -> relu      one kernel, writes relu's buffer
  *   bias_add -> relu                         one pass
  *   max_pool2d_grad -> relu_grad -> bias_add_grad   one pass over dx
+ *     [-> conv2d_backprop_filter, when that is dx's only other reader:
+ *      dx is formed per image and never stored]
  *   relu_grad -> bias_add_grad               one pass
  * A node is absorbed only when its producer is its sole input of that kind
  * and it is the producer's only consumer in the whole graph (forward and
@@ -33,6 +35,8 @@ struct dtf_fast_plan {
 	unsigned char *action; /* per node: enum in fast_exec.c */
 	int *out;              /* per node: node whose buffer gets the result */
 	int *bias;             /* per node: bias variable, bias grad node, or -1 */
+	int *next;             /* per node: a later node it also computes (a
+				  conv2d filter gradient), or -1 */
 	float *workspace;      /* owned; ws_floats */
 	size_t ws_floats;
 	int fused;             /* number of nodes absorbed into another */

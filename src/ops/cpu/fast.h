@@ -125,6 +125,36 @@ void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
 			      const float *dy, int relu, float *dx, float *db,
 			      float *ws);
 
+/* One thread's share of dtf_fast_max_pool2d_grad: nb images (g->n is not
+ * read) in the calling thread, sum (c) = column sums of dx over them when
+ * not NULL (float within runs of 64 windows, double across runs).  A
+ * building block for fused kernels. */
+void dtf_fast_max_pool2d_grad_images(const struct dtf_window_geom *g,
+				     size_t nb, const float *x,
+				     const float *dy, int relu, float *dx,
+				     float *sum);
+
+/*
+ * The backward of relu -> max pool -> (the pool input is) conv2d's output
+ * in one pass per image: dx = dtf_fast_max_pool2d_grad(pg, x, dy, relu)
+ * is formed one image at a time in a per-thread buffer (never stored),
+ * db (pg->c) = its column sums when not NULL, and dw (kh, kw, c, o) =
+ * Conv2DBackpropFilter(cx, dx) for the conv2d `cg` whose output is the
+ * pool's input (cg->n == pg->n, cg->oh/ow/o == pg->h/w/c).  Saves writing
+ * and re-reading dx when only the filter gradient needs it (a first
+ * layer).  Pooling windows must tile (dtf_fast_pool_tiles()).
+ */
+void dtf_fast_pool_grad_conv2d_filter(struct dtf_pool *p,
+				      const struct dtf_window_geom *pg,
+				      const float *x, const float *dy, int relu,
+				      float *db, const struct dtf_window_geom *cg,
+				      const float *cx, float *dw, float *ws);
+
+/* Floats of workspace dtf_fast_pool_grad_conv2d_filter needs. */
+size_t dtf_fast_pool_grad_conv2d_filter_workspace(
+	const struct dtf_window_geom *pg, const struct dtf_window_geom *cg,
+	int nthreads);
+
 /* 1 when pooling windows tile the input exactly: size == stride, no
  * dilation, no padding, h and w multiples of the window. */
 int dtf_fast_pool_tiles(const struct dtf_window_geom *g);

@@ -14,7 +14,9 @@
  *    a single-threaded sgemm; bias and relu run on the block's output while
  *    it is still in cache.
  * Images are split across threads; the filter gradient is summed into one
- * partial per thread and the partials are added at the end.  This file
+ * partial per thread and the partials are added at the end.  The max pool
+ * gradient of a first layer can be formed image by image right before the
+ * filter gradient that consumes it (dtf_fast_pool_grad_conv2d_filter).  This file
  * allows the compiler to contract a*b+c into FMA, so results differ from
  * the reference by rounding only.
  */
@@ -474,4 +476,100 @@ void dtf_fast_conv2d_backprop_filter(struct dtf_pool *p,
 	struct conv_job j = {.g = g, .x = x, .dy = dy, .dw = dw, .ws = ws};
 	dtf_pool_run(p, bwf_task, &j);
 	dtf_pool_run(p, bwf_reduce_task, &j);
+}
+
+/* ---- max pool gradient -> filter gradient ------------------------------------ */
+
+struct pool_bwf_job {
+	struct conv_job c;               /* the filter gradient; c.ws */
+	const struct dtf_window_geom *pg; /* the pooling */
+	const float *px, *pdy;
+	float *db, *ws2;                 /* ws2: the per-thread extras */
+	int relu;
+};
+
+/* Per thread, after the conv workspaces: one image of dx, the image's
+ * bias sums (float), the thread's bias sums (double). */
+static size_t pool_bwf_thread(const struct dtf_window_geom *pg)
+{
+	size_t img = ((size_t)pg->h * pg->w * pg->c + 15) / 16 * 16;
+	size_t cp = ((size_t)pg->c + 15) / 16 * 16;
+	return img + cp + 2 * cp;
+}
+
+size_t dtf_fast_pool_grad_conv2d_filter_workspace(
+	const struct dtf_window_geom *pg, const struct dtf_window_geom *cg,
+	int nthreads)
+{
+	size_t nt = (size_t)(nthreads > 1 ? nthreads : 1);
+	size_t cp = ((size_t)pg->c + 15) / 16 * 16;
+	return dtf_fast_conv2d_workspace(cg, nthreads) +
+	       nt * pool_bwf_thread(pg) + nt * cp;
+}
+
+static void pool_bwf_task(void *arg, int tid, int nt)
+{
+	const struct pool_bwf_job *pj = arg;
+	const struct conv_job *j = &pj->c;
+	const struct dtf_window_geom *g = j->g, *pg = pj->pg;
+	const size_t in_img = (size_t)g->h * g->w * g->c;
+	const size_t out_pix = (size_t)g->oh * g->ow;
+	const size_t pin = (size_t)pg->h * pg->w * pg->c;
+	const size_t pout = (size_t)pg->oh * pg->ow * pg->c;
+	const int K = (int)kwidth(g), O = g->o, C = pg->c;
+	const size_t cp = ((size_t)C + 15) / 16 * 16;
+	size_t lo, hi;
+	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
+	float *ws = my_ws(j, tid), *part = partial(j, tid);
+	float *dxb = pj->ws2 + (size_t)tid * pool_bwf_thread(pg);
+	float *isum = dxb + (pin + 15) / 16 * 16;
+	double *tsum = (double *)(isum + cp);
+	float *bpart = pj->ws2 + (size_t)nt * pool_bwf_thread(pg) + (size_t)tid * cp;
+	memset(part, 0, (size_t)K * O * sizeof *part);
+	for (int t = 0; t < C; t++)
+		tsum[t] = 0.0;
+	for (size_t b = lo; b < hi; b++) {
+		dtf_fast_max_pool2d_grad_images(pg, 1, pj->px + b * pin,
+						pj->pdy + b * pout, pj->relu, dxb,
+						pj->db ? isum : NULL);
+		if (pj->db)
+			for (int t = 0; t < C; t++)
+				tsum[t] += isum[t];
+		if (use_direct(g)) {
+			pad_image(g, j->x + b * in_img, ws);
+			direct_bwf(g, ws, dxb, part);
+		} else {
+			im2col(g, 1, j->x + b * in_img, ws);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, O,
+				    (int)out_pix, 1.0f, ws, K, dxb, O, 1.0f, part,
+				    O);
+		}
+	}
+	for (int t = 0; t < C; t++)
+		bpart[t] = (float)tsum[t];
+}
+
+void dtf_fast_pool_grad_conv2d_filter(struct dtf_pool *p,
+				      const struct dtf_window_geom *pg,
+				      const float *x, const float *dy, int relu,
+				      float *db, const struct dtf_window_geom *cg,
+				      const float *cx, float *dw, float *ws)
+{
+	int nt = dtf_pool_size(p);
+	struct pool_bwf_job pj = {
+		.c = {.g = cg, .x = cx, .dw = dw, .ws = ws},
+		.pg = pg, .px = x, .pdy = dy, .db = db, .relu = relu,
+		.ws2 = ws + dtf_fast_conv2d_workspace(cg, nt)};
+	dtf_pool_run(p, pool_bwf_task, &pj);
+	dtf_pool_run(p, bwf_reduce_task, &pj.c);
+	if (db) {
+		const size_t cp = ((size_t)pg->c + 15) / 16 * 16;
+		const float *bp = pj.ws2 + (size_t)nt * pool_bwf_thread(pg);
+		for (int k = 0; k < pg->c; k++) {
+			double s = 0.0;
+			for (int t = 0; t < nt; t++)
+				s += bp[(size_t)t * cp + k];
+			db[k] = (float)s;
+		}
+	}
 }

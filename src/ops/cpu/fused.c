@@ -432,6 +432,14 @@ DTF_ISA_FN(pool_grad,
 	    const float *restrict dy, int relu, float *restrict dx, float *sum),
 	   (g, nb, x, dy, relu, dx, sum))
 
+void dtf_fast_max_pool2d_grad_images(const struct dtf_window_geom *g,
+				     size_t nb, const float *x,
+				     const float *dy, int relu, float *dx,
+				     float *sum)
+{
+	pool_grad(g, nb, x, dy, relu, dx, sum);
+}
+
 static void pool_grad_task(void *arg, int tid, int nt)
 {
 	const struct ew_job *j = arg;
