@@ -164,8 +164,9 @@ END_TEST
 
 /* ---- conv2d ---------------------------------------------------------------- */
 
-/* Geometries: the direct kernel (few input channels, o multiple of 32)
- * and im2col + sgemm, with same/valid padding, stride 2, dilation 2. */
+/* Geometries: the direct kernel (few input channels, o multiple of 32),
+ * im2col + sgemm and the AVX-512 direct kernels, with same/valid padding,
+ * stride 2, dilation 2. */
 static struct dtf_window_geom conv_case(int i)
 {
 	switch (i) {
@@ -175,10 +176,18 @@ static struct dtf_window_geom conv_case(int i)
 	case 3: return geom(5, 14, 14, 8, 5, 5, 16, 1, 1, DTF_PAD_SAME);
 	case 4: return geom(3, 9, 11, 6, 3, 3, 20, 2, 1, DTF_PAD_SAME);
 	case 5: return geom(2, 8, 8, 12, 1, 1, 8, 1, 1, DTF_PAD_VALID);
-	default: return geom(7, 7, 7, 32, 5, 5, 64, 1, 1, DTF_PAD_SAME);
+	/* the AVX-512 direct kernels (where the CPU has them): o a multiple
+	 * of 32 with a wide filter; c a multiple of 32 and stride 1 for the
+	 * input gradient; row tiles of 14 pixels with tails, channel tiles
+	 * of 12 with tails, stride 2, dilation 2, uneven SAME padding */
+	case 6: return geom(7, 7, 7, 32, 5, 5, 64, 1, 1, DTF_PAD_SAME);
+	case 7: return geom(3, 9, 11, 8, 3, 3, 32, 2, 1, DTF_PAD_SAME);
+	case 8: return geom(2, 10, 12, 32, 3, 3, 32, 1, 2, DTF_PAD_VALID);
+	case 9: return geom(2, 5, 31, 32, 3, 3, 64, 1, 1, DTF_PAD_SAME);
+	default: return geom(2, 6, 7, 32, 4, 4, 32, 1, 1, DTF_PAD_SAME);
 	}
 }
-#define NCONV 7
+#define NCONV 11
 
 START_TEST(conv2d_forward_matches_reference)
 {
