@@ -421,11 +421,18 @@ static int have512(void)
 static int have512(void) { return 0; }
 #endif
 
-/* The AVX-512 direct kernels take the geometries im2col + sgemm would
- * (the narrow ones keep the generic direct kernels): forward and filter
- * gradient when o is a multiple of 32; the input gradient when c is a
- * multiple of 32 and strides are 1. */
+/* Where the AVX-512 direct kernels run: the forward whenever o is a
+ * multiple of 32 (narrow filters too: its tile does not depend on c); the
+ * filter gradient for the geometries im2col + sgemm would take, o a
+ * multiple of 32 (its tiles run along c, so narrow filters keep the
+ * generic direct kernel); the input gradient when c is a multiple of 32
+ * and strides are 1. */
 static int use_fwd512(const struct dtf_window_geom *g)
+{
+	return g->o % 32 == 0 && have512();
+}
+
+static int use_bwf512(const struct dtf_window_geom *g)
 {
 	return !use_direct(g) && g->o % 32 == 0 && have512();
 }
@@ -737,7 +744,7 @@ static void bwf_task(void *arg, int tid, int nt)
 	float *part = partial(j, tid);
 	memset(part, 0, (size_t)K * O * sizeof *part);
 #if defined(DTF_T512)
-	if (use_fwd512(g)) {
+	if (use_bwf512(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
 			conv_bwf_512(g, ws, j->dy + b * out_pix * O, part);
@@ -843,7 +850,7 @@ static void pool_bwf_task(void *arg, int tid, int nt)
 		if (pj->db)
 			for (int t = 0; t < C; t++)
 				tsum[t] += isum[t];
-		if (use_fwd512(g)) {
+		if (use_bwf512(g)) {
 #if defined(DTF_T512)
 			pad_image(g, j->x + b * in_img, ws);
 			conv_bwf_512(g, ws, dxb, part);
