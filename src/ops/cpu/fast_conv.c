@@ -324,6 +324,77 @@ DTF_T512 static void conv_bwf_512(const struct dtf_window_geom *g,
 				}
 }
 
+/* Taps per tile of the narrow-filter gradient (any taps, e.g. all 25 of a
+ * 5x5x1 filter in two tiles) x 32 outputs. */
+#define TN 13
+
+/* dw[t0 .. t0+R) x [o0, o0+32) += sum over the image's pixels of
+ * x(pixel, tap) * dy(pixel, o), taps anywhere in the window. */
+static inline __attribute__((always_inline)) DTF_T512 void
+bwfn512_tile(const struct dtf_window_geom *g, const float *restrict xp,
+	     const float *restrict dy, float *restrict dw, int t0, int o0,
+	     const int R)
+{
+	const int pw = pad_w(g), c = g->c, O = g->o;
+	size_t toff[TN];
+	for (int t = 0; t < R; t++) {
+		int tap = t0 + t, ci = tap % c, kj = (tap / c) % g->kw;
+		int ki = tap / c / g->kw;
+		toff[t] = ((size_t)ki * g->dilation_h * pw +
+			   (size_t)kj * g->dilation_w) * c + ci;
+	}
+	__m512 acc[TN][2];
+	for (int t = 0; t < R; t++) {
+		acc[t][0] = _mm512_setzero_ps();
+		acc[t][1] = _mm512_setzero_ps();
+	}
+	for (int oy = 0; oy < g->oh; oy++) {
+		const float *xrow = xp + (size_t)oy * g->stride_h * pw * c;
+		const float *drow = dy + (size_t)oy * g->ow * O + o0;
+		for (int ox = 0; ox < g->ow; ox++) {
+			const float *xv = xrow + (size_t)ox * g->stride_w * c;
+			__m512 d0 = _mm512_loadu_ps(drow + (size_t)ox * O);
+			__m512 d1 = _mm512_loadu_ps(drow + (size_t)ox * O + 16);
+			for (int t = 0; t < R; t++) {
+				__m512 v = _mm512_set1_ps(xv[toff[t]]);
+				acc[t][0] = _mm512_fmadd_ps(v, d0, acc[t][0]);
+				acc[t][1] = _mm512_fmadd_ps(v, d1, acc[t][1]);
+			}
+		}
+	}
+	for (int t = 0; t < R; t++) {
+		float *d = dw + (size_t)(t0 + t) * O + o0;
+		_mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), acc[t][0]));
+		_mm512_storeu_ps(d + 16, _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[t][1]));
+	}
+}
+
+#define BWFN512_CASE(r) \
+	case r: bwfn512_tile(g, xp, dy, dw, t0, o0, r); break;
+
+/* dw (K, o) += the filter gradient of one padded image, o % 32 == 0, for
+ * narrow filters (K spread over tiles of up to TN taps). */
+DTF_T512 static void conv_bwfn_512(const struct dtf_window_geom *g,
+				   const float *restrict xp,
+				   const float *restrict dy, float *restrict dw)
+{
+	const int K = (int)kwidth(g);
+	const int ntile = (K + TN - 1) / TN;
+	for (int i = 0; i < ntile; i++) {
+		/* tiles of even size: 25 taps -> 12 + 13 */
+		int t0 = (int)((long)K * i / ntile), t1 = (int)((long)K * (i + 1) / ntile);
+		for (int o0 = 0; o0 < g->o; o0 += OT) {
+			switch (t1 - t0) {
+			BWFN512_CASE(1) BWFN512_CASE(2) BWFN512_CASE(3)
+			BWFN512_CASE(4) BWFN512_CASE(5) BWFN512_CASE(6)
+			BWFN512_CASE(7) BWFN512_CASE(8) BWFN512_CASE(9)
+			BWFN512_CASE(10) BWFN512_CASE(11) BWFN512_CASE(12)
+			BWFN512_CASE(13)
+			}
+		}
+	}
+}
+
 /* ---- direct input gradient, AVX-512 (stride 1) ---- */
 
 /* The zero-padded dy of the input gradient: dy (oh, ow, o) placed at
@@ -423,10 +494,9 @@ static int have512(void) { return 0; }
 
 /* Where the AVX-512 direct kernels run: the forward whenever o is a
  * multiple of 32 (narrow filters too: its tile does not depend on c); the
- * filter gradient for the geometries im2col + sgemm would take, o a
- * multiple of 32 (its tiles run along c, so narrow filters keep the
- * generic direct kernel); the input gradient when c is a multiple of 32
- * and strides are 1. */
+ * filter gradient when o is a multiple of 32 (tiles along c for wide
+ * filters, across the window for narrow ones); the input gradient when c
+ * is a multiple of 32 and strides are 1. */
 static int use_fwd512(const struct dtf_window_geom *g)
 {
 	return g->o % 32 == 0 && have512();
@@ -434,7 +504,7 @@ static int use_fwd512(const struct dtf_window_geom *g)
 
 static int use_bwf512(const struct dtf_window_geom *g)
 {
-	return !use_direct(g) && g->o % 32 == 0 && have512();
+	return g->o % 32 == 0 && have512();
 }
 
 static int use_bwi512(const struct dtf_window_geom *g)
@@ -747,7 +817,10 @@ static void bwf_task(void *arg, int tid, int nt)
 	if (use_bwf512(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
-			conv_bwf_512(g, ws, j->dy + b * out_pix * O, part);
+			if (use_direct(g))
+				conv_bwfn_512(g, ws, j->dy + b * out_pix * O, part);
+			else
+				conv_bwf_512(g, ws, j->dy + b * out_pix * O, part);
 		}
 		return;
 	}
@@ -853,7 +926,10 @@ static void pool_bwf_task(void *arg, int tid, int nt)
 		if (use_bwf512(g)) {
 #if defined(DTF_T512)
 			pad_image(g, j->x + b * in_img, ws);
-			conv_bwf_512(g, ws, dxb, part);
+			if (use_direct(g))
+				conv_bwfn_512(g, ws, dxb, part);
+			else
+				conv_bwf_512(g, ws, dxb, part);
 #endif
 		} else if (use_direct(g)) {
 			pad_image(g, j->x + b * in_img, ws);
