@@ -487,6 +487,13 @@ START_TEST(test_yaml_syntax)
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:3:1: a job file holds one YAML "
 			 "document; found a second one");
+	/* deep nesting is refused at once (libyaml is quadratic in depth) */
+	static char deep[7 + 50000 + 1];
+	memcpy(deep, "model: ", 7);
+	memset(deep + 7, '[', 50000);
+	ck_assert_msg_is(load_fail(deep, NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:1:71: collections nested deeper than "
+			 "64 levels");
 }
 END_TEST
 
@@ -648,6 +655,16 @@ START_TEST(test_override_malformed)
 	ck_assert_msg_is(load_fail(SKETCH, ov, 1, DTF_ERR_USAGE),
 			 "--set train.epochs: bad value '[1': did not find "
 			 "expected ',' or ']' (while parsing a flow sequence)");
+	const char *ov3[] = {"train.epochs=1\n---\n2"};
+	ck_assert_msg_is(load_fail(SKETCH, ov3, 1, DTF_ERR_USAGE),
+			 "--set train.epochs: bad value '1\n---\n2': it "
+			 "holds more than one YAML document (quote a value "
+			 "that contains '---')");
+	const char *ov4[] = {"train.epochs=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+			     "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]"};
+	ck_assert_msg_is(load_fail(SKETCH, ov4, 1, DTF_ERR_USAGE),
+			 "--set train.epochs: bad value: collections nested "
+			 "deeper than 64 levels");
 	/* reported before an error in the file */
 	const char *ov2[] = {"nokey"};
 	load_fail("a: [", ov2, 1, DTF_ERR_USAGE);

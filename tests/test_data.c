@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/alloc.h"
@@ -138,12 +139,20 @@ START_TEST(crc_incremental_and_paths_agree)
 	static uint8_t big[40000];
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = (uint8_t)(i * 2654435761u >> 13);
-	static const size_t lens[] = {767, 768, 769, 1535, 1536, 2000, 3088,
-				      12287, 12288, 12289, 13056, 39990};
+	/* and around the folding path's steps (256, 64 and 16 bytes) */
+	static const size_t lens[] = {255, 256, 257, 271, 272, 319, 320, 335,
+				      511, 512, 513, 767, 768, 769, 1535, 1536,
+				      2000, 3088, 12287, 12288, 12289, 13056,
+				      39990};
 	for (size_t off = 0; off < 3; off++)
-		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 			ck_assert_uint_eq(dtf_crc32c(0, big + off, lens[i]),
 					  dtf_crc32c_sw(0, big + off, lens[i]));
+			uint32_t init = 0x9e3779b9u * (uint32_t)(i + 1);
+			ck_assert_uint_eq(
+				dtf_crc32c(init, big + off, lens[i]),
+				dtf_crc32c_sw(init, big + off, lens[i]));
+		}
 }
 END_TEST
 
@@ -383,6 +392,51 @@ START_TEST(tfr_cut_in_data)
 	make_corrupt_base(path, sizeof(path), "cut-dcrc.tfrecord");
 	cut_file(path, 148 - 1);
 	expect_corrupt(path, 2, "truncated record data (33 of 34 bytes)", 1);
+}
+END_TEST
+
+/* A file cut short while a reader has it mapped: the process ends with the
+ * data-error status (3) and a message naming the file, not a crash. */
+START_TEST(tfr_shrinks_while_read)
+{
+	char path[8192];
+	tmp_path(path, sizeof(path), "shrinks.tfrecord");
+	size_t sizes[64];
+	for (int i = 0; i < 64; i++)
+		sizes[i] = 4096;
+	write_records(path, sizes, 64, NULL);
+	int fds[2];
+	ck_assert_int_eq(pipe(fds), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(fds[1], 2);
+		struct dtf_tfrecord_reader *r;
+		if (dtf_tfrecord_reader_open(path, &r))
+			_exit(10);
+		const uint8_t *d;
+		size_t n;
+		if (dtf_tfrecord_reader_next(r, &d, &n) != 1)
+			_exit(11);
+		cut_file(path, 8192);
+		while (dtf_tfrecord_reader_next(r, &d, &n) == 1)
+			;
+		_exit(12); /* reading past the cut must not end quietly */
+	}
+	close(fds[1]);
+	char msg[512] = {0};
+	size_t got = 0;
+	ssize_t k;
+	while (got < sizeof(msg) - 1 &&
+	       (k = read(fds[0], msg + got, sizeof(msg) - 1 - got)) > 0)
+		got += (size_t)k;
+	close(fds[0]);
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 3,
+		      "status %#x, stderr: %s", status, msg);
+	ck_assert_ptr_nonnull(strstr(msg, path));
+	ck_assert_ptr_nonnull(strstr(msg, "the file shrank while it was being read"));
 }
 END_TEST
 
@@ -1217,6 +1271,7 @@ static Suite *data_suite(void)
 	tcase_add_test(tc, tfr_cut_in_header);
 	tcase_add_test(tc, tfr_cut_in_data);
 	tcase_add_test(tc, tfr_huge_length);
+	tcase_add_test(tc, tfr_shrinks_while_read);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("example");

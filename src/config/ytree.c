@@ -57,6 +57,50 @@ static int parser_error(const yaml_parser_t *p, const char *file)
 			 problem);
 }
 
+/* Deepest nesting of collections a job file may use (a job needs about 6). */
+#define MAX_DEPTH 64
+
+/*
+ * Reject nesting deeper than MAX_DEPTH before building the document: libyaml
+ * spends time quadratic in the depth (its simple-key stack is walked for
+ * every token), so 50000 nested brackets would take seconds to minutes.
+ * This pass reads events only as far as the first too-deep collection
+ * (1, *at set to where it starts; 0 otherwise); syntax errors are left to
+ * the real load, which reports them.
+ */
+static int too_deep(const char *text, size_t len, yaml_mark_t *at)
+{
+	yaml_parser_t p;
+	yaml_event_t ev;
+	int depth = 0, deep = 0, done = 0;
+	if (!yaml_parser_initialize(&p))
+		return 0; /* the real load reports it */
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	while (!done && yaml_parser_parse(&p, &ev)) {
+		switch (ev.type) {
+		case YAML_SEQUENCE_START_EVENT:
+		case YAML_MAPPING_START_EVENT:
+			if (++depth > MAX_DEPTH) {
+				*at = ev.start_mark;
+				deep = done = 1;
+			}
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			depth--;
+			break;
+		case YAML_STREAM_END_EVENT:
+			done = 1;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&p);
+	return deep;
+}
+
 int dtf_ytree_load(struct dtf_ytree *t, const char *file, const char *text,
 		   size_t len)
 {
@@ -66,6 +110,12 @@ int dtf_ytree_load(struct dtf_ytree *t, const char *file, const char *text,
 
 	memset(t, 0, sizeof(*t));
 	t->file = file;
+	yaml_mark_t at;
+	if (too_deep(text, len, &at))
+		return dtf_error(DTF_ERR_CONFIG,
+				 "%s:%zu:%zu: collections nested deeper than "
+				 "%d levels",
+				 file, at.line + 1, at.column + 1, MAX_DEPTH);
 	if (!yaml_parser_initialize(&p))
 		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory", file);
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
@@ -268,6 +318,12 @@ static int add_value(struct dtf_ytree *t, const char *key, const char *value,
 	yaml_document_t vdoc;
 	int rc = 0;
 
+	yaml_mark_t at;
+	if (too_deep(value, strlen(value), &at))
+		return dtf_error(DTF_ERR_USAGE,
+				 "--set %s: bad value: collections nested "
+				 "deeper than %d levels",
+				 key, MAX_DEPTH);
 	if (!yaml_parser_initialize(&p))
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	yaml_parser_set_input_string(&p, (const unsigned char *)value,
@@ -284,6 +340,24 @@ static int add_value(struct dtf_ytree *t, const char *key, const char *value,
 			rc = dtf_error(DTF_ERR_USAGE,
 				       "--set %s: bad value '%s': %s", key,
 				       value, p.problem ? p.problem : "invalid");
+		goto out_parser;
+	}
+	yaml_document_t extra;
+	if (!yaml_parser_load(&p, &extra)) {
+		rc = dtf_error(DTF_ERR_USAGE, "--set %s: bad value '%s': %s",
+			       key, value, p.problem ? p.problem : "invalid");
+		yaml_document_delete(&vdoc);
+		goto out_parser;
+	}
+	int more = yaml_document_get_root_node(&extra) != NULL;
+	yaml_document_delete(&extra);
+	if (more) {
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "--set %s: bad value '%s': it holds more than "
+			       "one YAML document (quote a value that contains "
+			       "'---')",
+			       key, value);
+		yaml_document_delete(&vdoc);
 		goto out_parser;
 	}
 	if (yaml_document_get_root_node(&vdoc))

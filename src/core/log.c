@@ -26,6 +26,20 @@ void dtf_log_set_level(enum dtf_log_level level) { ident.level = level; }
 enum dtf_log_level dtf_log_get_level(void) { return ident.level; }
 int dtf_log_rank(void) { return ident.rank; }
 
+int dtf_log_prefix(enum dtf_log_level level, char *buf, size_t size)
+{
+	int off = 0;
+	buf[0] = 0;
+	if (level <= DTF_LOG_WARN && ident.world > 0)
+		off = snprintf(buf, size, "[rank %d %s] ", ident.rank,
+			       ident.host);
+	if (level == DTF_LOG_ERROR)
+		off += snprintf(buf + off, size - (size_t)off, "error: ");
+	else if (level == DTF_LOG_WARN)
+		off += snprintf(buf + off, size - (size_t)off, "warning: ");
+	return off;
+}
+
 void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
 {
 	if (level > ident.level)
@@ -33,14 +47,7 @@ void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
 	if (level >= DTF_LOG_INFO && !all_ranks && ident.rank != 0)
 		return;
 	char line[2048];
-	int off = 0;
-	if (level <= DTF_LOG_WARN && ident.world > 0)
-		off = snprintf(line, sizeof(line), "[rank %d %s] ", ident.rank,
-			       ident.host);
-	if (level == DTF_LOG_ERROR)
-		off += snprintf(line + off, sizeof(line) - off, "error: ");
-	else if (level == DTF_LOG_WARN)
-		off += snprintf(line + off, sizeof(line) - off, "warning: ");
+	int off = dtf_log_prefix(level, line, sizeof(line));
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(line + off, sizeof(line) - off, fmt, ap);

@@ -8,6 +8,8 @@
 #ifndef DTF_CORE_LOG_H
 #define DTF_CORE_LOG_H
 
+#include <stddef.h>
+
 enum dtf_log_level {
 	DTF_LOG_ERROR = 0,
 	DTF_LOG_WARN = 1,
@@ -33,6 +35,12 @@ void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
 
 /* This process's rank as last set (0 before). */
 int dtf_log_rank(void);
+
+/* Write into buf (size bytes, at least 128) the prefix dtf_log() puts
+ * before a message of this level ("[rank N host] error: "; the rank part
+ * once the identity is set, for warnings and errors) and return its length.
+ * For callers that must format a line ahead, e.g. for a signal handler. */
+int dtf_log_prefix(enum dtf_log_level level, char *buf, size_t size);
 
 /*
  * The progress line of a terminal (rank 0 only; a no-op on other ranks and

@@ -19,6 +19,18 @@
  * squaring), applied through four 256-entry tables built once (the method of
  * Intel's "Fast CRC Computation for iSCSI Polynomial Using CRC32
  * Instruction", 2011, with tables instead of carry-less multiplies).
+ *
+ * Where the CPU has AVX-512 with VPCLMULQDQ, buffers of 256 bytes or more
+ * are folded instead (Gopal et al., "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ Instruction", Intel, 2009): sixteen 128-bit
+ * lanes of running remainder, each moved forward over the next 256 bytes by
+ * two carry-less multiplies with x^(D+63) and x^(D-1) mod P (D the distance
+ * in bits; bit-reflected 64-bit constants, computed once at first use), and
+ * XORed into the data there.  Folding replaces part of the message by a
+ * value congruent modulo P at the same place, so the CRC is unchanged; the
+ * last 16 folded bytes and the tail then go through the crc32 instruction.
+ * The initial register is XORed into the first four bytes (the raw register
+ * is linear: crc(c, M) = crc(0, M ^ c) for messages of 4 bytes or more).
  */
 #include "data/crc32c.h"
 
@@ -27,7 +39,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_X86_CRC 1
-#include <nmmintrin.h>
+#include <immintrin.h>
 #endif
 
 #define POLY 0x82F63B78u
@@ -503,9 +515,117 @@ crc_hw_3way(uint32_t c, const uint8_t *p, size_t blk,
 	return shift(tab, c) ^ (uint32_t)c2;
 }
 
+/* Fold constants for distances of 2048, 512 and 128 bits: {x^(D+63) mod P,
+ * x^(D-1) mod P}, each bit-reflected in 64 bits (see the file comment). */
+static uint64_t fold_k[3][2];
+static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
+static int have_vpclmul;
+
+/* x^n mod P (P = 0x1EDC6F41 with its x^32 term, normal bit order). */
+static uint64_t xpow_mod(unsigned n)
+{
+	uint64_t r = 1;
+	while (n--) {
+		r <<= 1;
+		if (r >> 32)
+			r ^= 0x11EDC6F41ull;
+	}
+	return r;
+}
+
+static uint64_t reflect64(uint64_t v)
+{
+	uint64_t r = 0;
+	for (int i = 0; i < 64; i++)
+		r |= ((v >> i) & 1) << (63 - i);
+	return r;
+}
+
+static void build_fold(void)
+{
+	static const unsigned dist[3] = {2048, 512, 128};
+	for (int i = 0; i < 3; i++) {
+		fold_k[i][0] = reflect64(xpow_mod(dist[i] + 63));
+		fold_k[i][1] = reflect64(xpow_mod(dist[i] - 1));
+	}
+	have_vpclmul = __builtin_cpu_supports("avx512f") &&
+		       __builtin_cpu_supports("avx512vl") &&
+		       __builtin_cpu_supports("vpclmulqdq");
+}
+
+#define FOLD_TARGET "sse4.2,pclmul,avx512f,avx512vl,vpclmulqdq"
+
+/* x moved forward by the distance of k, XORed with the data d there. */
+__attribute__((target(FOLD_TARGET))) static inline __m512i
+fold512(__m512i x, __m512i k, __m512i d)
+{
+	return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00),
+					 _mm512_clmulepi64_epi128(x, k, 0x11),
+					 d, 0x96);
+}
+
+__attribute__((target(FOLD_TARGET))) static inline __m128i
+fold128(__m128i x, __m128i k, __m128i d)
+{
+	return _mm_ternarylogic_epi64(_mm_clmulepi64_si128(x, k, 0x00),
+				      _mm_clmulepi64_si128(x, k, 0x11), d,
+				      0x96);
+}
+
+/* The raw register after p[0..n), n >= 256. */
+__attribute__((target(FOLD_TARGET))) static uint32_t
+crc_fold_raw(uint32_t c, const uint8_t *p, size_t n)
+{
+	__m512i k2048 = _mm512_broadcast_i32x4(
+		_mm_loadu_si128((const __m128i *)fold_k[0]));
+	__m512i k512 = _mm512_broadcast_i32x4(
+		_mm_loadu_si128((const __m128i *)fold_k[1]));
+	__m128i k128 = _mm_loadu_si128((const __m128i *)fold_k[2]);
+	__m512i x0 = _mm512_loadu_si512(p), x1 = _mm512_loadu_si512(p + 64);
+	__m512i x2 = _mm512_loadu_si512(p + 128);
+	__m512i x3 = _mm512_loadu_si512(p + 192);
+	x0 = _mm512_xor_si512(x0, _mm512_zextsi128_si512(
+					  _mm_cvtsi32_si128((int)c)));
+	p += 256;
+	n -= 256;
+	for (; n >= 256; p += 256, n -= 256) {
+		x0 = fold512(x0, k2048, _mm512_loadu_si512(p));
+		x1 = fold512(x1, k2048, _mm512_loadu_si512(p + 64));
+		x2 = fold512(x2, k2048, _mm512_loadu_si512(p + 128));
+		x3 = fold512(x3, k2048, _mm512_loadu_si512(p + 192));
+	}
+	x1 = fold512(x0, k512, x1);
+	x2 = fold512(x1, k512, x2);
+	x3 = fold512(x2, k512, x3);
+	for (; n >= 64; p += 64, n -= 64)
+		x3 = fold512(x3, k512, _mm512_loadu_si512(p));
+	__m128i y = fold128(_mm512_extracti32x4_epi32(x3, 0), k128,
+			    _mm512_extracti32x4_epi32(x3, 1));
+	y = fold128(y, k128, _mm512_extracti32x4_epi32(x3, 2));
+	y = fold128(y, k128, _mm512_extracti32x4_epi32(x3, 3));
+	for (; n >= 16; p += 16, n -= 16)
+		y = fold128(y, k128, _mm_loadu_si128((const __m128i *)p));
+	uint64_t r = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(y));
+	r = _mm_crc32_u64(r, (uint64_t)_mm_extract_epi64(y, 1));
+	for (; n >= 8; p += 8, n -= 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		r = _mm_crc32_u64(r, w);
+	}
+	c = (uint32_t)r;
+	while (n--)
+		c = _mm_crc32_u8(c, *p++);
+	return c;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t
 crc_hw_raw(uint32_t c, const uint8_t *p, size_t n)
 {
+	if (n >= 256) {
+		pthread_once(&fold_once, build_fold);
+		if (have_vpclmul)
+			return crc_fold_raw(c, p, n);
+	}
 	while (n && ((uintptr_t)p & 7)) {
 		c = _mm_crc32_u8(c, *p++);
 		n--;

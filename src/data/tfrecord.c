@@ -1,10 +1,12 @@
 /*
  * tfrecord.c - TFRecord framing: reader, writer and framing-only scan.
  *
- * Design: the reader keeps one growing record buffer and one stdio buffer,
+ * Design: the reader keeps one growing record buffer and one input buffer,
  * both kept across dtf_tfrecord_reader_reopen(), so reading many files
  * costs no allocation per record or per file in steady state.  Bytes come
- * through `struct source`, a read/skip/rewind/close table: a plain file, or
+ * through `struct source`, a read/skip/rewind/close table: a plain file
+ * read with read(2) into the input buffer (a record that lies wholly in
+ * that buffer is checked and handed out in place, with no copy), or
  * a zlib inflate stream over the file (gzip or zlib wrapper; a gzip member
  * that ends with more input behind it is followed by the next member, as
  * gzip(1) does).  The z_stream lives in the reader and is reset, not
@@ -21,19 +23,29 @@
 #include "data/tfrecord.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "data/crc32c.h"
 #include "data/input.h"
 
 /* stdio buffer of readers and writers, bytes. */
-#define IO_BUFFER (64 * 1024)
+/* Input buffer of readers (plain files and compressed input), bytes: big
+ * enough that most records are handed out in place and that read(2) calls
+ * are few, small enough to stay in a core's L2 cache. */
+#define IO_BUFFER (1024 * 1024)
 #define WRITE_BUFFER (1024 * 1024)
 
 /* A byte source.  read returns bytes read (fewer than n only at end of
@@ -48,42 +60,253 @@ struct source {
 	void (*close)(void *ctx);
 };
 
-static long long file_read(void *ctx, void *buf, size_t n)
+/* A plain file: unread bytes are buf[pos, end). */
+struct fin {
+	int fd;
+	uint8_t *buf; /* IO_BUFFER bytes (the reader's iobuf) */
+	size_t pos, end;
+};
+
+/* read(2) that retries on EINTR: bytes read, 0 at end, -1 with errno. */
+static ssize_t read_some(int fd, void *buf, size_t n)
 {
-	FILE *f = ctx;
-	size_t got = fread(buf, 1, n, f);
-	if (got < n && ferror(f))
-		return -1;
-	return (long long)got;
+	ssize_t k;
+	do
+		k = read(fd, buf, n);
+	while (k < 0 && errno == EINTR);
+	return k;
+}
+
+static long long file_read(void *ctx, void *dst, size_t n)
+{
+	struct fin *f = ctx;
+	uint8_t *d = dst;
+	size_t done = 0;
+	while (done < n) {
+		if (f->pos == f->end) {
+			f->pos = f->end = 0;
+			ssize_t k;
+			if (n - done >= IO_BUFFER) { /* big: no detour */
+				k = read_some(f->fd, d + done, n - done);
+				if (k < 0)
+					return -1;
+				if (k == 0)
+					break;
+				done += (size_t)k;
+				continue;
+			}
+			k = read_some(f->fd, f->buf, IO_BUFFER);
+			if (k < 0)
+				return -1;
+			if (k == 0)
+				break;
+			f->end = (size_t)k;
+		}
+		size_t take = f->end - f->pos;
+		if (take > n - done)
+			take = n - done;
+		memcpy(d + done, f->buf + f->pos, take);
+		f->pos += take;
+		done += take;
+	}
+	return (long long)done;
+}
+
+/*
+ * The next n (<= IO_BUFFER) bytes of the file, in the input buffer, or NULL
+ * when fewer are left or read(2) failed (the caller then reads through
+ * file_read, which reports either).  Nothing is consumed.  The pointer
+ * stays valid until the next call on f.
+ */
+static const uint8_t *file_peek(struct fin *f, size_t n)
+{
+	if (f->end - f->pos >= n)
+		return f->buf + f->pos;
+	memmove(f->buf, f->buf + f->pos, f->end - f->pos);
+	f->end -= f->pos;
+	f->pos = 0;
+	while (f->end < n) {
+		ssize_t k = read_some(f->fd, f->buf + f->end,
+				      IO_BUFFER - f->end);
+		if (k <= 0)
+			return NULL;
+		f->end += (size_t)k;
+	}
+	return f->buf;
 }
 
 static int file_skip(void *ctx, uint64_t n)
 {
+	struct fin *f = ctx;
+	if (n <= f->end - f->pos) {
+		f->pos += (size_t)n;
+		return 0;
+	}
+	n -= f->end - f->pos;
+	f->pos = f->end = 0;
 	if (n > (uint64_t)INT64_MAX) {
 		errno = EOVERFLOW;
 		return -1;
 	}
-	return fseeko(ctx, (off_t)n, SEEK_CUR);
+	return lseek(f->fd, (off_t)n, SEEK_CUR) < 0 ? -1 : 0;
 }
 
 static int file_rewind(void *ctx)
 {
-	clearerr(ctx);
-	return fseeko(ctx, 0, SEEK_SET);
+	struct fin *f = ctx;
+	f->pos = f->end = 0;
+	return lseek(f->fd, 0, SEEK_SET) < 0 ? -1 : 0;
 }
 
 static long long file_size(void *ctx)
 {
 	struct stat st;
-	if (fstat(fileno((FILE *)ctx), &st) != 0 || !S_ISREG(st.st_mode))
+	if (fstat(((struct fin *)ctx)->fd, &st) != 0 || !S_ISREG(st.st_mode))
 		return -1;
 	return (long long)st.st_size;
 }
 
-static void file_close(void *ctx) { fclose(ctx); }
+static void file_close(void *ctx)
+{
+	struct fin *f = ctx;
+	close(f->fd);
+	f->fd = -1;
+}
 
 static const struct source file_source = {
 	file_read, file_skip, file_rewind, file_size, file_close,
+};
+
+/*
+ * A plain regular file mapped whole: bytes map[pos, size).  Mapping spares
+ * the copy read(2) makes.  A file that shrinks while mapped would raise
+ * SIGBUS on the lost pages; every mapping is listed in `guard` so that the
+ * SIGBUS handler (installed once, at the first mapping) can name the file
+ * and end the process with the data-error status instead of a crash.  A
+ * fault outside every listed mapping goes to the handler there was before.
+ */
+struct fmap {
+	int fd;
+	const uint8_t *map;
+	uint64_t size, pos;
+	int slot; /* in guard[] */
+};
+
+#define GUARD_SLOTS 256
+static struct {
+	atomic_flag taken;
+	_Atomic(uintptr_t) base; /* 0: free */
+	size_t size;
+	const char *path;
+} guard[GUARD_SLOTS];
+static struct sigaction guard_prev;
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static int guard_status; /* exit status of a data error */
+static char guard_prefix[192]; /* "[rank N host] error: " */
+
+static void put_str(const char *s)
+{
+	ssize_t k = write(2, s, strlen(s));
+	(void)k;
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	for (int i = 0; i < GUARD_SLOTS; i++) {
+		uintptr_t b = atomic_load_explicit(&guard[i].base,
+						   memory_order_acquire);
+		if (b && a >= b && a - b < guard[i].size) {
+			put_str(guard_prefix);
+			put_str(guard[i].path);
+			put_str(": the file shrank while it was being read "
+				"(SIGBUS on a mapped page); input files must "
+				"not change during a run\n");
+			_exit(guard_status);
+		}
+	}
+	/* not ours: the previous disposition takes the re-executed fault */
+	if (guard_prev.sa_flags & SA_SIGINFO) {
+		guard_prev.sa_sigaction(sig, si, uc);
+		return;
+	}
+	sigaction(SIGBUS, &guard_prev, NULL);
+}
+
+static void guard_install(void)
+{
+	guard_status = dtf_error_exit_status(-DTF_ERR_DATA);
+	dtf_log_prefix(DTF_LOG_ERROR, guard_prefix, sizeof(guard_prefix));
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_sigbus;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGBUS, &sa, &guard_prev);
+}
+
+/* A guard slot for [base, base + size) or -1 when all are taken. */
+static int guard_add(const void *base, size_t size, const char *path)
+{
+	pthread_once(&guard_once, guard_install);
+	for (int i = 0; i < GUARD_SLOTS; i++)
+		if (!atomic_flag_test_and_set(&guard[i].taken)) {
+			guard[i].size = size;
+			guard[i].path = path;
+			atomic_store_explicit(&guard[i].base, (uintptr_t)base,
+					      memory_order_release);
+			return i;
+		}
+	return -1;
+}
+
+static void guard_remove(int i)
+{
+	atomic_store_explicit(&guard[i].base, 0, memory_order_release);
+	atomic_flag_clear(&guard[i].taken);
+}
+
+static long long map_read(void *ctx, void *dst, size_t n)
+{
+	struct fmap *m = ctx;
+	uint64_t left = m->size - m->pos;
+	if (n > left)
+		n = (size_t)left;
+	memcpy(dst, m->map + m->pos, n);
+	m->pos += n;
+	return (long long)n;
+}
+
+static int map_skip(void *ctx, uint64_t n)
+{
+	struct fmap *m = ctx;
+	m->pos = n > m->size - m->pos ? m->size : m->pos + n;
+	return 0;
+}
+
+static int map_rewind(void *ctx)
+{
+	((struct fmap *)ctx)->pos = 0;
+	return 0;
+}
+
+static long long map_size(void *ctx)
+{
+	return (long long)((struct fmap *)ctx)->size;
+}
+
+static void map_close(void *ctx)
+{
+	struct fmap *m = ctx;
+	guard_remove(m->slot);
+	munmap((void *)m->map, (size_t)m->size);
+	close(m->fd);
+	m->map = NULL;
+	m->fd = -1;
+}
+
+static const struct source map_source = {
+	map_read, map_skip, map_rewind, map_size, map_close,
 };
 
 /* Inflate state of a compressed reader (kept across files). */
@@ -196,16 +419,18 @@ static const struct source zlib_source = {
 
 struct dtf_tfrecord_reader {
 	const struct source *src;
-	void *ctx;          /* the source's state (FILE * or &z) */
+	void *ctx;          /* the source's state (&f or &z) */
 	char *path;         /* for messages */
 	size_t path_cap;    /* bytes allocated for path */
-	char *iobuf;        /* IO_BUFFER bytes: stdio or compressed input */
+	char *iobuf;        /* IO_BUFFER bytes: file or compressed input */
 	uint8_t *buf;       /* record data */
 	size_t cap;         /* bytes allocated for buf */
 	int64_t index;      /* next record */
 	uint64_t offset;    /* byte offset of the next record */
 	long long size;     /* file size in bytes, -1 if unknown */
 	enum dtf_compression compression;
+	struct fin f;       /* plain files */
+	struct fmap m;
 	struct zin z;       /* compressed sources */
 	int resumable;      /* the last error left the reader at the next
 			       record (a data CRC mismatch) */
@@ -288,17 +513,43 @@ int dtf_tfrecord_reader_reopen(struct dtf_tfrecord_reader *r,
 	int rc = set_path(r, path);
 	if (rc)
 		return rc;
+	if (r->compression == DTF_COMPRESSION_NONE) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return dtf_error(DTF_ERR_DATA, "%s: cannot open: %s",
+					 path, strerror(errno));
+#ifdef POSIX_FADV_SEQUENTIAL
+		(void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+		struct stat st;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+			void *m = mmap(NULL, (size_t)st.st_size, PROT_READ,
+				       MAP_PRIVATE, fd, 0);
+			int slot = -1;
+			if (m != MAP_FAILED &&
+			    (slot = guard_add(m, (size_t)st.st_size,
+					      r->path)) < 0)
+				munmap(m, (size_t)st.st_size);
+			if (slot >= 0) {
+				madvise(m, (size_t)st.st_size, MADV_SEQUENTIAL);
+				r->m = (struct fmap){fd, m, (uint64_t)st.st_size,
+						     0, slot};
+				r->src = &map_source;
+				r->ctx = &r->m;
+				r->size = (long long)st.st_size;
+				return 0;
+			}
+		}
+		r->f = (struct fin){fd, (uint8_t *)r->iobuf, 0, 0};
+		r->src = &file_source;
+		r->ctx = &r->f;
+		r->size = r->src->size(r->ctx);
+		return 0;
+	}
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return dtf_error(DTF_ERR_DATA, "%s: cannot open: %s", path,
 				 strerror(errno));
-	if (r->compression == DTF_COMPRESSION_NONE) {
-		setvbuf(f, r->iobuf, _IOFBF, IO_BUFFER);
-		r->src = &file_source;
-		r->ctx = f;
-		r->size = r->src->size(f);
-		return 0;
-	}
 	struct zin *z = &r->z;
 	setvbuf(f, NULL, _IONBF, 0); /* z->in is the buffer */
 	z->wbits = r->compression == DTF_COMPRESSION_GZIP ? 15 + 16 : 15;
@@ -374,6 +625,8 @@ int dtf_tfrecord_reader_reserve_path(struct dtf_tfrecord_reader *r,
 		memcpy(p, r->path, strlen(r->path) + 1);
 	else
 		p[0] = 0;
+	if (r->ctx == &r->m)
+		guard[r->m.slot].path = p;
 	dtf_free(r->path);
 	r->path = p;
 	r->path_cap = len + 1;
@@ -473,7 +726,23 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 				 REC_ARGS(r), n);
 	uint8_t c[4];
 	long long got = 0;
-	if (r->size >= 0 || n <= r->cap || n <= STREAM_CHUNK) {
+	const uint8_t *rec = NULL;
+	if (r->src == &map_source) {
+		if (n + 4 <= r->m.size - r->m.pos) {
+			rec = r->m.map + r->m.pos;
+			memcpy(c, rec + n, 4);
+			r->m.pos += n + 4;
+			got = (long long)n + 4;
+		}
+	}
+	if (rec) {
+	} else if (r->src == &file_source && n + 4 <= IO_BUFFER &&
+	    (rec = file_peek(&r->f, (size_t)n + 4))) {
+		/* in place: the data and its CRC are in the input buffer */
+		memcpy(c, rec + n, 4);
+		r->f.pos += (size_t)n + 4;
+		got = (long long)n + 4;
+	} else if (r->size >= 0 || n <= r->cap || n <= STREAM_CHUNK) {
 		/* Never zero-size: a 0-byte record needs a valid pointer. */
 		rc = dtf_tfrecord_reader_reserve(r, n ? (size_t)n : 1);
 		if (rc)
@@ -513,7 +782,9 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 				 REC_FMT "truncated record data (%lld of %" PRIu64
 					 " bytes)",
 				 REC_ARGS(r), got, n + 4);
-	if (dtf_crc32c_mask(dtf_crc32c(0, r->buf, (size_t)n)) != load_le32(c)) {
+	if (!rec)
+		rec = r->buf;
+	if (dtf_crc32c_mask(dtf_crc32c(0, rec, (size_t)n)) != load_le32(c)) {
 		rc = dtf_error(DTF_ERR_DATA,
 			       REC_FMT "data CRC mismatch (corrupt record)",
 			       REC_ARGS(r));
@@ -523,7 +794,7 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 		r->resumable = 1;
 		return rc;
 	}
-	*data = r->buf;
+	*data = rec;
 	*len = (size_t)n;
 	r->index++;
 	r->offset += n + DTF_TFRECORD_OVERHEAD;

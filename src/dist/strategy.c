@@ -100,6 +100,7 @@ struct dtf_strategy {
 	int nvars;
 	struct bucket *buckets;
 	int nbuckets;
+	size_t bucket_cap;          /* floats, as make_buckets() chose */
 	struct unit *units;
 	int nunits;
 	float *fusion;
@@ -490,11 +491,20 @@ static int collect_vars(struct dtf_strategy *s)
 	return 0;
 }
 
+/* With overlap, buckets hold at most 1/OVERLAP_BUCKETS of all gradients,
+ * whatever bucket_mb says: a model smaller than one bucket would otherwise
+ * be one bucket, ready only when backward ends, with nothing to overlap
+ * (PyTorch DDP's small first bucket answers the same problem). */
+#define OVERLAP_BUCKETS 4
+
 static int make_buckets(struct dtf_strategy *s)
 {
 	size_t cap = (size_t)(s->job->strategy.bucket_mb * 1e6 / 4);
+	if (s->overlap && cap > s->np / OVERLAP_BUCKETS)
+		cap = s->np / OVERLAP_BUCKETS;
 	if (cap < 1)
 		cap = 1;
+	s->bucket_cap = cap;
 	s->buckets = dtf_calloc((size_t)s->nvars + 1, sizeof(*s->buckets));
 	if (!s->buckets)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
@@ -692,7 +702,7 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 	snprintf(buf, size,
 		 "%d bucket%s (cap %.3g MB, %d call%s), overlap %s, compression %s%s",
 		 s->nbuckets, s->nbuckets == 1 ? "" : "s",
-		 s->job->strategy.bucket_mb, s->nunits,
+		 (double)s->bucket_cap * 4 / 1e6, s->nunits,
 		 s->nunits == 1 ? "" : "s", s->overlap ? "on" : "off",
 		 s->compression == DTF_GRAD_COMPRESSION_FP16	  ? "fp16"
 		 : s->compression == DTF_GRAD_COMPRESSION_BF16 ? "bf16"

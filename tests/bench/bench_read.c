@@ -6,13 +6,13 @@
  *
  * The files hold Examples of `image` (bytes, H*W*C uint8) and `label`
  * (int64), as `dtf-records synth` writes them.  Every file is read once
- * first so both measurements see a warm page cache.  Then, three times
+ * first so both measurements see a warm page cache.  Then, five times
  * each, alternating:
  *   raw:    read(2) of every file into a 1 MiB buffer;
  *   decode: one epoch of the pipeline on this thread (prefetch 0, no
  *           shuffle, batch 32): framing, both CRC-32Cs, Example parsing,
  *           uint8 -> float32 with scale 1/255, batching.
- * The best of the three of each is reported, in MB/s of file bytes (1 MB =
+ * The best of the five of each is reported, in MB/s of file bytes (1 MB =
  * 1e6 bytes) and records/s, with the ratio decode / raw.
  * Not a unit test; tests/bench/run-read-bench.sh drives it.
  */
@@ -104,7 +104,7 @@ int main(int argc, char **argv)
 
 	double best_raw = 1e30, best_dec = 1e30;
 	double checksum = 0;
-	for (int rep = 0; rep < 3; rep++) {
+	for (int rep = 0; rep < 5; rep++) {
 		double t0 = now();
 		uint64_t got = read_all(files, nfiles, buf, cap);
 		double t1 = now();
