@@ -116,7 +116,9 @@ static void unfuse(const struct dtf_graph *g, struct dtf_fast_plan *fp,
 	for (int k = 0; k < fp->nnodes; k++)
 		if (absorber[k] == i) {
 			fp->action[k] = g->nodes[k].op == DTF_OP_CONV2D_BACKPROP_FILTER
-						? A_CONV_BWF : A_REF;
+						? A_CONV_BWF
+					: g->nodes[k].op == DTF_OP_MAX_POOL2D ? A_POOL
+									      : A_REF;
 			absorber[k] = -1;
 		}
 	if (fp->action[i] == A_POOL_GRAD_BWF)
@@ -135,6 +137,24 @@ static int bias_grad_of(const struct dtf_graph *g, int i)
 		if (g->nodes[k].op == DTF_OP_BIAS_ADD_GRAD &&
 		    g->nodes[k].inputs[0] == i)
 			return k;
+	return -1;
+}
+
+/* A max_pool2d with tiling windows reading node r (the output of the
+ * conv2d with geometry cg), which can then pool each image as soon as the
+ * conv2d has written it; -1 if none. */
+static int pool_of(const struct dtf_graph *g, int r,
+		   const struct dtf_window_geom *cg)
+{
+	for (int j = r + 1; j < g->nnodes; j++) {
+		const struct dtf_node *nj = &g->nodes[j];
+		if (nj->op != DTF_OP_MAX_POOL2D || nj->inputs[0] != r)
+			continue;
+		const struct dtf_window_geom *pg = &nj->a.win.g;
+		if (dtf_fast_pool_tiles(pg) && pg->n == cg->n &&
+		    pg->h == cg->oh && pg->w == cg->ow && pg->c == cg->o)
+			return j;
+	}
 	return -1;
 }
 
@@ -248,8 +268,15 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 				cur = r;
 			}
 			fp->out[i] = cur;
-			if (nd->op == DTF_OP_CONV2D)
+			if (nd->op == DTF_OP_CONV2D) {
 				ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
+				int k = pool_of(g, cur, &nd->a.win.g);
+				if (k >= 0) {
+					fp->next[i] = k;
+					fp->action[k] = A_SKIP;
+					absorber[k] = i;
+				}
+			}
 			break;
 		}
 		case DTF_OP_CONV2D_BACKPROP_INPUT:
@@ -389,8 +416,15 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 	case A_SKIP:
 		return 1;
 	case A_CONV:
-		dtf_fast_conv2d(p, &n->a.win.g, F(g, a), F(g, b),
-				bias >= 0 ? F(g, bias) : NULL, relu, F(g, out), ws);
+		if (fp->next[i] >= 0)
+			dtf_fast_conv2d_pool(p, &n->a.win.g, F(g, a), F(g, b),
+					     bias >= 0 ? F(g, bias) : NULL, relu,
+					     F(g, out), &g->nodes[fp->next[i]].a.win.g,
+					     F(g, fp->next[i]), ws);
+		else
+			dtf_fast_conv2d(p, &n->a.win.g, F(g, a), F(g, b),
+					bias >= 0 ? F(g, bias) : NULL, relu,
+					F(g, out), ws);
 		return 1;
 	case A_CONV_BWI:
 		dtf_fast_conv2d_backprop_input(p, &n->a.win.g, F(g, a), F(g, b),

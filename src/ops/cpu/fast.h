@@ -71,6 +71,15 @@ void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
 		     const float *x, const float *w, const float *bias,
 		     int relu, float *y, float *ws);
 
+/* dtf_fast_conv2d, then q = max_pool2d(pg, y) image by image while each
+ * image of y is still in cache (y is written as well).  The pooling
+ * windows must tile (dtf_fast_pool_tiles()) and pg must describe y
+ * (pg->n == g->n, pg->h/w/c == g->oh/ow/o). */
+void dtf_fast_conv2d_pool(struct dtf_pool *p, const struct dtf_window_geom *g,
+			  const float *x, const float *w, const float *bias,
+			  int relu, float *y, const struct dtf_window_geom *pg,
+			  float *q, float *ws);
+
 /* dx (n, h, w, c) from dy (n, oh, ow, o) and w: Conv2DBackpropInput. */
 void dtf_fast_conv2d_backprop_input(struct dtf_pool *p,
 				    const struct dtf_window_geom *g,
@@ -124,6 +133,12 @@ void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
 			      const struct dtf_window_geom *g, const float *x,
 			      const float *dy, int relu, float *dx, float *db,
 			      float *ws);
+
+/* One thread's share of dtf_fast_max_pool2d for tiling windows
+ * (dtf_fast_pool_tiles()): nb images (g->n is not read), in the calling
+ * thread.  A building block for fused kernels. */
+void dtf_fast_max_pool2d_images(const struct dtf_window_geom *g, size_t nb,
+				const float *x, float *y);
 
 /* One thread's share of dtf_fast_max_pool2d_grad: nb images (g->n is not
  * read) in the calling thread, sum (c) = column sums of dx over them when

@@ -679,6 +679,8 @@ struct conv_job {
 	const struct dtf_window_geom *g;
 	const float *x, *w, *bias, *dy;
 	const float *wt; /* the transposed filter (conv_bwi_512) */
+	const struct dtf_window_geom *pg; /* pooling after the forward, or NULL */
+	float *q;                         /* its output */
 	float *y, *dx, *dw, *ws;
 	int relu;
 };
@@ -686,6 +688,18 @@ struct conv_job {
 static float *my_ws(const struct conv_job *j, int tid)
 {
 	return j->ws + (size_t)tid * thread_ws(j->g);
+}
+
+/* The fused pooling of images [b, b + cnt) of y, right after they were
+ * written. */
+static void pool_after(const struct conv_job *j, size_t b, size_t cnt)
+{
+	if (!j->pg)
+		return;
+	const struct dtf_window_geom *pg = j->pg;
+	const size_t in = (size_t)pg->h * pg->w * pg->c;
+	const size_t out = (size_t)pg->oh * pg->ow * pg->c;
+	dtf_fast_max_pool2d_images(pg, cnt, j->y + b * in, j->q + b * out);
 }
 
 static void fwd_task(void *arg, int tid, int nt)
@@ -704,6 +718,7 @@ static void fwd_task(void *arg, int tid, int nt)
 			pad_image(g, j->x + b * in_img, ws);
 			conv_fwd_512(g, ws, j->w, j->bias, j->relu,
 				       j->y + b * out_pix * O);
+			pool_after(j, b, 1);
 		}
 		return;
 	}
@@ -713,6 +728,7 @@ static void fwd_task(void *arg, int tid, int nt)
 			pad_image(g, j->x + b * in_img, ws);
 			direct_fwd(g, ws, j->w, j->bias, j->relu,
 				   j->y + b * out_pix * O);
+			pool_after(j, b, 1);
 		}
 		return;
 	}
@@ -727,6 +743,7 @@ static void fwd_task(void *arg, int tid, int nt)
 		if (j->bias || j->relu)
 			bias_act_rows((size_t)cnt * out_pix, O, y, j->bias,
 				      j->relu);
+		pool_after(j, b, (size_t)cnt);
 	}
 }
 
@@ -738,6 +755,18 @@ void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
 		return;
 	struct conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
 			     .ws = ws, .relu = relu};
+	dtf_pool_run(p, fwd_task, &j);
+}
+
+void dtf_fast_conv2d_pool(struct dtf_pool *p, const struct dtf_window_geom *g,
+			  const float *x, const float *w, const float *bias,
+			  int relu, float *y, const struct dtf_window_geom *pg,
+			  float *q, float *ws)
+{
+	if (g->n <= 0)
+		return;
+	struct conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
+			     .ws = ws, .relu = relu, .pg = pg, .q = q};
 	dtf_pool_run(p, fwd_task, &j);
 }
 

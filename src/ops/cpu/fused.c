@@ -253,6 +253,12 @@ DTF_ISA_FN(pool_tiles,
 	    float *restrict y),
 	   (g, nb, x, y))
 
+void dtf_fast_max_pool2d_images(const struct dtf_window_geom *g, size_t nb,
+				const float *x, float *y)
+{
+	pool_tiles(g, nb, x, y);
+}
+
 static void pool_task(void *arg, int tid, int nt)
 {
 	const struct ew_job *j = arg;
