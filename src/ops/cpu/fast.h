@@ -58,15 +58,17 @@ void dtf_pool_split(size_t n, size_t align, int tid, int nt, size_t *lo,
 /* ---- conv2d ---------------------------------------------------------------- */
 
 /* Floats of workspace the fast conv2d kernels need with `nthreads`
- * threads (per-thread im2col blocks, padded images, partial filter
- * gradients). */
+ * threads (per-thread im2col blocks, padded images or padded dy, partial
+ * filter gradients; a transposed filter). */
 size_t dtf_fast_conv2d_workspace(const struct dtf_window_geom *g,
 				 int nthreads);
 
 /* y (n, oh, ow, o) = act(conv(x, w) + bias): bias (o) may be NULL (none),
- * relu != 0 applies max(., 0).  A direct kernel where the im2col matrix is
- * narrow (few input channels), im2col + sgemm per image block otherwise;
- * bias and relu are applied to each block while it is in cache. */
+ * relu != 0 applies max(., 0).  An AVX-512 direct kernel where the CPU has
+ * it and o % 32 == 0; otherwise a direct kernel where the im2col matrix is
+ * narrow (few input channels), im2col + sgemm per image block elsewhere;
+ * bias and relu are applied to each block while it is in cache.  The
+ * gradients below choose the same way (fast_conv.c). */
 void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
 		     const float *x, const float *w, const float *bias,
 		     int relu, float *y, float *ws);

@@ -2,23 +2,34 @@
  * fast_conv.c - conv2d forward, backprop-input and backprop-filter split
  * over a thread pool, with bias and relu fused into the forward pass.
  *
- * Two algorithms, chosen by geometry (use_direct()):
- *  - direct: for narrow filters (few input channels, e.g. 5x5x1 -> 32, where
- *    the im2col matrix has K = 25 columns and sgemm cannot reach its speed),
- *    each image is copied once into a zero-padded buffer and every output
- *    pixel is a sum of kh*kw*c broadcast-multiply-adds into a register tile
- *    of 4 pixels x 32 outputs; the filter gradient is the transposed walk
- *    (4 taps x 32 outputs accumulated over every pixel of the image).
- *  - im2col + sgemm: per thread, blocks of a few images (sized to stay in
- *    the L2 cache) are unrolled into (pixels, kh*kw*c) and multiplied with
- *    a single-threaded sgemm; bias and relu run on the block's output while
- *    it is still in cache.
+ * Three kinds of kernel, chosen by geometry and CPU:
+ *  - AVX-512 direct (where the CPU has AVX-512F; use_fwd512/use_bwf512/
+ *    use_bwi512): each image is copied into a zero-padded buffer and the
+ *    sums run in 512-bit register tiles, inputs broadcast from memory:
+ *    forward 14 pixels x 32 outputs (any c); filter gradient 12 input
+ *    channels of one filter position (wide filters) or 13 taps anywhere in
+ *    the window (narrow ones) x 32 outputs, summed over the image's pixels;
+ *    input gradient (stride 1, c % 32 == 0) in gather form, 14 pixels x 32
+ *    input channels over a zero-padded dy and a transposed filter, written
+ *    once.  Nothing is unrolled into memory, and these reach about the
+ *    sgemm rate without im2col's extra traffic.
+ *  - generic direct (other CPUs, narrow filters: few input channels, e.g.
+ *    5x5x1 -> 32, where the im2col matrix has K = 25 columns and sgemm
+ *    cannot reach its speed): the same walk in plain C over a register
+ *    tile of 4 pixels x 32 outputs, the filter gradient 4 taps x 32.
+ *  - im2col + sgemm (the rest): per thread, blocks of a few images (sized
+ *    to stay in the L2 cache) are unrolled into (pixels, kh*kw*c) and
+ *    multiplied with a single-threaded sgemm; bias and relu run on the
+ *    block's output while it is still in cache.
  * Images are split across threads; the filter gradient is summed into one
- * partial per thread and the partials are added at the end.  The max pool
- * gradient of a first layer can be formed image by image right before the
- * filter gradient that consumes it (dtf_fast_pool_grad_conv2d_filter).  This file
- * allows the compiler to contract a*b+c into FMA, so results differ from
- * the reference by rounding only.
+ * partial per thread and the partials are added at the end.  Two fusions
+ * save a pass over memory: a tiling max pool runs on each image right
+ * after the forward wrote it (dtf_fast_conv2d_pool), and the max pool
+ * gradient of a first layer is formed image by image right before the
+ * filter gradient that consumes it (dtf_fast_pool_grad_conv2d_filter).
+ * This file allows the compiler to contract a*b+c into FMA (the AVX-512
+ * kernels use FMA throughout), so results differ from the reference by
+ * rounding only.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
