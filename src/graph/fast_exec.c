@@ -129,6 +129,19 @@ static void unfuse(const struct dtf_graph *g, struct dtf_fast_plan *fp,
 		fp->bias[i] = -1;
 }
 
+/* Undo only the later node node i computes (fast_plan.next): it runs on
+ * its own again, with its fast kernel. */
+static void drop_next(const struct dtf_graph *g, struct dtf_fast_plan *fp,
+		      int *absorber, int i)
+{
+	int k = fp->next[i];
+	fp->action[k] = g->nodes[k].op == DTF_OP_MAX_POOL2D ? A_POOL : A_CONV_BWF;
+	absorber[k] = -1;
+	fp->next[i] = -1;
+	if (fp->action[i] == A_POOL_GRAD_BWF)
+		fp->action[i] = A_POOL_GRAD;
+}
+
 /* The bias_add_grad reading node i, when node i feeds only that and
  * other nodes (it is a gradient used by several ops). */
 static int bias_grad_of(const struct dtf_graph *g, int i)
@@ -358,13 +371,18 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		for (int i = 0; i < n; i++) {
 			if (fp->action[i] == A_SKIP || fp->action[i] == A_REF)
 				continue;
+			/* a later node's work first: dropping it alone keeps
+			 * node i's other fusions */
+			if (fp->next[i] >= 0 &&
+			    !early_write_ok(g, fp, absorber, i, fp->next[i])) {
+				drop_next(g, fp, absorber, i);
+				changed = 1;
+			}
 			int ok = early_write_ok(g, fp, absorber, i, fp->out[i]);
 			if ((fp->action[i] == A_RELU_GRAD ||
 			     fp->action[i] == A_POOL_GRAD ||
 			     fp->action[i] == A_POOL_GRAD_BWF) && fp->bias[i] >= 0)
 				ok = ok && early_write_ok(g, fp, absorber, i, fp->bias[i]);
-			if (fp->next[i] >= 0)
-				ok = ok && early_write_ok(g, fp, absorber, i, fp->next[i]);
 			if (!ok) {
 				unfuse(g, fp, absorber, i);
 				changed = 1;
