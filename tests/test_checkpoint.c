@@ -11,7 +11,6 @@
  */
 #include <check.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +26,8 @@
 #include "train/checkpoint.h"
 #include "train/elastic.h"
 
+#include "testutil.h"
+
 static char tmp[256];
 static const char *build_root;
 
@@ -35,9 +36,7 @@ static const char job_text[] =
 	"seed: 7\n"
 	"data:\n"
 	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
-	"  features:\n"
-	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
-	"    label: {type: int64, shape: []}\n"
+	TU_SYNTH_FEATURES_8X8
 	"model:\n"
 	"  input: image\n"
 	"  layers:\n"
@@ -58,18 +57,6 @@ static const char job_text[] =
 
 #define CKPT_BYTES 16128 /* one checkpoint of this model */
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 /* dtf-train on `np` ranks, checkpoints in TMP/<dir>, log to TMP/<log>;
  * `extra` goes before the job file with each '@' replaced by TMP, `env`
  * before mpirun. */
@@ -84,50 +71,14 @@ static int train(int np, const char *env, const char *dir, const char *extra,
 		else
 			x[n++] = *p;
 	x[n] = 0;
-	return run("%s timeout 60 mpirun -np %d %s/dtf-train -t 1 "
-		   "--set checkpoint.dir=%s/%s %s %s/job.yaml >/dev/null 2>%s/%s",
-		   env, np, build_root, tmp, dir, x, tmp, tmp, log);
-}
-
-static char *slurp(const char *name)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "missing %s", path);
-	/* the whole file: a long run's log outgrows any fixed buffer, and
-	 * the line a test looks for is often the last */
-	static char *buf;
-	fseek(f, 0, SEEK_END);
-	long size = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	free(buf);
-	buf = malloc((size_t)size + 1);
-	ck_assert_ptr_nonnull(buf);
-	size_t n = fread(buf, 1, (size_t)size, f);
-	buf[n] = 0;
-	fclose(f);
-	return buf;
-}
-
-static int exists(const char *name)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	return access(path, F_OK) == 0;
-}
-
-static long file_size(const char *name)
-{
-	char path[512];
-	struct stat st;
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	return stat(path, &st) == 0 ? (long)st.st_size : -1;
+	return tu_run("%s timeout 60 mpirun -np %d %s/dtf-train -t 1 "
+		      "--set checkpoint.dir=%s/%s %s %s/job.yaml >/dev/null 2>%s/%s",
+		      env, np, build_root, tmp, dir, x, tmp, tmp, log);
 }
 
 #define ck_assert_log(log, text)                                          \
 	do {                                                              \
-		const char *l_ = slurp(log);                              \
+		const char *l_ = tu_slurp(tmp, log);                      \
 		size_t n_ = strlen(l_);                                   \
 		/* Check's messages are limited: show the log's end */    \
 		ck_assert_msg(strstr(l_, text) != NULL,                   \
@@ -141,9 +92,9 @@ static void assert_same_vars(const char *a, const char *b)
 	char pa[512], pb[512];
 	snprintf(pa, sizeof(pa), "%s/%s", tmp, a);
 	snprintf(pb, sizeof(pb), "%s/%s", tmp, b);
-	ck_assert_msg(run("cmp -s %s %s", pa, pb) == 0,
+	ck_assert_msg(tu_run("cmp -s %s %s", pa, pb) == 0,
 		      "%s and %s differ", a, b);
-	ck_assert_int_ge(file_size(a), 16 + 4 * 1148);
+	ck_assert_int_ge(tu_file_size(tmp, a), 16 + 4 * 1148);
 }
 
 static void verify(const char *name, const char *want_error)
@@ -162,35 +113,19 @@ static void verify(const char *name, const char *want_error)
 		      "wanted '%s', got '%s'", want_error, dtf_error_msg());
 }
 
-static void write_job(const char *name, int units)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, tmp, units);
-	fclose(f);
-}
-
 static void setup(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmp, sizeof(tmp), "%s/dtf-ckpt-test-XXXXXX", t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmp));
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
-			     "--shards 2 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
-			     build_root, tmp), 0);
-	write_job("job.yaml", 16);
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmp, sizeof(tmp), "dtf-ckpt-test");
+	tu_synth(tmp, "train", 480, 2, "8,8,1", 1);
+	tu_write_file(tmp, "job.yaml", job_text, tmp, 16);
 	/* the references: 60 uninterrupted steps, checkpoints on */
 	ck_assert_int_eq(train(1, "", "ref1", "--export-variables @/REF1", "ref1.log") , 0);
 }
 
 static void teardown(void)
 {
-	run("rm -rf '%s'", tmp);
+	tu_tmpdir_remove(tmp);
 }
 
 /* ---- format ------------------------------------------------------------- */
@@ -201,7 +136,7 @@ START_TEST(format_header_tensors_and_crc)
 			       "fmt.log"), 0);
 	char path[512];
 	snprintf(path, sizeof(path), "%s/fmt/ckpt-20.dtf", tmp);
-	ck_assert_int_eq(file_size("fmt/ckpt-20.dtf"), CKPT_BYTES);
+	ck_assert_int_eq(tu_file_size(tmp, "fmt/ckpt-20.dtf"), CKPT_BYTES);
 	/* the raw header, read here independently of the reader */
 	FILE *fp = fopen(path, "rb");
 	unsigned char *raw = malloc(CKPT_BYTES);
@@ -263,7 +198,7 @@ START_TEST(format_header_tensors_and_crc)
 	ck_assert_int_eq(v[4], 16);
 	uint64_t koff = k->offset;
 	dtf_ckpt_file_deinit(&f);
-	ck_assert_str_eq(slurp("fmt/checkpoint"),
+	ck_assert_str_eq(tu_slurp(tmp, "fmt/checkpoint"),
 			 "model_checkpoint_path: \"ckpt-20.dtf\"\n"
 			 "all_model_checkpoint_paths: \"ckpt-10.dtf\"\n"
 			 "all_model_checkpoint_paths: \"ckpt-20.dtf\"\n");
@@ -272,24 +207,16 @@ START_TEST(format_header_tensors_and_crc)
 	char bad[512];
 	snprintf(bad, sizeof(bad), "%s/bad.dtf", tmp);
 	raw[koff + 5] ^= 1;
-	fp = fopen(bad, "wb");
-	fwrite(raw, 1, CKPT_BYTES, fp);
-	fclose(fp);
+	tu_write_bytes(NULL, bad, raw, CKPT_BYTES);
 	verify("bad.dtf", "bad.dtf: tensor 'dense_1/kernel': CRC-32C mismatch");
 	raw[koff + 5] ^= 1;
 	raw[30] ^= 1; /* the step field */
-	fp = fopen(bad, "wb");
-	fwrite(raw, 1, CKPT_BYTES, fp);
-	fclose(fp);
+	tu_write_bytes(NULL, bad, raw, CKPT_BYTES);
 	verify("bad.dtf", "header CRC-32C mismatch");
 	raw[30] ^= 1;
-	fp = fopen(bad, "wb");
-	fwrite(raw, 1, 1000, fp);
-	fclose(fp);
+	tu_write_bytes(NULL, bad, raw, 1000);
 	verify("bad.dtf", "bad.dtf: truncated: 1000 of 16128 bytes");
-	fp = fopen(bad, "wb");
-	fwrite("hello", 1, 5, fp);
-	fclose(fp);
+	tu_write_bytes(NULL, bad, "hello", 5);
 	verify("bad.dtf", "not a checkpoint");
 	free(raw);
 }
@@ -300,11 +227,11 @@ START_TEST(keep_deletes_older_checkpoints)
 	ck_assert_int_eq(train(1, "", "keep", "--set checkpoint.keep=2 "
 			       "--set train.max_steps=45", "keep.log"), 0);
 	/* every 10 steps and at the end: 10 20 30 40 45, the newest 2 kept */
-	ck_assert(!exists("keep/ckpt-30.dtf"));
+	ck_assert(!tu_exists(tmp, "keep/ckpt-30.dtf"));
 	verify("keep/ckpt-40.dtf", NULL);
 	verify("keep/ckpt-45.dtf", NULL);
-	ck_assert(!exists("keep/ckpt-45.dtf.tmp"));
-	ck_assert_str_eq(slurp("keep/checkpoint"),
+	ck_assert(!tu_exists(tmp, "keep/ckpt-45.dtf.tmp"));
+	ck_assert_str_eq(tu_slurp(tmp, "keep/checkpoint"),
 			 "model_checkpoint_path: \"ckpt-45.dtf\"\n"
 			 "all_model_checkpoint_paths: \"ckpt-40.dtf\"\n"
 			 "all_model_checkpoint_paths: \"ckpt-45.dtf\"\n");
@@ -367,7 +294,7 @@ START_TEST(sigterm_on_rank_1_exits_75_and_resumes_exactly)
 	/* agreed at the next step boundary: both ranks stop after step 34 */
 	ck_assert_log("siga.log", "[rank 0 ");
 	ck_assert_log("siga.log", "] error: stopped by SIGTERM (received by rank 1) at step 34: saved ");
-	const char *l = slurp("siga.log");
+	const char *l = tu_slurp(tmp, "siga.log");
 	ck_assert_ptr_nonnull(strstr(strstr(l, "[rank 1 "), "stopped by SIGTERM"));
 	verify("sig/ckpt-34.dtf", NULL);
 	/* the step counter and Adam's t continue from 34 */
@@ -375,7 +302,7 @@ START_TEST(sigterm_on_rank_1_exits_75_and_resumes_exactly)
 	ck_assert_log("sigb.log", "/sig/ckpt-34.dtf: step 34, epoch 2, batch 4 of 30");
 	ck_assert_log("sigb.log", "step 40/60  epoch 2");
 	ck_assert_log("sigb.log", "step 60/60  epoch 2");
-	ck_assert(strstr(slurp("sigb.log"), "step 30/60") == NULL);
+	ck_assert(strstr(tu_slurp(tmp, "sigb.log"), "step 30/60") == NULL);
 	assert_same_vars("RES2", "REF2");
 }
 END_TEST
@@ -384,14 +311,14 @@ END_TEST
 
 START_TEST(sigkill_rank_1_under_dtf_launch_equals_uninterrupted)
 {
-	if (!exists("REF2"))
+	if (!tu_exists(tmp, "REF2"))
 		ck_assert_int_eq(train(2, "", "ref2", "--export-variables @/REF2", "ref2.log"), 0);
-	int st = run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
-		     "--np 2 --max-restarts 2 --delay 0 -- -t 1 "
-		     "--set checkpoint.dir=%s/launch --export-variables %s/LAUNCH "
-		     "%s/job.yaml >/dev/null 2>%s/launch.log",
-		     build_root, tmp, tmp, tmp, tmp);
-	ck_assert_msg(st == 0, "status %d:\n%s", st, slurp("launch.log"));
+	int st = tu_run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
+			"--np 2 --max-restarts 2 --delay 0 -- -t 1 "
+			"--set checkpoint.dir=%s/launch --export-variables %s/LAUNCH "
+			"%s/job.yaml >/dev/null 2>%s/launch.log",
+			build_root, tmp, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, tu_slurp(tmp, "launch.log"));
 	ck_assert_log("launch.log", "dtf-launch: attempt 1 of 3: ");
 	ck_assert_log("launch.log", "rank 1");
 	ck_assert_log("launch.log", "attempt 1 ended with status 137 (a process was killed by SIGKILL); restarting");
@@ -407,23 +334,23 @@ START_TEST(sigkill_during_checkpoint_write_keeps_previous)
 		       "kwa.log");
 	ck_assert_int_ne(st, 0);
 	ck_assert_int_ne(st, 75);
-	ck_assert(!exists("kw/ckpt-20.dtf"));
-	long half = file_size("kw/ckpt-20.dtf.tmp");
+	ck_assert(!tu_exists(tmp, "kw/ckpt-20.dtf"));
+	long half = tu_file_size(tmp, "kw/ckpt-20.dtf.tmp");
 	ck_assert_msg(half > 0 && half < CKPT_BYTES, "temp file of %ld bytes", half);
 	verify("kw/ckpt-10.dtf", NULL);
-	ck_assert_str_eq(slurp("kw/checkpoint"),
+	ck_assert_str_eq(tu_slurp(tmp, "kw/checkpoint"),
 			 "model_checkpoint_path: \"ckpt-10.dtf\"\n"
 			 "all_model_checkpoint_paths: \"ckpt-10.dtf\"\n");
 	ck_assert_int_eq(train(1, "", "kw", "--resume --export-variables @/KW", "kwb.log"), 0);
 	ck_assert_log("kwb.log", "/kw/ckpt-10.dtf: step 10");
 	assert_same_vars("KW", "REF1");
-	ck_assert(!exists("kw/ckpt-20.dtf.tmp")); /* replaced, then renamed */
+	ck_assert(!tu_exists(tmp, "kw/ckpt-20.dtf.tmp")); /* replaced, then renamed */
 }
 END_TEST
 
 START_TEST(truncated_newest_falls_back_to_previous)
 {
-	run("cp -r %s/ref1 %s/trunc", tmp, tmp);
+	tu_run("cp -r %s/ref1 %s/trunc", tmp, tmp);
 	char path[512];
 	snprintf(path, sizeof(path), "%s/trunc/ckpt-60.dtf", tmp);
 	ck_assert_int_eq(truncate(path, CKPT_BYTES / 2), 0);
@@ -431,7 +358,7 @@ START_TEST(truncated_newest_falls_back_to_previous)
 			       "trunc.log"), 0);
 	ck_assert_log("trunc.log", "/trunc/ckpt-60.dtf: truncated: 8064 of 16128 bytes; trying the previous checkpoint");
 	ck_assert_log("trunc.log", "/trunc/ckpt-50.dtf: step 50");
-	ck_assert(exists("trunc/ckpt-60.dtf.corrupt"));
+	ck_assert(tu_exists(tmp, "trunc/ckpt-60.dtf.corrupt"));
 	assert_same_vars("TRUNC", "REF1");
 	verify("trunc/ckpt-60.dtf", NULL); /* written again */
 }
@@ -439,9 +366,9 @@ END_TEST
 
 START_TEST(no_verifying_checkpoint_exits_4_unless_fresh_start_allowed)
 {
-	run("mkdir -p %s/none && printf 'junk' > %s/none/ckpt-10.dtf && "
-	    "head -c 100 %s/ref1/ckpt-60.dtf > %s/none/ckpt-60.dtf",
-	    tmp, tmp, tmp, tmp);
+	tu_run("mkdir -p %s/none && printf 'junk' > %s/none/ckpt-10.dtf && "
+	       "head -c 100 %s/ref1/ckpt-60.dtf > %s/none/ckpt-60.dtf",
+	       tmp, tmp, tmp, tmp);
 	ck_assert_int_eq(train(2, "", "none", "--resume", "none.log"), 4);
 	ck_assert_log("none.log", "/none/ckpt-60.dtf: truncated: 100 of 16128 bytes; trying the previous checkpoint");
 	ck_assert_log("none.log", "/none/ckpt-10.dtf: not a checkpoint (too short); no older checkpoint");
@@ -451,8 +378,8 @@ START_TEST(no_verifying_checkpoint_exits_4_unless_fresh_start_allowed)
 	ck_assert_int_eq(train(1, "", "none", "--resume --set train.max_steps=5",
 			       "none2.log"), 0);
 	ck_assert_log("none2.log", "starting from step 0");
-	run("rm %s/none/ckpt-*.dtf && printf 'junk' > %s/none/ckpt-99.dtf", tmp,
-	    tmp);
+	tu_run("rm %s/none/ckpt-*.dtf && printf 'junk' > %s/none/ckpt-99.dtf", tmp,
+	       tmp);
 	ck_assert_int_eq(train(1, "", "none", "--resume --allow-fresh-start "
 			       "--set train.max_steps=5", "none3.log"), 0);
 	ck_assert_log("none3.log", "verifies: starting from step 0 (--allow-fresh-start)");
@@ -461,10 +388,10 @@ END_TEST
 
 START_TEST(model_mismatch_lists_differences)
 {
-	write_job("job32.yaml", 32);
-	int st = run("timeout 60 mpirun -np 1 %s/dtf-train -t 1 --resume "
-		     "--set checkpoint.dir=%s/ref1 %s/job32.yaml >/dev/null 2>%s/mm.log",
-		     build_root, tmp, tmp, tmp);
+	tu_write_file(tmp, "job32.yaml", job_text, tmp, 32);
+	int st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train -t 1 --resume "
+			"--set checkpoint.dir=%s/ref1 %s/job32.yaml >/dev/null 2>%s/mm.log",
+			build_root, tmp, tmp, tmp);
 	ck_assert_int_eq(st, 4);
 	ck_assert_log("mm.log", "/ref1/ckpt-60.dtf: the job's model differs from the checkpoint's (9 differences):");
 	ck_assert_log("mm.log", "\n  dense_1/kernel: shape (64, 16) in the checkpoint, (64, 32) in the job");
@@ -476,19 +403,19 @@ END_TEST
 
 START_TEST(full_disk_reported_previous_intact)
 {
-	run("cp -r %s/ref1 %s/full && rm %s/full/ckpt-60.dtf %s/full/ckpt-50.dtf",
-	    tmp, tmp, tmp, tmp);
+	tu_run("cp -r %s/ref1 %s/full && rm %s/full/ckpt-60.dtf %s/full/ckpt-50.dtf",
+	       tmp, tmp, tmp, tmp);
 	/* RLIMIT_FSIZE of 10 blocks (5 or 10 KiB) on dtf-train only */
-	int st = run("timeout 60 mpirun -np 1 sh -c 'ulimit -f 10; exec %s/dtf-train "
-		     "-t 1 --resume --set checkpoint.dir=%s/full %s/job.yaml' "
-		     ">/dev/null 2>%s/full.log",
-		     build_root, tmp, tmp, tmp);
+	int st = tu_run("timeout 60 mpirun -np 1 sh -c 'ulimit -f 10; exec %s/dtf-train "
+			"-t 1 --resume --set checkpoint.dir=%s/full %s/job.yaml' "
+			">/dev/null 2>%s/full.log",
+			build_root, tmp, tmp, tmp);
 	ck_assert_int_eq(st, 4);
 	ck_assert_log("full.log", "error: saving the checkpoint of step 50 failed: ");
 	ck_assert_log("full.log", "/full/ckpt-50.dtf.tmp: write failed after ");
 	ck_assert_log("full.log", "File too large; the previous checkpoint is intact: ");
-	ck_assert(!exists("full/ckpt-50.dtf"));
-	ck_assert(!exists("full/ckpt-50.dtf.tmp"));
+	ck_assert(!tu_exists(tmp, "full/ckpt-50.dtf"));
+	ck_assert(!tu_exists(tmp, "full/ckpt-50.dtf.tmp"));
 	verify("full/ckpt-40.dtf", NULL);
 	ck_assert_int_eq(train(1, "", "full", "--resume --export-variables @/FULL",
 			       "full2.log"), 0);
@@ -532,18 +459,18 @@ END_TEST
 
 START_TEST(usage_errors)
 {
-	int st = run("timeout 60 mpirun -np 1 %s/dtf-train --resume "
-		     "%s/job.yaml >/dev/null 2>%s/u1.log",
-		     build_root, tmp, tmp);
+	int st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train --resume "
+			"%s/job.yaml >/dev/null 2>%s/u1.log",
+			build_root, tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u1.log", "resuming needs checkpoint.dir in the job file");
-	st = run("timeout 60 mpirun -np 1 %s/dtf-train --set checkpoint.every_step=3 "
-		 "%s/job.yaml >/dev/null 2>%s/u2.log", build_root, tmp, tmp);
+	st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train --set checkpoint.every_step=3 "
+		    "%s/job.yaml >/dev/null 2>%s/u2.log", build_root, tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u2.log", "every_steps");
-	st = run("DTF_FAULT=explode timeout 60 mpirun -np 1 %s/dtf-train "
-		 "--set checkpoint.dir=%s/u %s/job.yaml >/dev/null 2>%s/u3.log",
-		 build_root, tmp, tmp, tmp);
+	st = tu_run("DTF_FAULT=explode timeout 60 mpirun -np 1 %s/dtf-train "
+		    "--set checkpoint.dir=%s/u %s/job.yaml >/dev/null 2>%s/u3.log",
+		    build_root, tmp, tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u3.log", "DTF_FAULT='explode': expected ACTION");
 }
@@ -710,11 +637,11 @@ END_TEST
 
 START_TEST(dtf_launch_min_np_restarts_with_fewer_ranks)
 {
-	int st = run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
-		     "--np 2 --min-np 1 --max-restarts 1 --delay 0 -- -t 1 "
-		     "--set checkpoint.dir=%s/minnp %s/job.yaml >/dev/null "
-		     "2>%s/minnp.log", build_root, tmp, tmp, tmp);
-	ck_assert_msg(st == 0, "status %d:\n%s", st, slurp("minnp.log"));
+	int st = tu_run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
+			"--np 2 --min-np 1 --max-restarts 1 --delay 0 -- -t 1 "
+			"--set checkpoint.dir=%s/minnp %s/job.yaml >/dev/null "
+			"2>%s/minnp.log", build_root, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, tu_slurp(tmp, "minnp.log"));
 	ck_assert_log("minnp.log", "restarting from the newest checkpoint with 1 rank(s) in 0 s");
 	ck_assert_log("minnp.log", "dtf-launch: attempt 2 of 2: mpirun -n 1 ");
 	ck_assert_log("minnp.log", "notice: elastic resume at step 30");
@@ -724,17 +651,17 @@ END_TEST
 
 START_TEST(dtf_launch_gives_up_and_says_why)
 {
-	int st = run("DTF_FAULT=exit:rank=0:step=3,exit:rank=0:step=3:attempt=2 "
-		     "timeout 120 %s/dtf-launch --np 1 --max-restarts 1 --delay 0 "
-		     "-- -t 1 --set checkpoint.dir=%s/giveup %s/job.yaml >/dev/null "
-		     "2>%s/giveup.log", build_root, tmp, tmp, tmp);
+	int st = tu_run("DTF_FAULT=exit:rank=0:step=3,exit:rank=0:step=3:attempt=2 "
+			"timeout 120 %s/dtf-launch --np 1 --max-restarts 1 --delay 0 "
+			"-- -t 1 --set checkpoint.dir=%s/giveup %s/job.yaml >/dev/null "
+			"2>%s/giveup.log", build_root, tmp, tmp, tmp);
 	ck_assert_int_ne(st, 0);
 	ck_assert_log("giveup.log", "dtf-launch: attempt 2 of 2: ");
 	ck_assert_log("giveup.log", "dtf-launch: giving up after 2 attempt(s): the last ended with status ");
 	/* a job-file error is not retried */
-	st = run("timeout 60 %s/dtf-launch --np 1 --max-restarts 3 -- "
-		 "--set train.epochs=0 %s/job.yaml >/dev/null 2>%s/nore.log",
-		 build_root, tmp, tmp);
+	st = tu_run("timeout 60 %s/dtf-launch --np 1 --max-restarts 3 -- "
+		    "--set train.epochs=0 %s/job.yaml >/dev/null 2>%s/nore.log",
+		    build_root, tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("nore.log", "attempt 1 ended with status 2 (a usage or job-file error); a restart would fail the same way");
 }
@@ -755,7 +682,7 @@ START_TEST(dtf_launch_forwards_sigterm_as_usr1_and_exits_75)
 		_exit(127);
 	}
 	/* once training runs, signal dtf-launch; give it 60 s to end */
-	for (int i = 0; i < 100 && !exists("fwd/ckpt-10.dtf"); i++)
+	for (int i = 0; i < 100 && !tu_exists(tmp, "fwd/ckpt-10.dtf"); i++)
 		usleep(100000);
 	kill(pid, SIGTERM);
 	int st = 0, i;
@@ -767,7 +694,7 @@ START_TEST(dtf_launch_forwards_sigterm_as_usr1_and_exits_75)
 		ck_abort_msg("dtf-launch did not end within 60 s");
 	}
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75, "status 0x%x:\n%s",
-		      st, slurp("fwd.log"));
+		      st, tu_slurp(tmp, "fwd.log"));
 	/* mpirun forwards it to both ranks; the first to see it is named */
 	ck_assert_log("fwd.log", "error: stopped by SIGUSR1 (received by rank ");
 	ck_assert_log("fwd.log", "attempt 1 ended with status 75 (stopped by a signal after writing a checkpoint) after dtf-launch was signalled; not restarting");
@@ -807,10 +734,5 @@ static Suite *checkpoint_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(checkpoint_suite());
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(checkpoint_suite(), 0);
 }

@@ -25,12 +25,10 @@
  */
 #include <check.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -41,33 +39,11 @@
 #include "train/optimizer.h"
 #include "train/train.h"
 
+#include "testutil.h"
+
 static struct dtf_cuda_ctx *ctx;
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static uint64_t rng_state = 0x5eed;
-
-static uint64_t next_u64(void)
-{
-	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static float frand(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((next_u64() >> 40) / 16777216.0);
-}
-
-static float *hrandom(size_t n, float lo, float hi)
-{
-	float *p = malloc((n ? n : 1) * sizeof(float));
-	ck_assert_ptr_nonnull(p);
-	for (size_t i = 0; i < n; i++)
-		p[i] = frand(lo, hi);
-	return p;
-}
 
 static float *halloc(size_t n)
 {
@@ -145,8 +121,8 @@ static void conv_case(struct dtf_window_geom g)
 	size_t nx = (size_t)g.n * g.h * g.w * g.c;
 	size_t nw = (size_t)g.kh * g.kw * g.c * g.o;
 	size_t ny = (size_t)g.n * g.oh * g.ow * g.o;
-	float *x = hrandom(nx, -1, 1), *w = hrandom(nw, -1, 1);
-	float *dy = hrandom(ny, -1, 1);
+	float *x = tu_frandom(nx, -1, 1), *w = tu_frandom(nw, -1, 1);
+	float *dy = tu_frandom(ny, -1, 1);
 	float *ws = halloc(dtf_cpu_conv2d_workspace(&g));
 	float *y = halloc(ny), *dx = halloc(nx), *dw = halloc(nw);
 	dtf_cpu_conv2d(&g, x, w, y, ws);
@@ -218,9 +194,9 @@ static void pool_case(struct dtf_window_geom g)
 {
 	size_t nx = (size_t)g.n * g.h * g.w * g.c;
 	size_t ny = (size_t)g.n * g.oh * g.ow * g.c;
-	float *x = halloc(nx), *dy = hrandom(ny, -1, 1);
+	float *x = halloc(nx), *dy = tu_frandom(ny, -1, 1);
 	for (size_t i = 0; i < nx; i++) /* a few levels: many ties */
-		x[i] = (float)(int)frand(0, 4) * 0.25f;
+		x[i] = (float)(int)tu_frand(0, 4) * 0.25f;
 	float *y = halloc(ny), *dx = halloc(nx);
 	dtf_cpu_max_pool2d(&g, x, y);
 	dtf_cpu_max_pool2d_grad(&g, x, dy, dx);
@@ -256,8 +232,8 @@ START_TEST(matmul_vs_cpu)
 	const int m = 37, n = 29, k = 53;
 	for (int ta = 0; ta < 2; ta++)
 		for (int tb = 0; tb < 2; tb++) {
-			float *a = hrandom((size_t)m * k, -1, 1);
-			float *b = hrandom((size_t)k * n, -1, 1);
+			float *a = tu_frandom((size_t)m * k, -1, 1);
+			float *b = tu_frandom((size_t)k * n, -1, 1);
 			float *c = halloc((size_t)m * n);
 			dtf_cpu_matmul(m, n, k, a, ta, b, tb, c);
 			float *d_a = dup_dev(a, (size_t)m * k * 4);
@@ -283,7 +259,7 @@ START_TEST(bias_add_and_grad_vs_cpu)
 	for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
 		size_t rows = cases[t].rows, n = rows * (size_t)cases[t].c;
 		int c = cases[t].c;
-		float *x = hrandom(n, -1, 1), *b = hrandom((size_t)c, -1, 1);
+		float *x = tu_frandom(n, -1, 1), *b = tu_frandom((size_t)c, -1, 1);
 		float *y = halloc(n), *db = halloc((size_t)c);
 		dtf_cpu_bias_add(rows, c, x, b, y);
 		dtf_cpu_bias_add_grad(rows, c, x, db);
@@ -311,7 +287,7 @@ END_TEST
 START_TEST(relu_add_vs_cpu)
 {
 	const size_t n = 100003;
-	float *x = hrandom(n, -1, 1), *dy = hrandom(n, -1, 1);
+	float *x = tu_frandom(n, -1, 1), *dy = tu_frandom(n, -1, 1);
 	float *y = halloc(n), *dx = halloc(n), *s = halloc(n);
 	dtf_cpu_relu(n, x, y);
 	dtf_cpu_relu_grad(n, dy, y, dx);
@@ -344,11 +320,11 @@ START_TEST(dropout_same_stream_as_cpu)
 	const size_t rows = 33, cols = 1027, n = rows * cols;
 	uint64_t ids[33];
 	for (size_t r = 0; r < rows; r++)
-		ids[r] = next_u64();
+		ids[r] = tu_next_u64();
 	struct dtf_philox_key key = dtf_philox_make_key(42, DTF_RNG_DROPOUT);
 	const float rates[] = {0.4f, 0.0f, 1.0f, 0.9f};
 	uint64_t *d_ids = dup_dev(ids, sizeof(ids));
-	float *x = hrandom(n, -1, 1);
+	float *x = tu_frandom(n, -1, 1);
 	float *d_x = dup_dev(x, n * 4);
 	for (int t = 0; t < 4; t++) {
 		uint32_t salt = 0x1234u + (uint32_t)t;
@@ -380,10 +356,10 @@ START_TEST(xent_and_count_correct_vs_cpu)
 	const size_t rows = 50, valid = 45;
 	const int classes = 10;
 	const float scale = 1.0f / 64;
-	float *logits = hrandom(rows * classes, -4, 4);
+	float *logits = tu_frandom(rows * classes, -4, 4);
 	int32_t labels[50];
 	for (size_t r = 0; r < rows; r++)
-		labels[r] = (int32_t)(next_u64() % classes);
+		labels[r] = (int32_t)(tu_next_u64() % classes);
 	double sum = dtf_cpu_sparse_softmax_xent(rows, classes, logits, labels,
 						 valid, NULL);
 	float *dl = halloc(rows * classes);
@@ -441,14 +417,14 @@ static void optimizer_case(enum dtf_optimizer_kind kind, double momentum,
 	job.train.epsilon = 1e-7;
 	struct dtf_optimizer cpu;
 	ck_assert_int_eq(dtf_optimizer_init(&cpu, &job, n), 0);
-	float *p = hrandom(n, -1, 1);
+	float *p = tu_frandom(n, -1, 1);
 	float *d_p = dup_dev(p, n * 4);
 	size_t nslots = kind == DTF_OPT_ADAM ? 2 * n : momentum != 0 ? n : 0;
 	float *zeros = halloc(nslots ? nslots : 1);
 	float *d_s = dup_dev(zeros, (nslots ? nslots : 1) * 4);
 	int64_t t = 0;
 	for (int step = 0; step < 3; step++) {
-		float *g = hrandom(n, -1e-2f, 1e-2f);
+		float *g = tu_frandom(n, -1e-2f, 1e-2f);
 		float *d_g = dup_dev(g, n * 4);
 		dtf_optimizer_apply(&cpu, p, g, 0.01);
 		t++;
@@ -516,76 +492,29 @@ static const char job_text[] =
 	"  optimizer: {sgd: {learning_rate: 0.05, momentum: 0.9}}\n"
 	"logging: {every_steps: 10}\n";
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static void setup_data(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-cuda-test-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 960 "
-			     "--shards 2 --shape 12,12,1 --classes 4 --seed 1 >/dev/null",
-			     build_root, tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
-			     "--shards 1 --shape 12,12,1 --classes 4 --seed 2 >/dev/null",
-			     build_root, tmpdir), 0);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, tmpdir, tmpdir);
-	fclose(f);
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-cuda-test");
+	tu_synth(tmpdir, "train", 960, 2, "12,12,1", 1);
+	tu_synth(tmpdir, "test", 200, 1, "12,12,1", 2);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir, tmpdir);
 }
 
 static void teardown_data(void)
 {
-	run("rm -rf '%s'", tmpdir);
-}
-
-static float *read_vars(const char *name, size_t *n)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "missing %s", path);
-	char magic[8];
-	uint64_t count;
-	ck_assert_int_eq(fread(magic, 1, 8, f), 8);
-	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
-	float *p = malloc(count * sizeof(float));
-	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
-	fclose(f);
-	*n = count;
-	return p;
+	tu_tmpdir_remove(tmpdir);
 }
 
 static void compare_runs(const char *what, const char *a_name,
 			 const char *b_name)
 {
 	size_t na, nb;
-	float *a = read_vars(a_name, &na), *b = read_vars(b_name, &nb);
+	float *a = tu_read_vars(tmpdir, a_name, &na);
+	float *b = tu_read_vars(tmpdir, b_name, &nb);
 	ck_assert_uint_eq(na, nb);
-	double worst = 0;
-	size_t moved = 0;
-	for (size_t i = 0; i < na; i++) {
-		double rel = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), 1e-2);
-		worst = rel > worst ? rel : worst;
-		moved += b[i] != 0.0f;
-	}
+	size_t moved;
+	double worst = tu_max_rel_diff(a, b, na, &moved);
 	printf("%s after 20 steps: %zu floats, max relative difference %.3g\n",
 	       what, na, worst);
 	ck_assert_msg(worst <= 1e-3, "%s: max relative difference %g", what,
@@ -597,10 +526,10 @@ static void compare_runs(const char *what, const char *a_name,
 
 START_TEST(train_20_steps_gpu_vs_cpu)
 {
-	ck_assert_int_eq(run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu.bin %s/job.yaml 2>%s/cpu.log",
-			     build_root, tmpdir, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-train -q --set device=cuda --export-variables %s/gpu.bin %s/job.yaml 2>%s/gpu.log",
-			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu.bin %s/job.yaml 2>%s/cpu.log",
+				build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cuda --export-variables %s/gpu.bin %s/job.yaml 2>%s/gpu.log",
+				build_root, tmpdir, tmpdir, tmpdir), 0);
 	compare_runs("1 rank, GPU vs CPU", "gpu.bin", "cpu.bin");
 }
 END_TEST
@@ -610,18 +539,18 @@ START_TEST(train_2_ranks_sharing_gpu_vs_cpu)
 	/* two ranks on one GPU: the host-staged allreduce path */
 	if (access(tmpdir, F_OK) != 0)
 		ck_abort_msg("no data");
-	ck_assert_int_eq(run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu1.bin %s/job.yaml 2>/dev/null",
-			     build_root, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --set device=cuda --set allow_gpu_sharing=true "
-			     "--export-variables %s/gpu2.bin %s/job.yaml 2>%s/gpu2.log",
-			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu1.bin %s/job.yaml 2>/dev/null",
+				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --set device=cuda --set allow_gpu_sharing=true "
+				"--export-variables %s/gpu2.bin %s/job.yaml 2>%s/gpu2.log",
+				build_root, tmpdir, tmpdir, tmpdir), 0);
 	compare_runs("2 ranks sharing the GPU vs 1 rank CPU", "gpu2.bin",
 		     "cpu1.bin");
 	/* without sharing: an error with the hint, exit 1 */
 	char why[64];
 	if (dtf_cuda_device_count(why, sizeof(why)) == 1)
-		ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --set device=cuda %s/job.yaml >/dev/null 2>&1",
-				     build_root, tmpdir), 1);
+		ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --set device=cuda %s/job.yaml >/dev/null 2>&1",
+					build_root, tmpdir), 1);
 }
 END_TEST
 

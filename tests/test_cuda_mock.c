@@ -11,17 +11,17 @@
  * tests no CUDA code; tests/test_cuda.c does that on a GPU.
  */
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config/config.h"
 #include "core/error.h"
 #include "dist/comm.h"
 #include "train/train.h"
+
+#include "testutil.h"
 
 unsigned long dtf_mock_cuda_kernels(void);
 
@@ -34,72 +34,34 @@ static const char job_text[] =
 	"data:\n"
 	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
 	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
-	"  features:\n"
-	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
-	"    label: {type: int64, shape: []}\n"
-	"model:\n"
-	"  input: image\n"
-	"  layers:\n"
-	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
-	"    - {max_pool2d: {size: 2}}\n"
-	"    - {conv2d: {filters: 6, kernel: 3, padding: valid, activation: relu}}\n"
-	"    - flatten\n"
-	"    - {dense: {units: 16, activation: relu}}\n"
-	"    - {dropout: {rate: 0.25}}\n"
-	"    - {dense: {units: 4, name: logits}}\n"
-	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
-	"  metrics: [accuracy]\n"
+	TU_SYNTH_FEATURES_8X8
+	TU_TINY_CNN_MODEL
 	"train:\n"
 	"  batch_size: 16\n"
 	"  epochs: 3\n"
 	"  optimizer: {adam: {learning_rate: 0.01}}\n"
 	"logging: {every_steps: 1000}\n";
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static void setup(void)
 {
-	const char *build_root = getenv("DTF_BUILD_ROOT");
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-mock-test-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 488 "
-			     "--shards 3 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
-			     build_root ? build_root : ".", tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 100 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
-			     build_root ? build_root : ".", tmpdir), 0);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, tmpdir, tmpdir);
-	fclose(f);
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-mock-test");
+	tu_synth(tmpdir, "train", 488, 3, "8,8,1", 1);
+	tu_synth(tmpdir, "test", 100, 1, "8,8,1", 2);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir, tmpdir);
 	ck_assert_int_eq(dtf_comm_init(NULL, NULL, &comm), 0);
 }
 
 static void teardown(void)
 {
 	dtf_comm_finalize(comm);
-	run("rm -rf '%s'", tmpdir);
+	tu_tmpdir_remove(tmpdir);
 }
 
 static float *train(const char *device, const char *extra,
 		    struct dtf_train_result *res, size_t *n)
 {
 	char path[512], out[512], dev[64];
-	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
+	tu_path(path, sizeof(path), tmpdir, "job.yaml");
 	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, device);
 	snprintf(dev, sizeof(dev), "device=%s", device);
 	const char *sets[] = {dev, extra};
@@ -110,16 +72,7 @@ static float *train(const char *device, const char *extra,
 	int rc = dtf_train_run(job, comm, &opts, res);
 	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
 	dtf_job_free(job);
-	FILE *f = fopen(out, "rb");
-	ck_assert_ptr_nonnull(f);
-	uint64_t count;
-	ck_assert_int_eq(fseek(f, 8, SEEK_SET), 0);
-	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
-	float *p = malloc(count * sizeof(float));
-	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
-	fclose(f);
-	*n = count;
-	return p;
+	return tu_read_vars(NULL, out, n);
 }
 
 static void same_as_cpu(const char *extra)
@@ -206,10 +159,5 @@ int main(void)
 	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
 	tcase_add_test(tc, unsupported_falls_back_or_fails);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_NOFORK); /* MPI starts once */
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s, 0); /* MPI starts once */
 }

@@ -7,7 +7,6 @@
  * /tmp) and removed afterwards; the real datasets are never read.
  */
 #include <check.h>
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,77 +22,18 @@
 #include "data/pipeline.h"
 #include "data/tfrecord.h"
 
+#include "testutil.h"
+
 /* ---- temp directory ---- */
 
 static char tmpdir[4096];
 
 static void tmp_setup(void)
 {
-	const char *base = getenv("TMPDIR");
-	if (!base || !*base)
-		base = "/tmp";
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-test-data-XXXXXX", base);
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-test-data");
 }
 
-static void tmp_teardown(void)
-{
-	DIR *d = opendir(tmpdir);
-	if (!d)
-		return;
-	struct dirent *e;
-	char p[8192];
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", tmpdir, e->d_name);
-		unlink(p);
-	}
-	closedir(d);
-	rmdir(tmpdir);
-}
-
-static const char *tmp_path(char *buf, size_t n, const char *name)
-{
-	snprintf(buf, n, "%s/%s", tmpdir, name);
-	return buf;
-}
-
-static long file_size(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_ptr_nonnull(f);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fclose(f);
-	return n;
-}
-
-static void patch_byte(const char *path, long off, int xor_mask)
-{
-	FILE *f = fopen(path, "r+b");
-	ck_assert_ptr_nonnull(f);
-	fseek(f, off, SEEK_SET);
-	int c = fgetc(f);
-	ck_assert_int_ne(c, EOF);
-	fseek(f, off, SEEK_SET);
-	fputc(c ^ xor_mask, f);
-	fclose(f);
-}
-
-static void patch_bytes(const char *path, long off, const void *b, size_t n)
-{
-	FILE *f = fopen(path, "r+b");
-	ck_assert_ptr_nonnull(f);
-	fseek(f, off, SEEK_SET);
-	ck_assert_uint_eq(fwrite(b, 1, n, f), n);
-	fclose(f);
-}
-
-static void cut_file(const char *path, long size)
-{
-	ck_assert_int_eq(truncate(path, size), 0);
-}
+static void tmp_teardown(void) { tu_tmpdir_remove(tmpdir); }
 
 /* ---- CRC-32C ---- */
 
@@ -195,13 +135,13 @@ static void write_records(const char *path, const size_t *sizes, int n,
 		off += (long)sizes[i] + 16;
 	}
 	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
-	ck_assert_int_eq(file_size(path), off);
+	ck_assert_int_eq(tu_file_size(NULL, path), off);
 }
 
 START_TEST(tfr_round_trip)
 {
 	char path[8192];
-	tmp_path(path, sizeof(path), "rt.tfrecord");
+	tu_path(path, sizeof(path), tmpdir, "rt.tfrecord");
 	const size_t sizes[] = {0, 1, 7, 8, 100, 0, 4096, 100000, 3};
 	const int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
 	long offs[16];
@@ -254,7 +194,7 @@ START_TEST(tfr_round_trip)
 	struct dtf_tfrecord_stats st;
 	ck_assert_int_eq(dtf_tfrecord_scan(path, &st), 0);
 	ck_assert_int_eq(st.records, n);
-	ck_assert_uint_eq(st.bytes, (uint64_t)file_size(path));
+	ck_assert_uint_eq(st.bytes, (uint64_t)tu_file_size(NULL, path));
 	ck_assert_uint_eq(st.max_record, 100000);
 }
 END_TEST
@@ -262,7 +202,7 @@ END_TEST
 START_TEST(tfr_empty_file)
 {
 	char path[8192];
-	tmp_path(path, sizeof(path), "empty.tfrecord");
+	tu_path(path, sizeof(path), tmpdir, "empty.tfrecord");
 	write_records(path, NULL, 0, NULL);
 	struct dtf_tfrecord_stats st;
 	ck_assert_int_eq(dtf_tfrecord_scan(path, &st), 0);
@@ -325,7 +265,7 @@ static void expect_corrupt(const char *path, int bad, const char *what,
 
 static void make_corrupt_base(char *path, size_t n, const char *name)
 {
-	tmp_path(path, n, name);
+	tu_path(path, n, tmpdir, name);
 	long offs[3];
 	write_records(path, corrupt_sizes, 3, offs);
 	ck_assert_int_eq(offs[1], 36);
@@ -336,7 +276,7 @@ START_TEST(tfr_corrupt_data_byte)
 {
 	char path[8192];
 	make_corrupt_base(path, sizeof(path), "flip-data.tfrecord");
-	patch_byte(path, 36 + 12 + 17, 0x01);
+	tu_patch_xor(path, 36 + 12 + 17, 0x01);
 	expect_corrupt(path, 1, "data CRC mismatch (corrupt record)", 0);
 }
 END_TEST
@@ -345,7 +285,7 @@ START_TEST(tfr_corrupt_data_crc)
 {
 	char path[8192];
 	make_corrupt_base(path, sizeof(path), "flip-dcrc.tfrecord");
-	patch_byte(path, 102 + 12 + 30 + 2, 0x80); /* the data CRC itself */
+	tu_patch_xor(path, 102 + 12 + 30 + 2, 0x80); /* the data CRC itself */
 	expect_corrupt(path, 2, "data CRC mismatch (corrupt record)", 0);
 }
 END_TEST
@@ -354,7 +294,7 @@ START_TEST(tfr_corrupt_length_byte)
 {
 	char path[8192];
 	make_corrupt_base(path, sizeof(path), "flip-len.tfrecord");
-	patch_byte(path, 102 + 0, 0x04); /* 30 -> 26 */
+	tu_patch_xor(path, 102 + 0, 0x04); /* 30 -> 26 */
 	expect_corrupt(path, 2, "length CRC mismatch (corrupt length field)",
 		       1);
 }
@@ -364,7 +304,7 @@ START_TEST(tfr_corrupt_length_crc)
 {
 	char path[8192];
 	make_corrupt_base(path, sizeof(path), "flip-lcrc.tfrecord");
-	patch_byte(path, 36 + 9, 0x10);
+	tu_patch_xor(path, 36 + 9, 0x10);
 	expect_corrupt(path, 1, "length CRC mismatch (corrupt length field)",
 		       1);
 }
@@ -374,9 +314,9 @@ START_TEST(tfr_cut_in_header)
 {
 	char path[8192];
 	make_corrupt_base(path, sizeof(path), "cut-hdr.tfrecord");
-	cut_file(path, 102 + 5);
+	tu_cut_file(path, 102 + 5);
 	expect_corrupt(path, 2, "truncated record header (5 of 12 bytes)", 1);
-	cut_file(path, 102 + 11);
+	tu_cut_file(path, 102 + 11);
 	expect_corrupt(path, 2, "truncated record header (11 of 12 bytes)",
 		       1);
 }
@@ -386,11 +326,11 @@ START_TEST(tfr_cut_in_data)
 {
 	char path[8192];
 	make_corrupt_base(path, sizeof(path), "cut-data.tfrecord");
-	cut_file(path, 36 + 12 + 10);
+	tu_cut_file(path, 36 + 12 + 10);
 	expect_corrupt(path, 1, "truncated record data (10 of 54 bytes)", 1);
 	/* cut inside the trailing data CRC */
 	make_corrupt_base(path, sizeof(path), "cut-dcrc.tfrecord");
-	cut_file(path, 148 - 1);
+	tu_cut_file(path, 148 - 1);
 	expect_corrupt(path, 2, "truncated record data (33 of 34 bytes)", 1);
 }
 END_TEST
@@ -400,7 +340,7 @@ END_TEST
 START_TEST(tfr_shrinks_while_read)
 {
 	char path[8192];
-	tmp_path(path, sizeof(path), "shrinks.tfrecord");
+	tu_path(path, sizeof(path), tmpdir, "shrinks.tfrecord");
 	size_t sizes[64];
 	for (int i = 0; i < 64; i++)
 		sizes[i] = 4096;
@@ -418,7 +358,7 @@ START_TEST(tfr_shrinks_while_read)
 		size_t n;
 		if (dtf_tfrecord_reader_next(r, &d, &n) != 1)
 			_exit(11);
-		cut_file(path, 8192);
+		tu_cut_file(path, 8192);
 		while (dtf_tfrecord_reader_next(r, &d, &n) == 1)
 			;
 		_exit(12); /* reading past the cut must not end quietly */
@@ -446,7 +386,7 @@ START_TEST(tfr_huge_length)
 	make_corrupt_base(path, sizeof(path), "huge.tfrecord");
 	/* A huge length with the old (now wrong) length CRC. */
 	uint8_t huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00};
-	patch_bytes(path, 36, huge, 8);
+	tu_patch_bytes(path, 36, huge, 8);
 	uint64_t a0 = dtf_alloc_count();
 	expect_corrupt(path, 1, "length CRC mismatch (corrupt length field)",
 		       1);
@@ -459,7 +399,7 @@ START_TEST(tfr_huge_length)
 	uint32_t m = dtf_crc32c_mask(dtf_crc32c(0, huge, 8));
 	for (int i = 0; i < 4; i++)
 		crc[i] = (uint8_t)(m >> (8 * i));
-	patch_bytes(path, 36 + 8, crc, 4);
+	tu_patch_bytes(path, 36 + 8, crc, 4);
 	char what[128];
 	snprintf(what, sizeof(what),
 		 "truncated record data (100 of %" PRIu64 " bytes)",
@@ -918,7 +858,7 @@ static void write_pl_files(int nfiles, char paths[][8192])
 		char name[64];
 		snprintf(name, sizeof(name), "pl-%05d-of-%05d.tfrecord", f,
 			 nfiles);
-		tmp_path(paths[f], 8192, name);
+		tu_path(paths[f], 8192, tmpdir, name);
 		struct dtf_tfrecord_writer *w;
 		ck_assert_int_eq(dtf_tfrecord_writer_open(paths[f], &w), 0);
 		for (int r = 0; r < pl_counts[f]; r++) {
@@ -1198,9 +1138,9 @@ START_TEST(pl_errors)
 	dtf_pipeline_free(p);
 
 	/* a corrupt data byte in file 1, record 2 shows when read */
-	long size0 = file_size(paths[1]);
+	long size0 = tu_file_size(NULL, paths[1]);
 	long rec = size0 / 3; /* equal-sized records */
-	patch_byte(paths[1], 2 * rec + 12 + 3, 0x40);
+	tu_patch_xor(paths[1], 2 * rec + 12 + 3, 0x40);
 	p = pl_open(paths, 2, 0, 1, 8, 0, 1);
 	float x[16];
 	int32_t lab[8];
@@ -1215,7 +1155,7 @@ START_TEST(pl_errors)
 	dtf_pipeline_free(p);
 
 	/* a corrupt length is seen at open by the framing scan */
-	patch_byte(paths[1], rec + 1, 0x01);
+	tu_patch_xor(paths[1], rec + 1, 0x01);
 	pl_specs_init();
 	o.features = pl_specs;
 	o.nfeatures = 2;
@@ -1234,7 +1174,7 @@ START_TEST(pl_glob)
 	char paths[PL_MAX_FILES][8192];
 	write_pl_files(4, paths);
 	char pat[8192];
-	tmp_path(pat, sizeof(pat), "pl-*.tfrecord");
+	tu_path(pat, sizeof(pat), tmpdir, "pl-*.tfrecord");
 	char **files;
 	int n;
 	ck_assert_int_eq(dtf_glob_files(pat, &files, &n), 0);
@@ -1242,7 +1182,7 @@ START_TEST(pl_glob)
 	for (int i = 0; i < 4; i++)
 		ck_assert_str_eq(files[i], paths[i]);
 	dtf_free(files);
-	tmp_path(pat, sizeof(pat), "nothing-*.tfrecord");
+	tu_path(pat, sizeof(pat), tmpdir, "nothing-*.tfrecord");
 	ck_assert_int_eq(dtf_glob_files(pat, &files, &n), -DTF_ERR_DATA);
 	char want[9000];
 	snprintf(want, sizeof(want), "no files match '%s'", pat);
@@ -1300,9 +1240,5 @@ static Suite *data_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(data_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(data_suite(), 1);
 }

@@ -12,15 +12,15 @@
  */
 #include <check.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "data/example.h"
 #include "data/tfrecord.h"
+
+#include "testutil.h"
 
 static char tmpdir[512];
 static const char *build_root;
@@ -32,9 +32,7 @@ static const char job_text[] =
 	"data:\n"
 	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 16}\n"
 	"  prefetch: 2\n"
-	"  features:\n"
-	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
-	"    label: {type: int64, shape: []}\n"
+	TU_SYNTH_FEATURES_8X8
 	"model:\n"
 	"  input: image\n"
 	"  layers:\n"
@@ -47,34 +45,17 @@ static const char job_text[] =
 	"  optimizer: {sgd: {learning_rate: 0.1}}\n"
 	"logging: {every_steps: 1000}\n";
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[8192];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static void write_job(const char *dir, int batch)
 {
-	char path[1100];
-	snprintf(path, sizeof(path), "%s/job.yaml", dir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, dir, batch);
-	fclose(f);
+	tu_write_file(dir, "job.yaml", job_text, dir, batch);
 }
 
 /* A fresh case directory with the two good shards and a job file. */
 static const char *case_dir(const char *name, char *buf, size_t n)
 {
 	snprintf(buf, n, "%s/%s", tmpdir, name);
-	ck_assert_int_eq(run("mkdir -p '%s' && cp %s/good/*.tfrecord '%s'/",
-			     buf, tmpdir, buf),
+	ck_assert_int_eq(tu_run("mkdir -p '%s' && cp %s/good/*.tfrecord '%s'/",
+				buf, tmpdir, buf),
 			 0);
 	write_job(buf, 8);
 	return buf;
@@ -82,21 +63,13 @@ static const char *case_dir(const char *name, char *buf, size_t n)
 
 static void setup(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-data-errors-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	ck_assert_int_eq(run("mkdir -p %s/good && %s/dtf-records synth --out "
-			     "%s/good/train --count 40 --shards 2 --shape 8,8,1 "
-			     "--classes 4 --seed 1 >/dev/null",
-			     tmpdir, build_root, tmpdir),
-			 0);
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-data-errors");
+	ck_assert_int_eq(tu_run("mkdir -p %s/good", tmpdir), 0);
+	tu_synth(tmpdir, "good/train", 40, 2, "8,8,1", 1);
 }
 
-static void teardown(void) { run("rm -rf '%s'", tmpdir); }
+static void teardown(void) { tu_tmpdir_remove(tmpdir); }
 
 /* Bytes of one record of the synthetic shards (all the same size). */
 static long record_bytes(const char *dir)
@@ -115,16 +88,10 @@ static long record_bytes(const char *dir)
  * the log (stderr) in log. */
 static int train2(const char *dir, const char *args, char *log, size_t n)
 {
-	int st = run("timeout 120 mpirun -np 2 %s/dtf-train --threads 1 %s "
-		     "%s/job.yaml >/dev/null 2>%s/log",
-		     build_root, args, dir, dir);
-	char path[1100];
-	snprintf(path, sizeof(path), "%s/log", dir);
-	FILE *f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
-	size_t got = fread(log, 1, n - 1, f);
-	log[got] = 0;
-	fclose(f);
+	int st = tu_run("timeout 120 mpirun -np 2 %s/dtf-train --threads 1 %s "
+			"%s/job.yaml >/dev/null 2>%s/log",
+			build_root, args, dir, dir);
+	snprintf(log, n, "%s", tu_slurp(dir, "log"));
 	return st;
 }
 
@@ -157,8 +124,8 @@ START_TEST(cut_inside_length)
 	char dir[1024];
 	case_dir("cut-length", dir, sizeof(dir));
 	long rec = record_bytes(dir);
-	ck_assert_int_eq(run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
-			     7 * rec + 5, dir),
+	ck_assert_int_eq(tu_run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
+				7 * rec + 5, dir),
 			 0);
 	expect_record_error(dir, 3, 7, 7 * rec,
 			    "truncated record header (5 of 12 bytes)");
@@ -170,8 +137,8 @@ START_TEST(cut_after_length_crc)
 	char dir[1024];
 	case_dir("cut-crc", dir, sizeof(dir));
 	long rec = record_bytes(dir);
-	ck_assert_int_eq(run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
-			     7 * rec + 12, dir),
+	ck_assert_int_eq(tu_run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
+				7 * rec + 12, dir),
 			 0);
 	char what[128];
 	snprintf(what, sizeof(what), "truncated record data (0 of %ld bytes)",
@@ -185,8 +152,8 @@ START_TEST(cut_inside_data)
 	char dir[1024];
 	case_dir("cut-data", dir, sizeof(dir));
 	long rec = record_bytes(dir);
-	ck_assert_int_eq(run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
-			     7 * rec + 12 + 30, dir),
+	ck_assert_int_eq(tu_run("truncate -s %ld %s/train-00001-of-00002.tfrecord",
+				7 * rec + 12 + 30, dir),
 			 0);
 	char what[128];
 	snprintf(what, sizeof(what), "truncated record data (30 of %ld bytes)",
@@ -195,26 +162,13 @@ START_TEST(cut_inside_data)
 }
 END_TEST
 
-static void patch(const char *path, long off, const void *b, size_t n)
-{
-	FILE *f = fopen(path, "r+b");
-	ck_assert_ptr_nonnull(f);
-	fseek(f, off, SEEK_SET);
-	ck_assert_int_eq(fwrite(b, 1, n, f), n);
-	fclose(f);
-}
-
 START_TEST(flipped_data_byte)
 {
 	char dir[1024], path[1100];
 	case_dir("flip", dir, sizeof(dir));
 	long rec = record_bytes(dir);
 	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
-	FILE *f = fopen(path, "rb");
-	fseek(f, 3 * rec + 12 + 40, SEEK_SET);
-	uint8_t c = (uint8_t)(fgetc(f) ^ 0x20);
-	fclose(f);
-	patch(path, 3 * rec + 12 + 40, &c, 1);
+	tu_patch_xor(path, 3 * rec + 12 + 40, 0x20);
 	static char log[65536];
 	int st = train2(dir, "", log, sizeof(log));
 	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
@@ -231,6 +185,36 @@ START_TEST(flipped_data_byte)
 }
 END_TEST
 
+/* A bad eval record stops the run at start, before any training step,
+ * not at the first evaluation. */
+START_TEST(bad_eval_record_found_at_start)
+{
+	char dir[1024], path[1100];
+	case_dir("badeval", dir, sizeof(dir));
+	long rec = record_bytes(dir);
+	ck_assert_int_eq(tu_run("cp '%s/train-00001-of-00002.tfrecord' "
+				"'%s/eval.tfrecord'",
+				dir, dir),
+			 0);
+	snprintf(path, sizeof(path), "%s/eval.tfrecord", dir);
+	tu_patch_xor(path, 7 * rec + 12 + 40, 0x20);
+	char args[1400];
+	snprintf(args, sizeof(args),
+		 "--set data.eval.files=%s --set logging.every_steps=1", path);
+	static char log[65536];
+	int st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "error: %s: record 7 at byte offset %ld: data CRC mismatch "
+		 "(corrupt record)\n",
+		 path, 7 * rec);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+	ck_assert_msg(!strstr(log, "step 1/"), "trained before failing:\n%s",
+		      log);
+}
+END_TEST
+
 START_TEST(huge_length)
 {
 	char dir[1024], path[1100];
@@ -238,7 +222,7 @@ START_TEST(huge_length)
 	long rec = record_bytes(dir);
 	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
 	uint8_t huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
-	patch(path, 5 * rec, huge, 8);
+	tu_patch_bytes(path, 5 * rec, huge, 8);
 	expect_record_error(dir, 3, 5, 5 * rec,
 			    "length CRC mismatch (corrupt length field)");
 }
@@ -248,7 +232,7 @@ START_TEST(empty_file_among_good)
 {
 	char dir[1024];
 	case_dir("empty", dir, sizeof(dir));
-	ck_assert_int_eq(run(": > %s/train-00002-of-00003.tfrecord", dir), 0);
+	ck_assert_int_eq(tu_run(": > %s/train-00002-of-00003.tfrecord", dir), 0);
 	static char log[65536];
 	int st = train2(dir, "", log, sizeof(log));
 	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
@@ -268,7 +252,7 @@ START_TEST(glob_matches_nothing)
 {
 	char dir[1024];
 	case_dir("noglob", dir, sizeof(dir));
-	ck_assert_int_eq(run("rm %s/*.tfrecord", dir), 0);
+	ck_assert_int_eq(tu_run("rm %s/*.tfrecord", dir), 0);
 	static char log[65536];
 	int st = train2(dir, "", log, sizeof(log));
 	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
@@ -315,7 +299,7 @@ START_TEST(file_policy_too_few_files)
 {
 	char dir[1024];
 	case_dir("file-policy", dir, sizeof(dir));
-	ck_assert_int_eq(run("rm %s/train-00001-of-00002.tfrecord", dir), 0);
+	ck_assert_int_eq(tu_run("rm %s/train-00001-of-00002.tfrecord", dir), 0);
 	static char log[65536];
 	int st = train2(dir, "--set data.shard_policy=file", log, sizeof(log));
 	ck_assert_msg(st == 2, "exit status %d, log:\n%s", st, log);
@@ -343,8 +327,8 @@ START_TEST(skip_bad_records)
 	long rec = record_bytes(dir);
 	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
 	uint8_t c = 0x55;
-	patch(path, 2 * rec + 12 + 9, &c, 1); /* record 2: data CRC */
-	ck_assert_int_eq(run("truncate -s %ld %s", 15 * rec + 3, path), 0);
+	tu_patch_bytes(path, 2 * rec + 12 + 9, &c, 1); /* record 2: data CRC */
+	ck_assert_int_eq(tu_run("truncate -s %ld %s", 15 * rec + 3, path), 0);
 	static char log[65536];
 	int st = train2(dir, "--set data.on_error=skip", log, sizeof(log));
 	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
@@ -375,16 +359,16 @@ START_TEST(uneven_shards_3_and_10)
 {
 	char dir[1024];
 	snprintf(dir, sizeof(dir), "%s/uneven", tmpdir);
-	ck_assert_int_eq(run("mkdir -p %s && %s/dtf-records synth --out %s/a "
-			     "--count 3 --shape 8,8,1 --classes 4 >/dev/null && "
-			     "%s/dtf-records synth --out %s/b --count 10 --shape "
-			     "8,8,1 --classes 4 >/dev/null && "
-			     "mv %s/a-00000-of-00001.tfrecord "
-			     "%s/train-00000-of-00002.tfrecord && "
-			     "mv %s/b-00000-of-00001.tfrecord "
-			     "%s/train-00001-of-00002.tfrecord",
-			     dir, build_root, dir, build_root, dir, dir, dir,
-			     dir, dir),
+	ck_assert_int_eq(tu_run("mkdir -p %s && %s/dtf-records synth --out %s/a "
+				"--count 3 --shape 8,8,1 --classes 4 >/dev/null && "
+				"%s/dtf-records synth --out %s/b --count 10 --shape "
+				"8,8,1 --classes 4 >/dev/null && "
+				"mv %s/a-00000-of-00001.tfrecord "
+				"%s/train-00000-of-00002.tfrecord && "
+				"mv %s/b-00000-of-00001.tfrecord "
+				"%s/train-00001-of-00002.tfrecord",
+				dir, build_root, dir, build_root, dir, dir, dir,
+				dir, dir),
 		 0);
 	write_job(dir, 4); /* global batch 4: 2 per replica */
 	static char log[65536];
@@ -401,9 +385,9 @@ START_TEST(gzip_read_as_none)
 {
 	char dir[1024];
 	case_dir("gzip", dir, sizeof(dir));
-	ck_assert_int_eq(run("cd %s && for f in *.tfrecord; do gzip \"$f\" && "
-			     "mv \"$f.gz\" \"$f\"; done",
-			     dir),
+	ck_assert_int_eq(tu_run("cd %s && for f in *.tfrecord; do gzip \"$f\" && "
+				"mv \"$f.gz\" \"$f\"; done",
+				dir),
 			 0);
 	static char log[65536];
 	int st = train2(dir, "", log, sizeof(log));
@@ -424,32 +408,23 @@ START_TEST(records_tool_shard_and_inspect)
 {
 	char dir[1024];
 	snprintf(dir, sizeof(dir), "%s/tool", tmpdir);
-	ck_assert_int_eq(run("mkdir -p %s && cd %s && %s/dtf-records synth "
-			     "--out s --count 50 --shards 3 --shape 4,4,2 "
-			     "--compression gzip >/dev/null && %s/dtf-records "
-			     "shard --compression gzip --out-compression zlib "
-			     "--out m --shards 2 s-*.tfrecord >/dev/null && "
-			     "%s/dtf-records verify --compression zlib "
-			     "m-*.tfrecord >verify.txt && %s/dtf-records "
-			     "inspect --compression zlib --records 10 "
-			     "m-00001-of-00002.tfrecord >inspect.txt",
-			     dir, dir, build_root, build_root, build_root,
-			     build_root),
+	ck_assert_int_eq(tu_run("mkdir -p %s && cd %s && %s/dtf-records synth "
+				"--out s --count 50 --shards 3 --shape 4,4,2 "
+				"--compression gzip >/dev/null && %s/dtf-records "
+				"shard --compression gzip --out-compression zlib "
+				"--out m --shards 2 s-*.tfrecord >/dev/null && "
+				"%s/dtf-records verify --compression zlib "
+				"m-*.tfrecord >verify.txt && %s/dtf-records "
+				"inspect --compression zlib --records 10 "
+				"m-00001-of-00002.tfrecord >inspect.txt",
+				dir, dir, build_root, build_root, build_root,
+				build_root),
 			 0);
-	char path[1100], buf[4096];
-	snprintf(path, sizeof(path), "%s/verify.txt", dir);
-	FILE *f = fopen(path, "r");
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
+	const char *buf = tu_slurp(dir, "verify.txt");
 	ck_assert_str_eq(buf, "m-00000-of-00002.tfrecord: 25 records, all CRCs "
 			      "OK\nm-00001-of-00002.tfrecord: 25 records, all "
 			      "CRCs OK\ntotal: 50 records in 2 files\n");
-	snprintf(path, sizeof(path), "%s/inspect.txt", dir);
-	f = fopen(path, "r");
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
+	buf = tu_slurp(dir, "inspect.txt");
 	ck_assert_msg(strstr(buf, "  schema (first 10 records):\n"
 				  "    image: {type: bytes, decode: uint8, "
 				  "shape: [32]}  # 32 bytes; or float16 [16]; "
@@ -457,9 +432,9 @@ START_TEST(records_tool_shard_and_inspect)
 				  "    label: {type: int64, shape: []}\n"),
 		      "%s", buf);
 	/* reading the zlib shards as gzip fails with a data error */
-	ck_assert_int_eq(run("%s/dtf-records verify --compression gzip "
-			     "%s/m-00000-of-00002.tfrecord 2>/dev/null",
-			     build_root, dir),
+	ck_assert_int_eq(tu_run("%s/dtf-records verify --compression gzip "
+				"%s/m-00000-of-00002.tfrecord 2>/dev/null",
+				build_root, dir),
 			 3);
 }
 END_TEST
@@ -475,6 +450,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, cut_inside_data);
 	tcase_add_test(tc, flipped_data_byte);
 	tcase_add_test(tc, huge_length);
+	tcase_add_test(tc, bad_eval_record_found_at_start);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("files");
@@ -499,9 +475,5 @@ static Suite *errors_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(errors_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(errors_suite(), 1);
 }

@@ -15,11 +15,9 @@
  */
 #include <check.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -27,6 +25,8 @@
 #include "dtf_config.h"
 #include "ops/cuda/cuda.h"
 #include "train/device.h"
+
+#include "testutil.h"
 
 static char tmpdir[256];
 static const char *build_root;
@@ -36,9 +36,7 @@ static const char job_text[] =
 	"seed: 3\n"
 	"data:\n"
 	"  train: {files: \"%s/train-*.tfrecord\"}\n"
-	"  features:\n"
-	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
-	"    label: {type: int64, shape: []}\n"
+	TU_SYNTH_FEATURES_8X8
 	"model:\n"
 	"  input: image\n"
 	"  layers:\n"
@@ -55,52 +53,17 @@ static const char job_text[] =
 	"  optimizer: {sgd: {learning_rate: 0.05, momentum: 0.9}}\n"
 	"logging: {every_steps: 100}\n";
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static char *slurp(const char *path)
-{
-	static char buf[16384];
-	FILE *f = fopen(path, "r");
-	ck_assert_msg(f != NULL, "missing %s", path);
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	return buf;
-}
-
 static void setup(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-device-test-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 320 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 5 >/dev/null",
-			     build_root, tmpdir), 0);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, tmpdir);
-	fclose(f);
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-device-test");
+	tu_synth(tmpdir, "train", 320, 1, "8,8,1", 5);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir);
 }
 
 static void teardown(void)
 {
-	run("rm -rf '%s'", tmpdir);
+	tu_tmpdir_remove(tmpdir);
 }
 
 /* ---- placement ------------------------------------------------------------ */
@@ -191,32 +154,13 @@ END_TEST
 
 /* ---- selection, end to end ------------------------------------------------------ */
 
-static float *read_vars(const char *name, size_t *n)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "missing %s", path);
-	char magic[8];
-	uint64_t count;
-	ck_assert_int_eq(fread(magic, 1, 8, f), 8);
-	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
-	float *p = malloc(count * sizeof(float));
-	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
-	fclose(f);
-	*n = count;
-	return p;
-}
-
 START_TEST(cuda_without_gpu_fails_auto_uses_cpu)
 {
 	char why[256];
 	int ngpus = dtf_cuda_device_count(why, sizeof(why));
-	int st = run("%s/dtf-train -q --set device=cuda --export-variables %s/cuda.bin %s/job.yaml 2>%s/cuda.log",
-		     build_root, tmpdir, tmpdir, tmpdir);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/cuda.log", tmpdir);
-	const char *log = slurp(path);
+	int st = tu_run("%s/dtf-train -q --set device=cuda --export-variables %s/cuda.bin %s/job.yaml 2>%s/cuda.log",
+			build_root, tmpdir, tmpdir, tmpdir);
+	const char *log = tu_slurp(tmpdir, "cuda.log");
 	if (ngpus == 0) {
 		ck_assert_msg(st == 1, "device: cuda without a GPU: exit %d, log:\n%s",
 			      st, log);
@@ -233,20 +177,16 @@ START_TEST(cuda_without_gpu_fails_auto_uses_cpu)
 		ck_assert_msg(st == 0, "device: cuda with %d GPU(s): exit %d, log:\n%s",
 			      ngpus, st, log);
 	}
-	ck_assert_int_eq(run("%s/dtf-train -q --set device=auto --export-variables %s/auto.bin %s/job.yaml 2>/dev/null",
-			     build_root, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu.bin %s/job.yaml 2>/dev/null",
-			     build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=auto --export-variables %s/auto.bin %s/job.yaml 2>/dev/null",
+				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu.bin %s/job.yaml 2>/dev/null",
+				build_root, tmpdir, tmpdir), 0);
 	size_t na, nc;
-	float *a = read_vars("auto.bin", &na), *c = read_vars("cpu.bin", &nc);
+	float *a = tu_read_vars(tmpdir, "auto.bin", &na);
+	float *c = tu_read_vars(tmpdir, "cpu.bin", &nc);
 	ck_assert_uint_eq(na, nc);
-	double worst = 0;
-	size_t moved = 0;
-	for (size_t i = 0; i < na; i++) {
-		double rel = fabs((double)a[i] - c[i]) / fmax(fabs((double)c[i]), 1e-2);
-		worst = rel > worst ? rel : worst;
-		moved += c[i] != 0.0f;
-	}
+	size_t moved;
+	double worst = tu_max_rel_diff(a, c, na, &moved);
 	printf("device auto vs cpu (%d GPUs): %zu floats, max relative difference %.3g\n",
 	       ngpus, na, worst);
 	if (ngpus == 0)
@@ -298,9 +238,5 @@ static Suite *device_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(device_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(device_suite(), 1);
 }

@@ -21,16 +21,16 @@
  */
 #include <check.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config/config.h"
 #include "core/error.h"
 #include "dist/strategy.h"
+
+#include "testutil.h"
 
 static char tmpdir[256];
 static const char *build_root;
@@ -41,21 +41,8 @@ static const char job_text[] =
 	"data:\n"
 	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
 	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
-	"  features:\n"
-	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
-	"    label: {type: int64, shape: []}\n"
-	"model:\n"
-	"  input: image\n"
-	"  layers:\n"
-	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
-	"    - {max_pool2d: {size: 2}}\n"
-	"    - {conv2d: {filters: 6, kernel: 3, padding: valid, activation: relu}}\n"
-	"    - flatten\n"
-	"    - {dense: {units: 16, activation: relu}}\n"
-	"    - {dropout: {rate: 0.25}}\n"
-	"    - {dense: {units: 4, name: logits}}\n"
-	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
-	"  metrics: [accuracy]\n"
+	TU_SYNTH_FEATURES_8X8
+	TU_TINY_CNN_MODEL
 	"train:\n"
 	"  batch_size: 16\n"
 	"  max_steps: 20\n"
@@ -76,74 +63,28 @@ static const char wrapper[] =
 	"\\\"worker\\\": [\\\"h1:2222\\\"], \\\"ps\\\": [\\\"h2:2222\\\"]}, "
 	"\\\"task\\\": {\\\"type\\\": $t}}\" exec \"$@\"\n";
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static char *slurp(const char *name)
-{
-	static char buf[65536];
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
-	FILE *f = fopen(path, "r");
-	buf[0] = 0;
-	if (!f)
-		return buf;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	return buf;
-}
-
 /* mpirun -np np dtf-train ... --export-variables NAME.bin 2>NAME.log */
 static int train(int np, const char *name, const char *env,
 		 const char *sets)
 {
-	return run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
-		   "--export-variables %s/%s.bin %s %s/job.yaml 2>%s/%s.log "
-		   ">/dev/null",
-		   env ? env : "", np, build_root, tmpdir, name, sets ? sets : "",
-		   tmpdir, tmpdir, name);
-}
-
-static float *read_vars(const char *name, size_t *n)
-{
-	char path[512];
-	snprintf(path, sizeof(path), "%s/%s.bin", tmpdir, name);
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "missing %s", path);
-	char magic[8];
-	uint64_t count;
-	ck_assert_int_eq(fread(magic, 1, 8, f), 8);
-	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
-	float *p = malloc(count * sizeof(float));
-	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
-	fclose(f);
-	*n = count;
-	return p;
+	return tu_run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
+		      "--export-variables %s/%s.bin %s %s/job.yaml 2>%s/%s.log "
+		      ">/dev/null",
+		      env ? env : "", np, build_root, tmpdir, name, sets ? sets : "",
+		      tmpdir, tmpdir, name);
 }
 
 /* max over parameters of |a - b| / max(|a|, 1e-2) */
 static double max_rel_diff(const char *a_name, const char *b_name)
 {
+	char an[128], bn[128];
+	snprintf(an, sizeof(an), "%s.bin", a_name);
+	snprintf(bn, sizeof(bn), "%s.bin", b_name);
 	size_t na, nb;
-	float *a = read_vars(a_name, &na), *b = read_vars(b_name, &nb);
+	float *a = tu_read_vars(tmpdir, an, &na);
+	float *b = tu_read_vars(tmpdir, bn, &nb);
 	ck_assert_uint_eq(na, nb);
-	double worst = 0;
-	for (size_t i = 0; i < na; i++) {
-		double d = fabs((double)a[i] - b[i]) /
-			   fmax(fabs((double)a[i]), 1e-2);
-		if (!(d <= worst)) /* NaN counts as the worst */
-			worst = isnan(d) ? INFINITY : d;
-	}
+	double worst = tu_max_rel_diff(b, a, na, NULL);
 	free(a);
 	free(b);
 	return worst;
@@ -151,38 +92,20 @@ static double max_rel_diff(const char *a_name, const char *b_name)
 
 static void setup(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-dist-test-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
-			     build_root, tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
-			     build_root, tmpdir), 0);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, tmpdir, tmpdir);
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/tf.sh", tmpdir);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(wrapper, f);
-	fclose(f);
-	ck_assert_int_eq(run("chmod +x %s/tf.sh", tmpdir), 0);
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-dist-test");
+	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
+	tu_synth(tmpdir, "test", 200, 1, "8,8,1", 2);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir, tmpdir);
+	tu_write_file(tmpdir, "tf.sh", "%s", wrapper);
+	ck_assert_int_eq(tu_run("chmod +x %s/tf.sh", tmpdir), 0);
 	/* the reference: one process at global batch 16 */
 	ck_assert_int_eq(train(1, "ref", NULL, "--set strategy.type=one_device"), 0);
 }
 
 static void teardown(void)
 {
-	run("rm -rf '%s'", tmpdir);
+	tu_tmpdir_remove(tmpdir);
 }
 
 /* ---- equivalence ------------------------------------------------------------- */
@@ -219,7 +142,7 @@ START_TEST(strategies_match_one_device)
 	char log[64];
 	snprintf(log, sizeof(log), "%s.log", same[i].name);
 	ck_assert_msg(st == 0, "%s: exit %d\n%s", same[i].name, st,
-		      slurp(log));
+		      tu_slurp(tmpdir, log));
 	double d = max_rel_diff("ref", same[i].name);
 	printf("%-14s %d ranks vs one_device after 20 steps: max relative difference %.3g\n",
 	       same[i].name, same[i].np, d);
@@ -234,8 +157,9 @@ START_TEST(fused_overlapped_equals_per_tensor)
 	ck_assert_int_eq(train(2, "per_tensor", NULL,
 			       "--set strategy.communication.bucket_mb=1e-9 "
 			       "--set strategy.communication.overlap=false"), 0);
-	ck_assert_msg(strstr(slurp("per_tensor.log"), "8 buckets") != NULL,
-		      "%s", slurp("per_tensor.log"));
+	ck_assert_msg(strstr(tu_slurp(tmpdir, "per_tensor.log"), "8 buckets") !=
+			      NULL,
+		      "%s", tu_slurp(tmpdir, "per_tensor.log"));
 	ck_assert_int_eq(train(2, "fused_small", NULL,
 			       "--set strategy.communication.bucket_mb=0.0008"), 0);
 	ck_assert_int_eq(train(2, "fused_one", NULL, NULL), 0);
@@ -267,8 +191,8 @@ START_TEST(fp16_eight_ranks_no_overflow)
 	snprintf(cmd, sizeof(cmd),
 		 "timeout 120 mpirun -np 8 %s/tests/dist_probe fp16 10000 >%s/probe.out 2>&1",
 		 build_root, tmpdir);
-	ck_assert_int_eq(run("%s", cmd), 0);
-	char *out = slurp("probe.out");
+	ck_assert_int_eq(tu_run("%s", cmd), 0);
+	const char *out = tu_slurp(tmpdir, "probe.out");
 	printf("8 ranks x 10000.0 in fp16: %s", out);
 	ck_assert_msg(strstr(out, "sum 80000 mean 10000 naive inf") != NULL,
 		      "%s", out);
@@ -355,10 +279,10 @@ START_TEST(tf_config_errors)
 	FILE *f = fopen(path, "w");
 	fputs(tf_errors[i].json, f);
 	fclose(f);
-	int st = run("TF_CONFIG=\"$(cat %s)\" timeout 60 mpirun -np %d -x TF_CONFIG "
-		     "%s/dtf-train -q %s/job.yaml >/dev/null 2>%s/tf.log",
-		     path, tf_errors[i].np, build_root, tmpdir, tmpdir);
-	char *log = slurp("tf.log");
+	int st = tu_run("TF_CONFIG=\"$(cat %s)\" timeout 60 mpirun -np %d -x TF_CONFIG "
+			"%s/dtf-train -q %s/job.yaml >/dev/null 2>%s/tf.log",
+			path, tf_errors[i].np, build_root, tmpdir, tmpdir);
+	const char *log = tu_slurp(tmpdir, "tf.log");
 	ck_assert_msg(st == 2, "exit %d for %s\n%s", st, tf_errors[i].json, log);
 	ck_assert_msg(strstr(log, tf_errors[i].want) != NULL, "no '%s' in:\n%s",
 		      tf_errors[i].want, log);
@@ -370,28 +294,28 @@ START_TEST(tf_config_cluster_trains)
 	/* chief + worker + ps from TF_CONFIG, one per rank */
 	char env[512];
 	snprintf(env, sizeof(env), "PATH=%s:$PATH", tmpdir);
-	int st = run("timeout 120 mpirun -np 3 %s/tf.sh %s/dtf-train -q --threads 1 "
-		     "--set strategy.type=parameter_server --export-variables %s/tfc.bin "
-		     "%s/job.yaml 2>%s/tfc.log >/dev/null",
-		     tmpdir, build_root, tmpdir, tmpdir, tmpdir);
-	ck_assert_msg(st == 0, "exit %d\n%s", st, slurp("tfc.log"));
+	int st = tu_run("timeout 120 mpirun -np 3 %s/tf.sh %s/dtf-train -q --threads 1 "
+			"--set strategy.type=parameter_server --export-variables %s/tfc.bin "
+			"%s/job.yaml 2>%s/tfc.log >/dev/null",
+			tmpdir, build_root, tmpdir, tmpdir, tmpdir);
+	ck_assert_msg(st == 0, "exit %d\n%s", st, tu_slurp(tmpdir, "tfc.log"));
 	double d = max_rel_diff("ref", "tfc");
 	printf("TF_CONFIG chief+worker+ps vs one_device: %.3g\n", d);
 	ck_assert(d <= 1e-4);
-	st = run("timeout 60 mpirun -np 3 %s/tf.sh %s/dtf-train --print-cluster "
-		 "--set strategy.type=parameter_server %s/job.yaml >%s/pc.out 2>&1",
-		 tmpdir, build_root, tmpdir, tmpdir);
-	char *out = slurp("pc.out");
+	st = tu_run("timeout 60 mpirun -np 3 %s/tf.sh %s/dtf-train --print-cluster "
+		    "--set strategy.type=parameter_server %s/job.yaml >%s/pc.out 2>&1",
+		    tmpdir, build_root, tmpdir, tmpdir);
+	const char *out = tu_slurp(tmpdir, "pc.out");
 	ck_assert_msg(st == 0, "%s", out);
 	ck_assert_str_eq(out, "rank 0: chief 0 h0:2222\n"
 			      "rank 1: worker 0 h1:2222\n"
 			      "rank 2: ps 0 h2:2222\n");
 	/* without TF_CONFIG: from the job */
-	st = run("timeout 60 mpirun -np 4 %s/dtf-train --print-cluster "
-		 "--set strategy.type=parameter_server --set strategy.num_ps=2 "
-		 "%s/job.yaml >%s/pc.out 2>&1",
-		 build_root, tmpdir, tmpdir);
-	out = slurp("pc.out");
+	st = tu_run("timeout 60 mpirun -np 4 %s/dtf-train --print-cluster "
+		    "--set strategy.type=parameter_server --set strategy.num_ps=2 "
+		    "%s/job.yaml >%s/pc.out 2>&1",
+		    build_root, tmpdir, tmpdir);
+	out = tu_slurp(tmpdir, "pc.out");
 	ck_assert_msg(st == 0, "%s", out);
 	ck_assert_str_eq(out, "rank 0: worker 0 (chief)\nrank 1: worker 1\n"
 			      "rank 2: ps 0\nrank 3: ps 1\n");
@@ -402,17 +326,17 @@ START_TEST(strategy_world_errors)
 {
 	int st = train(2, "onedev", NULL, "--set strategy.type=one_device");
 	ck_assert_int_eq(st, 2);
-	ck_assert(strstr(slurp("onedev.log"),
+	ck_assert(strstr(tu_slurp(tmpdir, "onedev.log"),
 			 "strategy one_device runs one process, but 2 ranks were started"));
 	st = train(4, "mir_nodes", "DTF_TEST_RANKS_PER_NODE=2",
 		   "--set strategy.type=mirrored");
 	ck_assert_int_eq(st, 2);
-	ck_assert(strstr(slurp("mir_nodes.log"),
+	ck_assert(strstr(tu_slurp(tmpdir, "mir_nodes.log"),
 			 "strategy mirrored keeps its replicas on one node, but the 4 ranks span 2 nodes"));
 	st = train(2, "ps_only", NULL, "--set strategy.type=parameter_server "
 				       "--set strategy.num_ps=2");
 	ck_assert_int_eq(st, 2);
-	ck_assert(strstr(slurp("ps_only.log"), "leave no worker among the 2 ranks"));
+	ck_assert(strstr(tu_slurp(tmpdir, "ps_only.log"), "leave no worker among the 2 ranks"));
 }
 END_TEST
 
@@ -423,19 +347,19 @@ START_TEST(nonfinite_skip_and_fail)
 	char sets[256];
 	snprintf(sets, sizeof(sets), "%s --set train.on_nonfinite=fail", lr);
 	int st = train(2, "nf_fail", NULL, sets);
-	char *log = slurp("nf_fail.log");
+	const char *log = tu_slurp(tmpdir, "nf_fail.log");
 	ck_assert_msg(st == 1, "exit %d\n%s", st, log);
 	ck_assert_msg(strstr(log, "step 2: the summed gradients hold NaN or Inf"), "%s", log);
 	snprintf(sets, sizeof(sets), "%s --set train.on_nonfinite=skip "
 		 "--set strategy.type=central_storage", lr);
 	st = train(2, "nf_skip", NULL, sets);
-	log = slurp("nf_skip.log");
+	log = tu_slurp(tmpdir, "nf_skip.log");
 	ck_assert_msg(st == 0, "exit %d\n%s", st, log);
 	ck_assert_msg(strstr(log, "step 20: non-finite gradients, update skipped (19 so far)"),
 		      "%s", log);
 	snprintf(sets, sizeof(sets), "%s --set strategy.type=parameter_server", lr);
 	st = train(3, "nf_ps", NULL, sets);
-	ck_assert_msg(st == 1, "exit %d\n%s", st, slurp("nf_ps.log"));
+	ck_assert_msg(st == 1, "exit %d\n%s", st, tu_slurp(tmpdir, "nf_ps.log"));
 }
 END_TEST
 
@@ -445,7 +369,7 @@ START_TEST(async_ps_learns)
 		       "--set strategy.type=parameter_server --set strategy.sync=false "
 		       "--set strategy.max_staleness=1 --set train.max_steps=0 "
 		       "--set train.epochs=3 --set logging.every_steps=1000");
-	char *log = slurp("async.log");
+	const char *log = tu_slurp(tmpdir, "async.log");
 	ck_assert_msg(st == 0, "exit %d\n%s", st, log);
 	const char *p = NULL, *q = log;
 	while ((q = strstr(q, "eval loss ")) != NULL) /* the last epoch's */
@@ -460,12 +384,12 @@ END_TEST
 
 START_TEST(linear_scaling_logged)
 {
-	int st = run("timeout 60 mpirun -np 2 %s/dtf-train --threads 1 "
-		     "--set 'train.learning_rate_scaling={linear: {warmup_steps: 10}}' "
-		     "--set train.max_steps=10 --set logging.every_steps=10 "
-		     "%s/job.yaml 2>%s/lrs.log >/dev/null",
-		     build_root, tmpdir, tmpdir);
-	char *log = slurp("lrs.log");
+	int st = tu_run("timeout 60 mpirun -np 2 %s/dtf-train --threads 1 "
+			"--set 'train.learning_rate_scaling={linear: {warmup_steps: 10}}' "
+			"--set train.max_steps=10 --set logging.every_steps=10 "
+			"%s/job.yaml 2>%s/lrs.log >/dev/null",
+			build_root, tmpdir, tmpdir);
+	const char *log = tu_slurp(tmpdir, "lrs.log");
 	ck_assert_msg(st == 0, "%s", log);
 	ck_assert_msg(strstr(log, "batch: global 16, per replica 8") != NULL, "%s", log);
 	ck_assert_msg(strstr(log, "learning rate 0.01, effective 0.02 (linear scaling") != NULL,
@@ -528,10 +452,5 @@ static Suite *dist_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(dist_suite());
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(dist_suite(), 0);
 }

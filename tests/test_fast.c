@@ -35,46 +35,16 @@
 #include "ops/cpu/kernels.h"
 #include "train/optimizer.h"
 
+#include "testutil.h"
+
 /* ---- helpers ------------------------------------------------------------ */
-
-static uint64_t rng_state = 0x5eed;
-
-static uint64_t next_u64(void)
-{
-	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static float frand(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((next_u64() >> 40) / 16777216.0);
-}
-
-static float *falloc(size_t n)
-{
-	float *p = malloc((n ? n : 1) * sizeof *p);
-	ck_assert_ptr_nonnull(p);
-	for (size_t i = 0; i < n; i++)
-		p[i] = NAN;
-	return p;
-}
-
-static float *frandom(size_t n, float lo, float hi)
-{
-	float *p = falloc(n);
-	for (size_t i = 0; i < n; i++)
-		p[i] = frand(lo, hi);
-	return p;
-}
 
 /* Values on a coarse grid, so pooling windows hold ties. */
 static float *fgrid(size_t n)
 {
-	float *p = falloc(n);
+	float *p = tu_fnan(n);
 	for (size_t i = 0; i < n; i++)
-		p[i] = (float)((int)(next_u64() % 7) - 3) * 0.25f;
+		p[i] = (float)((int)(tu_next_u64() % 7) - 3) * 0.25f;
 	return p;
 }
 
@@ -197,19 +167,19 @@ START_TEST(conv2d_forward_matches_reference)
 		size_t nx = (size_t)g.n * g.h * g.w * g.c;
 		size_t nw = (size_t)g.kh * g.kw * g.c * g.o;
 		size_t ny = (size_t)g.n * g.oh * g.ow * g.o;
-		float *x = frandom(nx, -1, 1), *w = frandom(nw, -1, 1);
-		float *b = frandom((size_t)g.o, -0.5f, 0.5f);
-		float *ref = falloc(ny), *ws = falloc(dtf_cpu_conv2d_workspace(&g));
+		float *x = tu_frandom(nx, -1, 1), *w = tu_frandom(nw, -1, 1);
+		float *b = tu_frandom((size_t)g.o, -0.5f, 0.5f);
+		float *ref = tu_fnan(ny), *ws = tu_fnan(dtf_cpu_conv2d_workspace(&g));
 		dtf_cpu_conv2d(&g, x, w, ref, ws);
-		float *refb = falloc(ny), *refr = falloc(ny);
+		float *refb = tu_fnan(ny), *refr = tu_fnan(ny);
 		dtf_cpu_bias_add(ny / (size_t)g.o, g.o, ref, b, refb);
 		dtf_cpu_relu(ny, refb, refr);
 		for (int ti = 0; ti < 2; ti++) {
 			int nt = thread_counts[ti];
 			struct dtf_pool *p;
 			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
-			float *fws = falloc(dtf_fast_conv2d_workspace(&g, nt));
-			float *y = falloc(ny);
+			float *fws = tu_fnan(dtf_fast_conv2d_workspace(&g, nt));
+			float *y = tu_fnan(ny);
 			dtf_fast_conv2d(p, &g, x, w, NULL, 0, y, fws);
 			close_enough("conv2d", ref, y, ny, 1e-4);
 			dtf_fast_conv2d(p, &g, x, w, b, 0, y, fws);
@@ -248,18 +218,18 @@ START_TEST(conv2d_backward_matches_reference)
 		size_t nx = (size_t)g.n * g.h * g.w * g.c;
 		size_t nw = (size_t)g.kh * g.kw * g.c * g.o;
 		size_t ny = (size_t)g.n * g.oh * g.ow * g.o;
-		float *x = frandom(nx, -1, 1), *w = frandom(nw, -1, 1);
-		float *dy = frandom(ny, -1, 1);
-		float *ws = falloc(dtf_cpu_conv2d_workspace(&g));
-		float *dx = falloc(nx), *dw = falloc(nw);
+		float *x = tu_frandom(nx, -1, 1), *w = tu_frandom(nw, -1, 1);
+		float *dy = tu_frandom(ny, -1, 1);
+		float *ws = tu_fnan(dtf_cpu_conv2d_workspace(&g));
+		float *dx = tu_fnan(nx), *dw = tu_fnan(nw);
 		dtf_cpu_conv2d_backprop_input(&g, dy, w, dx, ws);
 		dtf_cpu_conv2d_backprop_filter(&g, x, dy, dw, ws);
 		for (int ti = 0; ti < 2; ti++) {
 			int nt = thread_counts[ti];
 			struct dtf_pool *p;
 			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
-			float *fws = falloc(dtf_fast_conv2d_workspace(&g, nt));
-			float *fdx = falloc(nx), *fdw = falloc(nw);
+			float *fws = tu_fnan(dtf_fast_conv2d_workspace(&g, nt));
+			float *fdx = tu_fnan(nx), *fdw = tu_fnan(nw);
 			dtf_fast_conv2d_backprop_input(p, &g, dy, w, fdx, fws);
 			close_enough("backprop_input", dx, fdx, nx, 1e-4);
 			dtf_fast_conv2d_backprop_filter(p, &g, x, dy, fdw, fws);
@@ -283,14 +253,14 @@ START_TEST(matmul_matches_reference)
 		int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
 		for (int tr = 0; tr < 4; tr++) {
 			int ta = tr & 1, tb = tr >> 1;
-			float *a = frandom((size_t)m * k, -1, 1);
-			float *b = frandom((size_t)k * n, -1, 1);
-			float *ref = falloc((size_t)m * n);
+			float *a = tu_frandom((size_t)m * k, -1, 1);
+			float *b = tu_frandom((size_t)k * n, -1, 1);
+			float *ref = tu_fnan((size_t)m * n);
 			dtf_cpu_matmul(m, n, k, a, ta, b, tb, ref);
 			for (int ti = 0; ti < 2; ti++) {
 				struct dtf_pool *p;
 				ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
-				float *c = falloc((size_t)m * n);
+				float *c = tu_fnan((size_t)m * n);
 				dtf_fast_matmul(p, m, n, k, a, ta, b, tb, c);
 				close_enough("matmul", ref, c, (size_t)m * n, 1e-4);
 				free(c);
@@ -309,10 +279,10 @@ START_TEST(bias_act_and_relu_grad_match_reference)
 		size_t rows = (size_t)shapes[s][0];
 		int c = shapes[s][1];
 		size_t n = rows * (size_t)c;
-		float *x = frandom(n, -1, 1), *b = frandom((size_t)c, -1, 1);
-		float *dy = frandom(n, -1, 1);
-		float *rb = falloc(n), *rr = falloc(n), *rg = falloc(n);
-		float *rdb = falloc((size_t)c);
+		float *x = tu_frandom(n, -1, 1), *b = tu_frandom((size_t)c, -1, 1);
+		float *dy = tu_frandom(n, -1, 1);
+		float *rb = tu_fnan(n), *rr = tu_fnan(n), *rg = tu_fnan(n);
+		float *rdb = tu_fnan((size_t)c);
 		dtf_cpu_bias_add(rows, c, x, b, rb);
 		dtf_cpu_relu(n, rb, rr);
 		dtf_cpu_relu_grad(n, dy, rr, rg);
@@ -321,8 +291,8 @@ START_TEST(bias_act_and_relu_grad_match_reference)
 			int nt = thread_counts[ti];
 			struct dtf_pool *p;
 			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
-			float *y = falloc(n), *db = falloc((size_t)c);
-			float *ws = falloc(dtf_fast_bias_grad_workspace(c, nt));
+			float *y = tu_fnan(n), *db = tu_fnan((size_t)c);
+			float *ws = tu_fnan(dtf_fast_bias_grad_workspace(c, nt));
 			dtf_fast_bias_act(p, rows, c, x, b, 0, y);
 			exactly("bias_add", rb, y, n);
 			dtf_fast_bias_act(p, rows, c, x, b, 1, y);
@@ -358,27 +328,27 @@ START_TEST(max_pool_matches_reference)
 		size_t ny = (size_t)g.n * g.oh * g.ow * g.c;
 		/* x as a relu output: a coarse grid clipped at 0, so tiles
 		 * hold ties and all-zero windows */
-		float *x = fgrid(nx), *dy = frandom(ny, -1, 1);
+		float *x = fgrid(nx), *dy = tu_frandom(ny, -1, 1);
 		dtf_cpu_relu(nx, x, x);
-		float *ry = falloc(ny), *rpg = falloc(nx), *rrg = falloc(nx);
-		float *rdb = falloc((size_t)g.c);
+		float *ry = tu_fnan(ny), *rpg = tu_fnan(nx), *rrg = tu_fnan(nx);
+		float *rdb = tu_fnan((size_t)g.c);
 		dtf_cpu_max_pool2d(&g, x, ry);
 		dtf_cpu_max_pool2d_grad(&g, x, dy, rpg);
 		dtf_cpu_relu_grad(nx, rpg, x, rrg);
 		dtf_cpu_bias_add_grad(nx / (size_t)g.c, g.c, rrg, rdb);
-		float *rdb0 = falloc((size_t)g.c);
+		float *rdb0 = tu_fnan((size_t)g.c);
 		dtf_cpu_bias_add_grad(nx / (size_t)g.c, g.c, rpg, rdb0);
 		for (int ti = 0; ti < 2; ti++) {
 			int nt = thread_counts[ti];
 			struct dtf_pool *p;
 			ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
-			float *y = falloc(ny);
+			float *y = tu_fnan(ny);
 			dtf_fast_max_pool2d(p, &g, x, y);
 			exactly("max_pool2d", ry, y, ny);
 			free(y);
 			if (dtf_fast_pool_tiles(&g)) {
-				float *dx = falloc(nx), *db = falloc((size_t)g.c);
-				float *ws = falloc(dtf_fast_bias_grad_workspace(g.c, nt));
+				float *dx = tu_fnan(nx), *db = tu_fnan((size_t)g.c);
+				float *ws = tu_fnan(dtf_fast_bias_grad_workspace(g.c, nt));
 				dtf_fast_max_pool2d_grad(p, &g, x, dy, 0, dx, NULL, ws);
 				exactly("max_pool2d_grad", rpg, dx, nx);
 				dtf_fast_max_pool2d_grad(p, &g, x, dy, 0, dx, db, ws);
@@ -513,13 +483,13 @@ START_TEST(adam_is_bit_identical)
 	struct dtf_optimizer fast = ref;
 	ref.slots = calloc(2 * n, sizeof(float));
 	fast.slots = calloc(2 * n, sizeof(float));
-	float *p1 = frandom(n, -1, 1), *p2 = malloc(n * sizeof(float));
+	float *p1 = tu_frandom(n, -1, 1), *p2 = malloc(n * sizeof(float));
 	memcpy(p2, p1, n * sizeof(float));
 	struct dtf_pool *pool;
 	ck_assert_int_eq(dtf_pool_new(3, &pool), 0);
 	dtf_optimizer_set_pool(&fast, pool);
 	for (int step = 0; step < 5; step++) {
-		float *g = frandom(n, -1e-2f, 1e-2f);
+		float *g = tu_frandom(n, -1e-2f, 1e-2f);
 		dtf_optimizer_apply(&ref, p1, g, 1e-3);
 		dtf_optimizer_apply(&fast, p2, g, 1e-3);
 		free(g);
@@ -588,62 +558,20 @@ static const char *cnn_job =
 
 #define GB 6
 
-struct model {
-	struct dtf_job *job;
-	struct dtf_graph g;
-	struct dtf_plan plan;
-	float *params, *grads;
-	uint64_t ids[GB];
-	struct dtf_exec_ctx ctx;
-};
-
-static void model_build(struct model *m, const char *text)
+static void model_build(struct tu_model *m, const char *text)
 {
-	memset(m, 0, sizeof(*m));
-	int rc = dtf_job_load_string("small.yaml", text, NULL, 0, &m->job);
+	struct dtf_job *job = NULL;
+	int rc = dtf_job_load_string("small.yaml", text, NULL, 0, &job);
 	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
-	ck_assert_int_eq(dtf_graph_lower_model(m->job, GB, &m->g, NULL), 0);
-	ck_assert_int_eq(dtf_graph_backward(&m->g), 0);
-	m->params = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	m->grads = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	ck_assert_int_eq(dtf_plan_graph(&m->g, m->params, m->grads, &m->plan), 0);
-	dtf_graph_init_params(&m->g, 3, m->params);
-	struct dtf_philox_key key = dtf_philox_make_key(99, 1);
-	for (int i = 0; i < m->g.nnodes; i++) {
-		struct dtf_node *n = &m->g.nodes[i];
-		if (n->op == DTF_OP_VARIABLE && n->shape.rank == 1)
-			dtf_rng_uniform(key, (uint32_t)i, 0, 0, -0.2f, 0.2f,
-					n->data, (size_t)n->shape.d[0]);
-		if (n->op == DTF_OP_INPUT && n->dtype == DTF_FLOAT32)
-			dtf_rng_uniform(key, (uint32_t)i, 1, 0, 0.0f, 1.0f,
-					n->data, (size_t)dtf_shape_numel(&n->shape));
-		if (n->op == DTF_OP_INPUT && n->dtype == DTF_INT32)
-			for (int r = 0; r < GB; r++)
-				((int32_t *)n->data)[r] = (r * 3 + 1) % 5;
-	}
-	for (int r = 0; r < GB; r++)
-		m->ids[r] = 500 + (uint64_t)r * 3;
-	m->ctx = (struct dtf_exec_ctx){
-		.training = 1, .step = 2, .example_ids = m->ids, .valid = GB,
-		.loss_scale = 1.0f / GB,
-		.dropout_key = dtf_philox_make_key(11, DTF_RNG_DROPOUT),
-		.workspace = m->plan.workspace};
-}
-
-static void model_free(struct model *m)
-{
-	dtf_plan_deinit(&m->plan);
-	dtf_graph_deinit(&m->g);
-	dtf_free(m->params);
-	dtf_free(m->grads);
-	dtf_job_free(m->job);
+	tu_model_build(m, job, GB, DTF_PLANNER_LIVENESS, 500, 3, 2);
+	tu_model_randomize(m, 0.2f, 3, 5);
 }
 
 /* The fused plan gives the reference's loss, logits and gradient vector,
  * and actually fuses (conv+bias+relu, pool+relu+bias grads, ...). */
 START_TEST(fused_graph_matches_reference)
 {
-	struct model m;
+	struct tu_model m;
 	model_build(&m, cnn_job);
 	size_t np = m.g.nparams;
 	dtf_exec_forward(&m.g, &m.ctx);
@@ -715,7 +643,7 @@ START_TEST(fused_graph_matches_reference)
 	}
 	free(ref_logits);
 	free(ref_grads);
-	model_free(&m);
+	tu_model_free(&m);
 }
 END_TEST
 
@@ -751,9 +679,6 @@ static Suite *fast_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(fast_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	tu_rng_seed(0x5eed);
+	return tu_run_suite(fast_suite(), 1);
 }

@@ -17,6 +17,8 @@
 #include "graph/lower.h"
 #include "mem/plan.h"
 
+#include "testutil.h"
+
 static const char tiny_job[] =
 	"data:\n"
 	"  train: {files: unused}\n"
@@ -37,71 +39,22 @@ static const char tiny_job[] =
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
 	"train: {batch_size: 4}\n";
 
-struct model {
-	struct dtf_job *job;
-	struct dtf_graph g;
-	struct dtf_plan plan;
-	float *params, *grads;
-	uint64_t ids[4];
-	struct dtf_exec_ctx ctx;
-};
-
-static void model_build(struct model *m, const char *text)
+/* The layer model with biases moved off 0 (so relu kinks are not all at
+ * 0), float inputs in [0, 1] and labels (2r + 1) % 3. */
+static void model_build(struct tu_model *m, const char *text)
 {
-	memset(m, 0, sizeof(*m));
-	int rc = dtf_job_load_string("tiny.yaml", text, NULL, 0, &m->job);
+	struct dtf_job *job = NULL;
+	int rc = dtf_job_load_string("tiny.yaml", text, NULL, 0, &job);
 	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
-	rc = dtf_graph_lower_model(m->job, 4, &m->g, NULL);
-	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
-	rc = dtf_graph_backward(&m->g);
-	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
-	m->params = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	m->grads = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	ck_assert_int_eq(dtf_plan_graph(&m->g, m->params, m->grads, &m->plan), 0);
-	dtf_graph_init_params(&m->g, 3, m->params);
-	/* biases start at zero; move them so relu kinks are not all at 0 */
-	struct dtf_philox_key key = dtf_philox_make_key(99, 1);
-	for (int i = 0; i < m->g.nnodes; i++) {
-		struct dtf_node *n = &m->g.nodes[i];
-		if (n->op == DTF_OP_VARIABLE && n->shape.rank == 1)
-			dtf_rng_uniform(key, (uint32_t)i, 0, 0, -0.3f, 0.3f,
-					n->data, (size_t)n->shape.d[0]);
-		if (n->op == DTF_OP_INPUT && n->dtype == DTF_FLOAT32)
-			dtf_rng_uniform(key, (uint32_t)i, 1, 0, 0.0f, 1.0f,
-					n->data, (size_t)dtf_shape_numel(&n->shape));
-		if (n->op == DTF_OP_INPUT && n->dtype == DTF_INT32)
-			for (int r = 0; r < 4; r++)
-				((int32_t *)n->data)[r] = (r * 2 + 1) % 3;
-	}
-	for (int r = 0; r < 4; r++)
-		m->ids[r] = 1000 + (uint64_t)r * 7;
-	m->ctx = (struct dtf_exec_ctx){
-		.training = 1, .step = 5, .example_ids = m->ids, .valid = 4,
-		.loss_scale = 0.25f,
-		.dropout_key = dtf_philox_make_key(11, DTF_RNG_DROPOUT),
-		.workspace = m->plan.workspace};
-}
-
-static void model_free(struct model *m)
-{
-	dtf_plan_deinit(&m->plan);
-	dtf_graph_deinit(&m->g);
-	dtf_free(m->params);
-	dtf_free(m->grads);
-	dtf_job_free(m->job);
-}
-
-static double loss_at(struct model *m)
-{
-	dtf_exec_forward(&m->g, &m->ctx);
-	return m->ctx.loss_sum * m->ctx.loss_scale;
+	tu_model_build(m, job, 4, DTF_PLANNER_LIVENESS, 1000, 7, 5);
+	tu_model_randomize(m, 0.3f, 2, 3);
 }
 
 /* Every parameter of the model: analytic gradient from the appended
  * backward graph vs the central difference of the forward loss. */
 START_TEST(model_gradient_matches_finite_differences)
 {
-	struct model m;
+	struct tu_model m;
 	model_build(&m, tiny_job);
 	dtf_exec_forward(&m.g, &m.ctx);
 	dtf_exec_backward(&m.g, &m.ctx);
@@ -118,9 +71,9 @@ START_TEST(model_gradient_matches_finite_differences)
 			float *p = m.params + n->a.var.offset + k;
 			float saved = *p, eps = 2e-3f;
 			*p = saved + eps;
-			double up = loss_at(&m);
+			double up = tu_model_loss(&m);
 			*p = saved - eps;
-			double down = loss_at(&m);
+			double down = tu_model_loss(&m);
 			*p = saved;
 			double fd = (up - down) / (2.0 * eps);
 			double an = analytic[n->a.var.offset + k];
@@ -137,7 +90,7 @@ START_TEST(model_gradient_matches_finite_differences)
 	       checked, worst);
 	ck_assert_int_eq(checked, (int)dtf_graph_num_params(&m.g));
 	free(analytic);
-	model_free(&m);
+	tu_model_free(&m);
 }
 END_TEST
 
@@ -286,7 +239,7 @@ END_TEST
 
 START_TEST(init_is_glorot_and_deterministic)
 {
-	struct model m1, m2;
+	struct tu_model m1, m2;
 	model_build(&m1, tiny_job);
 	model_build(&m2, tiny_job);
 	ck_assert(memcmp(m1.params, m2.params, m1.g.nparams * 4) == 0);
@@ -302,21 +255,12 @@ START_TEST(init_is_glorot_and_deterministic)
 		mean += v;
 	}
 	ck_assert(fabs(mean / (double)dtf_shape_numel(&n->shape)) < lim / 4);
-	model_free(&m1);
-	model_free(&m2);
+	tu_model_free(&m1);
+	tu_model_free(&m2);
 }
 END_TEST
 
 /* ---- models built with the constructors ---------------------------------- */
-
-/* A model built in code: graph, plan, parameter and gradient vectors. */
-struct gmodel {
-	struct dtf_graph g;
-	struct dtf_plan plan;
-	float *params, *grads;
-	uint64_t ids[4];
-	struct dtf_exec_ctx ctx;
-};
 
 #define OK(expr)                                                        \
 	({                                                              \
@@ -337,13 +281,9 @@ static int var(struct dtf_graph *g, const char *name, int rank, int64_t d0,
 /* Plan, initialise (Glorot; vectors uniform in [-0.3, 0.3]; gamma near 1;
  * moving_var 1), and fill inputs: float features uniform in [0, 1] (or
  * one-hot rows when `onehot`), int labels (2r + 1) % classes. */
-static void gmodel_finish(struct gmodel *m, int classes, int onehot)
+static void gmodel_finish(struct tu_model *m, int classes, int onehot)
 {
-	OK(dtf_graph_backward(&m->g));
-	m->params = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	m->grads = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	ck_assert_int_eq(dtf_plan_graph(&m->g, m->params, m->grads, &m->plan), 0);
-	dtf_graph_init_params(&m->g, 3, m->params);
+	tu_model_plan(m, 4, DTF_PLANNER_LIVENESS, 1000, 7, 5);
 	struct dtf_philox_key key = dtf_philox_make_key(99, 1);
 	for (int i = 0; i < m->g.nforward; i++) {
 		struct dtf_node *n = &m->g.nodes[i];
@@ -366,27 +306,6 @@ static void gmodel_finish(struct gmodel *m, int classes, int onehot)
 			for (int r = 0; r < 4; r++)
 				((int32_t *)n->data)[r] = (r * 2 + 1) % classes;
 	}
-	for (int r = 0; r < 4; r++)
-		m->ids[r] = 1000 + (uint64_t)r * 7;
-	m->ctx = (struct dtf_exec_ctx){
-		.training = 1, .step = 5, .example_ids = m->ids, .valid = 4,
-		.loss_scale = 0.25f,
-		.dropout_key = dtf_philox_make_key(11, DTF_RNG_DROPOUT),
-		.workspace = m->plan.workspace};
-}
-
-static void gmodel_free(struct gmodel *m)
-{
-	dtf_plan_deinit(&m->plan);
-	dtf_graph_deinit(&m->g);
-	dtf_free(m->params);
-	dtf_free(m->grads);
-}
-
-static double gmodel_loss(struct gmodel *m)
-{
-	dtf_exec_forward(&m->g, &m->ctx);
-	return m->ctx.loss_sum * m->ctx.loss_scale;
 }
 
 /* Every trainable parameter: analytic gradient vs central difference;
@@ -398,7 +317,7 @@ static double gmodel_loss(struct gmodel *m)
  * 1.7e-2 at 2e-3, 5.4e-3 at 1e-3, 1.6e-3 at 5e-4; with the name-keyed
  * initial values 3.9e-2 at 1e-3 and 4.4e-3 at 2.5e-4, so the error is the
  * kink, not float noise). */
-static void gmodel_check(struct gmodel *m, const char *what)
+static void gmodel_check(struct tu_model *m, const char *what)
 {
 	dtf_exec_forward(&m->g, &m->ctx);
 	dtf_exec_backward(&m->g, &m->ctx);
@@ -419,9 +338,9 @@ static void gmodel_check(struct gmodel *m, const char *what)
 			float *p = m->params + n->a.var.offset + k;
 			float saved = *p, eps = 5e-4f;
 			*p = saved + eps;
-			double up = gmodel_loss(m);
+			double up = tu_model_loss(m);
 			*p = saved - eps;
-			double down = gmodel_loss(m);
+			double down = tu_model_loss(m);
 			*p = saved;
 			double fd = (up - down) / (2.0 * eps);
 			double an = analytic[n->a.var.offset + k];
@@ -452,7 +371,7 @@ static void gmodel_check(struct gmodel *m, const char *what)
  *   p * sigmoid(p) -> softmax -> dense + bias (add of a vector)
  *   -> identity -> reshape (4, -1) -> sparse softmax cross-entropy
  */
-static void build_residual(struct gmodel *m, int classes)
+static void build_residual(struct tu_model *m, int classes)
 {
 	struct dtf_graph *g = &m->g;
 	memset(m, 0, sizeof(*m));
@@ -516,10 +435,10 @@ static void build_residual(struct gmodel *m, int classes)
 
 START_TEST(residual_model_gradient_matches_finite_differences)
 {
-	struct gmodel m;
+	struct tu_model m;
 	build_residual(&m, 5);
 	gmodel_check(&m, "residual model");
-	gmodel_free(&m);
+	tu_model_free(&m);
 }
 END_TEST
 
@@ -527,7 +446,7 @@ END_TEST
  * inference pass normalizes with them and leaves them alone. */
 START_TEST(batch_norm_modes_through_the_graph)
 {
-	struct gmodel m;
+	struct tu_model m;
 	build_residual(&m, 5);
 	int bn = dtf_graph_find(&m.g, "bn");
 	int mm = dtf_graph_find(&m.g, "bn/moving_mean");
@@ -565,13 +484,13 @@ START_TEST(batch_norm_modes_through_the_graph)
 					      sqrt(mvv[ch] + 1e-3) + bet[ch];
 			ck_assert_double_eq_tol(yv[r * 3 + ch], want, 1e-5);
 		}
-	gmodel_free(&m);
+	tu_model_free(&m);
 }
 END_TEST
 
 /* x (4, 5) -> dense -> gelu (tanh form) -> dense -> [softmax] -> loss,
  * for the three dense losses with float labels. */
-static void build_dense_loss(struct gmodel *m, enum dtf_op loss)
+static void build_dense_loss(struct tu_model *m, enum dtf_op loss)
 {
 	struct dtf_graph *g = &m->g;
 	memset(m, 0, sizeof(*m));
@@ -601,10 +520,10 @@ START_TEST(dense_losses_gradient_matches_finite_differences)
 	const enum dtf_op losses[3] = {DTF_OP_SOFTMAX_XENT, DTF_OP_SIGMOID_XENT,
 				       DTF_OP_MSE};
 	for (int k = 0; k < 3; k++) {
-		struct gmodel m;
+		struct tu_model m;
 		build_dense_loss(&m, losses[k]);
 		gmodel_check(&m, dtf_op_name(losses[k]));
-		gmodel_free(&m);
+		tu_model_free(&m);
 	}
 }
 END_TEST
@@ -612,7 +531,7 @@ END_TEST
 /* The accuracy of every loss kind, from the labels the graph holds. */
 START_TEST(count_correct_follows_the_loss)
 {
-	struct gmodel m;
+	struct tu_model m;
 	build_residual(&m, 5);
 	dtf_exec_forward(&m.g, &m.ctx);
 	const float *l = m.g.nodes[m.g.logits].data;
@@ -630,7 +549,7 @@ START_TEST(count_correct_follows_the_loss)
 	ck_assert_double_eq(dtf_graph_count_correct(&m.g, 3, 1), want1);
 	ck_assert_double_eq(dtf_graph_count_correct(&m.g, 3, 3), want3);
 	ck_assert_double_eq(dtf_graph_count_correct(&m.g, 3, 5), 3);
-	gmodel_free(&m);
+	tu_model_free(&m);
 
 	build_dense_loss(&m, DTF_OP_SOFTMAX_XENT);
 	dtf_exec_forward(&m.g, &m.ctx);
@@ -647,7 +566,7 @@ START_TEST(count_correct_follows_the_loss)
 	}
 	ck_assert_double_eq(dtf_graph_count_correct(&m.g, 4, 1), want1);
 	ck_assert_double_eq(dtf_graph_count_correct(&m.g, 4, 3), 4);
-	gmodel_free(&m);
+	tu_model_free(&m);
 
 	build_dense_loss(&m, DTF_OP_SIGMOID_XENT);
 	dtf_exec_forward(&m.g, &m.ctx);
@@ -657,18 +576,18 @@ START_TEST(count_correct_follows_the_loss)
 	for (int i = 0; i < 12; i++)
 		wantb += ((l[i] > 0) == (t[i] > 0.5f)) / 3.0;
 	ck_assert_double_eq_tol(dtf_graph_count_correct(&m.g, 4, 1), wantb, 1e-12);
-	gmodel_free(&m);
+	tu_model_free(&m);
 
 	build_dense_loss(&m, DTF_OP_MSE);
 	dtf_exec_forward(&m.g, &m.ctx);
 	ck_assert_double_eq(dtf_graph_count_correct(&m.g, 4, 1), 0);
-	gmodel_free(&m);
+	tu_model_free(&m);
 }
 END_TEST
 
 START_TEST(node_flops)
 {
-	struct gmodel m;
+	struct tu_model m;
 	build_residual(&m, 5);
 	struct dtf_graph *g = &m.g;
 	/* conv2d: 2 * n*oh*ow*o * kh*kw*c */
@@ -689,7 +608,7 @@ START_TEST(node_flops)
 	/* every node, backward included, has a defined count >= 0 */
 	for (int i = 0; i < g->nnodes; i++)
 		ck_assert_int_ge(dtf_graph_node_flops(g, i), 0);
-	gmodel_free(&m);
+	tu_model_free(&m);
 }
 END_TEST
 

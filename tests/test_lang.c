@@ -23,6 +23,8 @@
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
+#include "testutil.h"
+
 /* ---- helpers ------------------------------------------------------------ */
 
 static const char HEAD[] =
@@ -425,39 +427,14 @@ static const char GRAPH_FORM[] =
 	"    logits/bias: {variable: {shape: [3]}}\n"
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n";
 
-struct model {
-	struct dtf_job *job;
-	struct dtf_graph g;
-	struct dtf_plan plan;
-	float *params, *grads;
-	uint64_t ids[4];
-	struct dtf_exec_ctx ctx;
-};
-
-static void model_build(struct model *m, const char *body,
+static void model_build(struct tu_model *m, const char *body,
 			enum dtf_planner_kind planner)
 {
-	memset(m, 0, sizeof(*m));
-	m->job = load_ok(body, NULL);
-	ck_assert_int_eq(dtf_graph_lower_model(m->job, 4, &m->g, NULL), 0);
-	ck_assert_int_eq(dtf_graph_backward(&m->g), 0);
-	m->params = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	m->grads = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	ck_assert_int_eq(dtf_plan_graph_with(&m->g, planner, m->params,
-					     m->grads, &m->plan),
-			 0);
-	dtf_graph_init_params(&m->g, 3, m->params);
-	for (int r = 0; r < 4; r++)
-		m->ids[r] = 1000 + (uint64_t)r * 7;
-	m->ctx = (struct dtf_exec_ctx){
-		.training = 1, .step = 5, .example_ids = m->ids, .valid = 4,
-		.loss_scale = 0.25f,
-		.dropout_key = dtf_philox_make_key(11, DTF_RNG_DROPOUT),
-		.workspace = m->plan.workspace};
+	tu_model_build(m, load_ok(body, NULL), 4, planner, 1000, 7, 5);
 }
 
 /* a batch that depends on `step` only */
-static void feed(struct model *m, int step)
+static void feed(struct tu_model *m, int step)
 {
 	struct dtf_philox_key key = dtf_philox_make_key(99, 1);
 	for (int i = 0; i < m->g.nnodes; i++) {
@@ -473,16 +450,7 @@ static void feed(struct model *m, int step)
 	m->ctx.step = (uint64_t)step;
 }
 
-static void model_free(struct model *m)
-{
-	dtf_plan_deinit(&m->plan);
-	dtf_graph_deinit(&m->g);
-	dtf_free(m->params);
-	dtf_free(m->grads);
-	dtf_job_free(m->job);
-}
-
-static const float *var_by_name(const struct model *m, const char *name,
+static const float *var_by_name(const struct tu_model *m, const char *name,
 				const float *vec, size_t *numel)
 {
 	int id = dtf_graph_find(&m->g, name);
@@ -493,7 +461,7 @@ static const float *var_by_name(const struct model *m, const char *name,
 
 START_TEST(layers_and_graph_forms_agree)
 {
-	struct model a, b;
+	struct tu_model a, b;
 	model_build(&a, LAYERS_FORM, DTF_PLANNER_LIVENESS);
 	model_build(&b, GRAPH_FORM, DTF_PLANNER_LIVENESS);
 	ck_assert_uint_eq(dtf_graph_num_params(&a.g), dtf_graph_num_params(&b.g));
@@ -529,8 +497,8 @@ START_TEST(layers_and_graph_forms_agree)
 		checked++;
 	}
 	ck_assert_int_eq(checked, 6);
-	model_free(&a);
-	model_free(&b);
+	tu_model_free(&a);
+	tu_model_free(&b);
 }
 END_TEST
 
@@ -736,7 +704,7 @@ START_TEST(liveness_equals_naive_bitwise)
 {
 	const char *const bodies[] = {LAYERS_FORM, RESIDUAL};
 	for (int k = 0; k < 2; k++) {
-		struct model a, b;
+		struct tu_model a, b;
 		model_build(&a, bodies[k], DTF_PLANNER_NAIVE);
 		model_build(&b, bodies[k], DTF_PLANNER_LIVENESS);
 		ck_assert_uint_lt(b.plan.arena_bytes, a.plan.arena_bytes);
@@ -759,8 +727,8 @@ START_TEST(liveness_equals_naive_bitwise)
 		}
 		dtf_optimizer_deinit(&oa);
 		dtf_optimizer_deinit(&ob);
-		model_free(&a);
-		model_free(&b);
+		tu_model_free(&a);
+		tu_model_free(&b);
 	}
 }
 END_TEST
@@ -769,7 +737,7 @@ END_TEST
  * buffer is checked against the buffers of the nodes still to be read. */
 START_TEST(liveness_buffers_do_not_overlap)
 {
-	struct model m;
+	struct tu_model m;
 	model_build(&m, RESIDUAL, DTF_PLANNER_LIVENESS);
 	struct dtf_graph *g = &m.g;
 	int n = g->nnodes;
@@ -811,7 +779,7 @@ START_TEST(liveness_buffers_do_not_overlap)
 		}
 	}
 	free(last);
-	model_free(&m);
+	tu_model_free(&m);
 }
 END_TEST
 

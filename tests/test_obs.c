@@ -28,6 +28,8 @@
 #include "obs/tfevents.h"
 #include "obs/trace.h"
 
+#include "testutil.h"
+
 static char tmpdir[256];
 static const char *build_root;
 
@@ -37,9 +39,7 @@ static const char job_text[] =
 	"data:\n"
 	"  train: {files: \"%s/train-*.tfrecord\"}\n"
 	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
-	"  features:\n"
-	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
-	"    label: {type: int64, shape: []}\n"
+	TU_SYNTH_FEATURES_8X8
 	"model:\n"
 	"  input: image\n"
 	"  layers:\n"
@@ -55,34 +55,6 @@ static const char job_text[] =
 	"  optimizer: {adam: {learning_rate: 0.01}}\n"
 	"logging: {every_steps: 10, dir: \"%s/run\", trace: \"%s/run/trace.json\",\n"
 	"          trace_steps: [5, 12]}\n";
-
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	char *p = malloc((size_t)n + 1);
-	ck_assert_int_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-	p[n] = 0;
-	fclose(f);
-	if (len)
-		*len = (size_t)n;
-	return p;
-}
 
 static int count_str(const char *hay, const char *needle)
 {
@@ -299,35 +271,22 @@ static int count_files(const char *pattern)
 
 static void setup_tmp(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-obs-test-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-obs-test");
 }
 
 static void teardown_tmp(void)
 {
-	run("rm -rf '%s'", tmpdir);
+	tu_tmpdir_remove(tmpdir);
 }
 
 static void setup_job(void)
 {
 	setup_tmp();
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
-			     build_root, tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
-			     build_root, tmpdir), 0);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, tmpdir, tmpdir, tmpdir, tmpdir);
-	fclose(f);
+	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
+	tu_synth(tmpdir, "test", 200, 1, "8,8,1", 2);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir, tmpdir, tmpdir,
+		      tmpdir);
 }
 
 /* ---- unit: event file writer ------------------------------------------------ */
@@ -399,8 +358,8 @@ END_TEST
 
 static int json_ok(const char *path)
 {
-	return run("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '%s' 2>/dev/null",
-		   path);
+	return tu_run("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '%s' 2>/dev/null",
+		      path);
 }
 
 START_TEST(trace_is_valid_json_after_a_kill)
@@ -427,7 +386,7 @@ START_TEST(trace_is_valid_json_after_a_kill)
 	waitpid(pid, &st, 0);
 	ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 	ck_assert_int_eq(json_ok(path), 0);
-	char *text = slurp(path, NULL);
+	char *text = tu_read_file(NULL, path, NULL);
 	ck_assert_int_eq(count_str(text, "\"name\":\"forward\""), 50);
 	ck_assert_int_eq(count_str(text, "\"name\":\"allreduce\""), 50);
 	ck_assert_int_eq(count_str(text, "\"index\":2"), 50);
@@ -458,7 +417,7 @@ START_TEST(trace_merge_joins_ranks)
 	ck_assert_int_eq(dtf_trace_merge(out, in, 3, &missing), 0);
 	ck_assert_int_eq(missing, 1);
 	ck_assert_int_eq(json_ok(out), 0);
-	char *text = slurp(out, NULL);
+	char *text = tu_read_file(NULL, out, NULL);
 	ck_assert_int_eq(count_str(text, "\"name\":\"forward\""), 2);
 	ck_assert_int_eq(count_str(text, "\"name\":\"process_name\""), 2);
 	ck_assert_ptr_nonnull(strstr(text, "\"pid\":1"));
@@ -517,13 +476,13 @@ static void check_events_match_metrics(const char *metrics)
 START_TEST(fashion_style_run_writes_metrics_events_trace)
 {
 	char path[512];
-	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train --threads 1 %s/job.yaml "
-			     ">%s/out.txt 2>%s/err.txt",
-			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train --threads 1 %s/job.yaml "
+				">%s/out.txt 2>%s/err.txt",
+				build_root, tmpdir, tmpdir, tmpdir), 0);
 	/* console: plain lines, no control characters when not a terminal */
 	snprintf(path, sizeof(path), "%s/err.txt", tmpdir);
 	size_t len;
-	char *err = slurp(path, &len);
+	char *err = tu_read_file(NULL, path, &len);
 	for (size_t i = 0; i < len; i++)
 		ck_assert_msg(err[i] == '\n' || (unsigned char)err[i] >= 0x20,
 			      "control character %#x at byte %zu:\n%s",
@@ -539,7 +498,7 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 
 	/* metrics.jsonl: start, 6 train lines, 2 evals, summary */
 	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
-	char *m = slurp(path, NULL);
+	char *m = tu_read_file(NULL, path, NULL);
 	ck_assert_int_eq(count_str(m, "\n"), 10);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":0,"), 1);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\","), 6);
@@ -548,42 +507,42 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 	ck_assert_int_eq(count_str(m, "\"step_time_ms\":{\"data_wait\":"), 6);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\",\"step\":60,"), 1);
 	ck_assert_int_eq(count_str(m, "\"peak_rss_mb\":["), 1);
-	ck_assert_int_eq(run("python3 -c 'import json,sys\n"
-			     "for l in open(sys.argv[1]): json.loads(l)' '%s'",
-			     path), 0);
+	ck_assert_int_eq(tu_run("python3 -c 'import json,sys\n"
+				"for l in open(sys.argv[1]): json.loads(l)' '%s'",
+				path), 0);
 	check_events_match_metrics(m);
 	free(m);
 
 	/* trace: merged, valid, both ranks, steps 5..12 only, rank files gone */
 	snprintf(path, sizeof(path), "%s/run/trace.json", tmpdir);
-	ck_assert_int_eq(run("python3 - '%s' <<'EOF'\n"
-			     "import json, sys\n"
-			     "ev = json.load(open(sys.argv[1]))\n"
-			     "x = [e for e in ev if e['ph'] == 'X']\n"
-			     "assert {e['pid'] for e in ev} == {0, 1}, 'pids'\n"
-			     "steps = {e['args']['step'] for e in x}\n"
-			     "assert steps == set(range(5, 13)), steps\n"
-			     "names = {e['name'] for e in x}\n"
-			     "want = {'step', 'data_wait', 'agree', 'forward', 'backward', 'allreduce', 'optimizer'}\n"
-			     "assert names == want, names\n"
-			     "assert len(x) == 2 * 8 * 7, len(x)\n"
-			     "for e in x:\n"
-			     "    assert e['dur'] >= 0 and e['ts'] >= 0, e\n"
-			     "EOF",
-			     path), 0);
+	ck_assert_int_eq(tu_run("python3 - '%s' <<'EOF'\n"
+				"import json, sys\n"
+				"ev = json.load(open(sys.argv[1]))\n"
+				"x = [e for e in ev if e['ph'] == 'X']\n"
+				"assert {e['pid'] for e in ev} == {0, 1}, 'pids'\n"
+				"steps = {e['args']['step'] for e in x}\n"
+				"assert steps == set(range(5, 13)), steps\n"
+				"names = {e['name'] for e in x}\n"
+				"want = {'step', 'data_wait', 'agree', 'forward', 'backward', 'allreduce', 'optimizer'}\n"
+				"assert names == want, names\n"
+				"assert len(x) == 2 * 8 * 7, len(x)\n"
+				"for e in x:\n"
+				"    assert e['dur'] >= 0 and e['ts'] >= 0, e\n"
+				"EOF",
+				path), 0);
 	snprintf(path, sizeof(path), "%s/run/trace.rank*.json", tmpdir);
 	ck_assert_int_eq(count_files(path), 0);
 
 	/* a second run appends to metrics.jsonl and adds an event file */
-	ck_assert_int_eq(run("mpirun -np 1 %s/dtf-train -q --threads 1 "
-			     "--set train.max_steps=10 %s/job.yaml >/dev/null 2>%s/err2.txt",
-			     build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train -q --threads 1 "
+				"--set train.max_steps=10 %s/job.yaml >/dev/null 2>%s/err2.txt",
+				build_root, tmpdir, tmpdir), 0);
 	snprintf(path, sizeof(path), "%s/err2.txt", tmpdir);
-	char *err2 = slurp(path, &len);
+	char *err2 = tu_read_file(NULL, path, &len);
 	ck_assert_msg(len == 0, "--quiet printed:\n%s", err2);
 	free(err2);
 	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
-	m = slurp(path, NULL);
+	m = tu_read_file(NULL, path, NULL);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\","), 2);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\","), 2);
 	free(m);
@@ -597,16 +556,16 @@ END_TEST
 START_TEST(resume_continues_metrics_and_events)
 {
 	char path[512];
-	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 "
-			     "--set checkpoint.dir=%s/ckpt --set train.max_steps=20 "
-			     "%s/job.yaml >/dev/null 2>&1",
-			     build_root, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 --resume "
-			     "--set checkpoint.dir=%s/ckpt --set train.max_steps=40 "
-			     "%s/job.yaml >/dev/null 2>%s/resume.txt",
-			     build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 "
+				"--set checkpoint.dir=%s/ckpt --set train.max_steps=20 "
+				"%s/job.yaml >/dev/null 2>&1",
+				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 --resume "
+				"--set checkpoint.dir=%s/ckpt --set train.max_steps=40 "
+				"%s/job.yaml >/dev/null 2>%s/resume.txt",
+				build_root, tmpdir, tmpdir, tmpdir), 0);
 	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
-	char *m = slurp(path, NULL);
+	char *m = tu_read_file(NULL, path, NULL);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":0,"), 1);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":20,"), 1);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\",\"step\":10,"), 1);
@@ -649,12 +608,12 @@ START_TEST(locked_logging_dir_fails_the_run)
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(flock(fd, LOCK_EX), 0);
-	int st = run("mpirun -np 2 %s/dtf-train -q --threads 1 %s/job.yaml "
-		     ">/dev/null 2>%s/lock.txt",
-		     build_root, tmpdir, tmpdir);
+	int st = tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 %s/job.yaml "
+			">/dev/null 2>%s/lock.txt",
+			build_root, tmpdir, tmpdir);
 	close(fd);
 	snprintf(path, sizeof(path), "%s/lock.txt", tmpdir);
-	char *err = slurp(path, NULL);
+	char *err = tu_read_file(NULL, path, NULL);
 	ck_assert_msg(st == 1, "exit status %d:\n%s", st, err);
 	ck_assert_msg(strstr(err, "metrics.jsonl: another run is writing to this logging.dir") != NULL,
 		      "%s", err);
@@ -667,15 +626,15 @@ END_TEST
  * progress line redraws in place. */
 START_TEST(progress_line_redraws_on_a_terminal)
 {
-	if (run("command -v script >/dev/null") != 0)
+	if (tu_run("command -v script >/dev/null") != 0)
 		return; /* no script(1): nothing to drive a terminal with */
-	ck_assert_int_eq(run("script -qec '%s/dtf-train --threads 1 "
-			     "--set logging.dir=%s/tty --set logging.trace=%s/tty/t.json "
-			     "%s/job.yaml' /dev/null >%s/tty.txt 2>&1 </dev/null",
-			     build_root, tmpdir, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("script -qec '%s/dtf-train --threads 1 "
+				"--set logging.dir=%s/tty --set logging.trace=%s/tty/t.json "
+				"%s/job.yaml' /dev/null >%s/tty.txt 2>&1 </dev/null",
+				build_root, tmpdir, tmpdir, tmpdir, tmpdir), 0);
 	char path[512];
 	snprintf(path, sizeof(path), "%s/tty.txt", tmpdir);
-	char *out = slurp(path, NULL);
+	char *out = tu_read_file(NULL, path, NULL);
 	ck_assert_msg(strstr(out, "\repoch 1/2  step ") != NULL, "%s", out);
 	ck_assert_msg(strstr(out, "samples/s  ETA ") != NULL, "%s", out);
 	ck_assert_msg(strstr(out, "\033[K") != NULL, "%s", out);
@@ -697,15 +656,15 @@ START_TEST(merge_trace_option_merges_rank_files)
 		dtf_trace_span(t, "forward", 0, 1, 2, 1, -1);
 		ck_assert_int_eq(dtf_trace_close(t), 0);
 	}
-	ck_assert_int_eq(run("%s/dtf-train --merge-trace %s 2>/dev/null",
-			     build_root, out), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train --merge-trace %s 2>/dev/null",
+				build_root, out), 0);
 	ck_assert_int_eq(json_ok(out), 0);
-	char *text = slurp(out, NULL);
+	char *text = tu_read_file(NULL, out, NULL);
 	ck_assert_int_eq(count_str(text, "\"name\":\"forward\""), 3);
 	free(text);
 	snprintf(p, sizeof(p), "%s/none.json", tmpdir);
-	ck_assert_int_eq(run("%s/dtf-train --merge-trace %s 2>/dev/null",
-			     build_root, p), 3);
+	ck_assert_int_eq(tu_run("%s/dtf-train --merge-trace %s 2>/dev/null",
+				build_root, p), 3);
 }
 END_TEST
 
@@ -739,9 +698,5 @@ static Suite *obs_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(obs_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(obs_suite(), 1);
 }

@@ -33,38 +33,9 @@
 
 #include "ops/cpu/kernels.h"
 
+#include "testutil.h"
+
 /* ---- helpers ------------------------------------------------------------ */
-
-/* splitmix64: a test-local generator, independent of the code under test. */
-static uint64_t rng_state = 0x1234567;
-
-static uint64_t next_u64(void)
-{
-	uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-	return z ^ (z >> 31);
-}
-
-static float frand(float lo, float hi)
-{
-	return lo + (hi - lo) * (float)((next_u64() >> 40) / 16777216.0);
-}
-
-static float *falloc(size_t n)
-{
-	float *p = malloc((n ? n : 1) * sizeof *p);
-	ck_assert_ptr_nonnull(p);
-	return p;
-}
-
-static float *frandom(size_t n, float lo, float hi)
-{
-	float *p = falloc(n);
-	for (size_t i = 0; i < n; i++)
-		p[i] = frand(lo, hi);
-	return p;
-}
 
 static void poison(float *p, size_t n)
 {
@@ -74,7 +45,7 @@ static void poison(float *p, size_t n)
 
 static float *fcopy(const float *src, size_t n)
 {
-	float *p = falloc(n);
+	float *p = tu_falloc(n);
 	memcpy(p, src, n * sizeof *p);
 	return p;
 }
@@ -368,10 +339,10 @@ static void conv_geom_vs_reference(struct dtf_window_geom g)
 {
 	size_t nx = in_size(&g), nw = filt_size(&g), ny = out_size(&g, g.o);
 	size_t nws = dtf_cpu_conv2d_workspace(&g);
-	float *x = frandom(nx, -1, 1), *w = frandom(nw, -1, 1);
-	float *dy = frandom(ny, -1, 1);
-	float *y = falloc(ny), *dx = falloc(nx), *dw = falloc(nw);
-	float *ws = nws ? falloc(nws) : NULL;
+	float *x = tu_frandom(nx, -1, 1), *w = tu_frandom(nw, -1, 1);
+	float *dy = tu_frandom(ny, -1, 1);
+	float *y = tu_falloc(ny), *dx = tu_falloc(nx), *dw = tu_falloc(nw);
+	float *ws = nws ? tu_falloc(nws) : NULL;
 	double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx);
 	double *rdw = malloc(nw * sizeof *rdw);
 	ck_assert(ry && rdx && rdw);
@@ -419,7 +390,7 @@ static const struct conv_case conv_cases[] = {
 
 START_TEST(test_conv2d_reference)
 {
-	rng_state = 101;
+	tu_rng_seed(101);
 	for (size_t i = 0; i < sizeof conv_cases / sizeof conv_cases[0]; i++)
 		conv_vs_reference(&conv_cases[i]);
 }
@@ -439,7 +410,7 @@ START_TEST(test_conv2d_blocks)
 	ck_assert_uint_ge(nb, 1);
 	ck_assert_uint_lt(nb, 64);
 	k.n = (int)nb + 1 + (nb > 2); /* two blocks, the second short */
-	rng_state = 202;
+	tu_rng_seed(202);
 	conv_vs_reference(&k);
 }
 END_TEST
@@ -466,7 +437,7 @@ START_TEST(test_conv2d_fd)
 		{1, 7, 7, 2, 3, 3, 2, 1, 1, 2, 2, DTF_PAD_SAME},
 		{2, 4, 4, 3, 1, 1, 2, 1, 1, 1, 1, DTF_PAD_SAME},
 	};
-	rng_state = 303;
+	tu_rng_seed(303);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const struct conv_case *k = &cases[i];
 		struct conv_ctx c;
@@ -475,12 +446,12 @@ START_TEST(test_conv2d_fd)
 		size_t nx = in_size(&c.g), nw = filt_size(&c.g);
 		size_t ny = out_size(&c.g, c.g.o);
 		size_t nws = dtf_cpu_conv2d_workspace(&c.g);
-		c.x = frandom(nx, -1, 1);
-		c.w = frandom(nw, -1, 1);
-		c.r = frandom(ny, -1, 1);
-		c.y = falloc(ny);
-		c.ws = falloc(nws);
-		float *dx = falloc(nx), *dw = falloc(nw);
+		c.x = tu_frandom(nx, -1, 1);
+		c.w = tu_frandom(nw, -1, 1);
+		c.r = tu_frandom(ny, -1, 1);
+		c.y = tu_falloc(ny);
+		c.ws = tu_falloc(nws);
+		float *dx = tu_falloc(nx), *dw = tu_falloc(nw);
 		dtf_cpu_conv2d_backprop_input(&c.g, c.r, c.w, dx, c.ws);
 		dtf_cpu_conv2d_backprop_filter(&c.g, c.x, c.r, dw, c.ws);
 		char what[64];
@@ -555,11 +526,11 @@ static const struct pool_case pool_cases[] = {
  * perturbation of 1e-2 never changes an argmax. */
 static float *distinct(size_t n)
 {
-	float *p = falloc(n);
+	float *p = tu_falloc(n);
 	for (size_t i = 0; i < n; i++)
 		p[i] = (float)((double)i * 0.05 - (double)n * 0.025);
 	for (size_t i = n; i > 1; i--) {
-		size_t j = next_u64() % i;
+		size_t j = tu_next_u64() % i;
 		float t = p[i - 1];
 		p[i - 1] = p[j];
 		p[j] = t;
@@ -569,7 +540,7 @@ static float *distinct(size_t n)
 
 START_TEST(test_pool_reference)
 {
-	rng_state = 404;
+	tu_rng_seed(404);
 	for (size_t i = 0; i < sizeof pool_cases / sizeof pool_cases[0]; i++) {
 		const struct pool_case *k = &pool_cases[i];
 		struct dtf_window_geom g = geom(k->n, k->h, k->w, k->c, k->kh,
@@ -578,10 +549,10 @@ START_TEST(test_pool_reference)
 		size_t nx = in_size(&g), ny = out_size(&g, g.c);
 		/* Coarse values (multiples of 1/4 in [-2, 2]) make ties
 		 * common, exercising first-max routing. */
-		float *x = falloc(nx), *y = falloc(ny), *dx = falloc(nx);
+		float *x = tu_falloc(nx), *y = tu_falloc(ny), *dx = tu_falloc(nx);
 		for (size_t j = 0; j < nx; j++)
-			x[j] = (float)(next_u64() % 17) * 0.25f - 2.0f;
-		float *dy = frandom(ny, -1, 1);
+			x[j] = (float)(tu_next_u64() % 17) * 0.25f - 2.0f;
+		float *dy = tu_frandom(ny, -1, 1);
 		double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx);
 		ck_assert(ry && rdx);
 		ref_pool(&g, x, ry, dy, rdx);
@@ -610,7 +581,7 @@ static double pool_loss(void *p)
 
 START_TEST(test_pool_fd)
 {
-	rng_state = 505;
+	tu_rng_seed(505);
 	for (size_t i = 0; i < 6; i++) {
 		const struct pool_case *k = &pool_cases[i];
 		struct pool_ctx c;
@@ -618,9 +589,9 @@ START_TEST(test_pool_fd)
 			   k->sw, k->dil, k->dil, k->pad);
 		size_t nx = in_size(&c.g), ny = out_size(&c.g, c.g.c);
 		c.x = distinct(nx);
-		c.y = falloc(ny);
-		c.r = frandom(ny, -1, 1);
-		float *dx = falloc(nx);
+		c.y = tu_falloc(ny);
+		c.r = tu_frandom(ny, -1, 1);
+		float *dx = tu_falloc(nx);
 		dtf_cpu_max_pool2d_grad(&c.g, c.x, c.r, dx);
 		fd_check("pool dx", c.x, nx, dx, pool_loss, &c, 1e-2f, 1e-3,
 			 1e-3);
@@ -635,7 +606,7 @@ START_TEST(test_matmul_reference)
 {
 	static const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 9, 33},
 					{64, 10, 1024}, {2, 31, 1}};
-	rng_state = 606;
+	tu_rng_seed(606);
 	/* Hand case: [[1, 2], [3, 4]] * [[5, 6], [7, 8]]. */
 	float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c2[4];
 	dtf_cpu_matmul(2, 2, 2, a, 0, b, 0, c2);
@@ -649,9 +620,9 @@ START_TEST(test_matmul_reference)
 	for (int ta = 0; ta < 2; ta++)
 	for (int tb = 0; tb < 2; tb++) {
 		int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-		float *pa = frandom((size_t)m * k, -1, 1);
-		float *pb = frandom((size_t)k * n, -1, 1);
-		float *c = falloc((size_t)m * n);
+		float *pa = tu_frandom((size_t)m * k, -1, 1);
+		float *pb = tu_frandom((size_t)k * n, -1, 1);
+		float *c = tu_falloc((size_t)m * n);
 		double *rc = malloc((size_t)m * n * sizeof *rc);
 		ck_assert_ptr_nonnull(rc);
 		poison(c, (size_t)m * n);
@@ -677,16 +648,16 @@ static double mm_loss(void *p)
 
 START_TEST(test_matmul_fd)
 {
-	rng_state = 707;
+	tu_rng_seed(707);
 	for (int ta = 0; ta < 2; ta++)
 	for (int tb = 0; tb < 2; tb++) {
 		struct mm_ctx x = {.m = 3, .n = 4, .k = 5, .ta = ta, .tb = tb};
 		int m = x.m, n = x.n, k = x.k;
-		x.a = frandom((size_t)m * k, -1, 1);
-		x.b = frandom((size_t)k * n, -1, 1);
-		x.r = frandom((size_t)m * n, -1, 1);
-		x.c = falloc((size_t)m * n);
-		float *da = falloc((size_t)m * k), *db = falloc((size_t)k * n);
+		x.a = tu_frandom((size_t)m * k, -1, 1);
+		x.b = tu_frandom((size_t)k * n, -1, 1);
+		x.r = tu_frandom((size_t)m * n, -1, 1);
+		x.c = tu_falloc((size_t)m * n);
+		float *da = tu_falloc((size_t)m * k), *db = tu_falloc((size_t)k * n);
 		/* The gradients as autodiff would emit them, with matmul:
 		 * d op(a) = dc op(b)^T, d op(b) = op(a)^T dc. */
 		if (!ta)
@@ -723,7 +694,7 @@ static double bias_loss(void *p)
 
 START_TEST(test_bias_add)
 {
-	rng_state = 808;
+	tu_rng_seed(808);
 	float x[6] = {1, 2, 3, 4, 5, 6}, b[3] = {10, 20, 30}, y[6];
 	dtf_cpu_bias_add(2, 3, x, b, y);
 	const float want[6] = {11, 22, 33, 14, 25, 36};
@@ -737,11 +708,11 @@ START_TEST(test_bias_add)
 
 	struct bias_ctx k = {.rows = 7, .c = 5};
 	size_t n = k.rows * k.c;
-	k.x = frandom(n, -1, 1);
-	k.b = frandom(k.c, -1, 1);
-	k.r = frandom(n, -1, 1);
-	k.y = falloc(n);
-	float *dx = fcopy(k.r, n), *dbias = falloc(k.c);
+	k.x = tu_frandom(n, -1, 1);
+	k.b = tu_frandom(k.c, -1, 1);
+	k.r = tu_frandom(n, -1, 1);
+	k.y = tu_falloc(n);
+	float *dx = fcopy(k.r, n), *dbias = tu_falloc(k.c);
 	dtf_cpu_bias_add_grad(k.rows, k.c, k.r, dbias);
 	fd_check("bias_add dx", k.x, n, dx, bias_loss, &k, 1e-2f, 1e-3, 1e-3);
 	fd_check("bias_add db", k.b, k.c, dbias, bias_loss, &k, 1e-2f, 1e-3,
@@ -755,10 +726,10 @@ START_TEST(test_bias_add_grad_large)
 	/* A conv layer's worth of rows (64 * 28 * 28) and a width that is not
 	 * a multiple of the kernel's column chunk: the sum must match a
 	 * double reference to float precision, without drift. */
-	rng_state = 909;
+	tu_rng_seed(909);
 	size_t rows = 64 * 28 * 28;
 	int c = 300;
-	float *dy = frandom(rows * c, 0.5f, 1.5f), *db = falloc(c);
+	float *dy = tu_frandom(rows * c, 0.5f, 1.5f), *db = tu_falloc(c);
 	double *ref = calloc(c, sizeof *ref);
 	ck_assert_ptr_nonnull(ref);
 	for (size_t r = 0; r < rows; r++)
@@ -798,14 +769,14 @@ START_TEST(test_relu)
 	dtf_cpu_relu(5, x, x); /* in place */
 	assert_close_f("relu in place", x, want, 5, 0, 0);
 
-	rng_state = 1010;
+	tu_rng_seed(1010);
 	struct relu_ctx k = {.n = 200};
-	k.x = falloc(k.n);
+	k.x = tu_falloc(k.n);
 	for (size_t i = 0; i < k.n; i++) /* |x| >= 0.1: no kink within eps */
-		k.x[i] = (next_u64() & 1 ? 1 : -1) * frand(0.1f, 1.0f);
-	k.y = falloc(k.n);
-	k.r = frandom(k.n, -1, 1);
-	float *g = falloc(k.n);
+		k.x[i] = (tu_next_u64() & 1 ? 1 : -1) * tu_frand(0.1f, 1.0f);
+	k.y = tu_falloc(k.n);
+	k.r = tu_frandom(k.n, -1, 1);
+	float *g = tu_falloc(k.n);
 	dtf_cpu_relu(k.n, k.x, k.y);
 	dtf_cpu_relu_grad(k.n, k.r, k.y, g);
 	fd_check("relu dx", k.x, k.n, g, relu_loss, &k, 1e-2f, 1e-3, 1e-3);
@@ -878,8 +849,8 @@ START_TEST(test_dropout_masks)
 	const size_t rows = 256, cols = 4096;
 	const float rate = 0.4f;
 	uint64_t *ids = malloc(rows * sizeof *ids);
-	float *x = falloc(rows * cols), *y = falloc(rows * cols);
-	float *y2 = falloc(rows * cols);
+	float *x = tu_falloc(rows * cols), *y = tu_falloc(rows * cols);
+	float *y2 = tu_falloc(rows * cols);
 	ck_assert_ptr_nonnull(ids);
 	for (size_t r = 0; r < rows; r++)
 		ids[r] = 1000 + r;
@@ -931,15 +902,15 @@ END_TEST
 
 START_TEST(test_dropout_fd)
 {
-	rng_state = 1111;
+	tu_rng_seed(1111);
 	static const uint64_t ids[3] = {11, 12, 1u << 31};
 	struct drop_ctx k = {.rows = 3, .cols = 13, .rate = 0.3f, .ids = ids};
 	size_t n = k.rows * k.cols;
 	k.key = dtf_philox_make_key(1, DTF_RNG_DROPOUT);
-	k.x = frandom(n, -1, 1);
-	k.y = falloc(n);
-	k.r = frandom(n, -1, 1);
-	float *dx = falloc(n);
+	k.x = tu_frandom(n, -1, 1);
+	k.y = tu_falloc(n);
+	k.r = tu_frandom(n, -1, 1);
+	float *dx = tu_falloc(n);
 	dtf_cpu_dropout_grad(k.rows, k.cols, k.rate, k.key, ids, 7, k.r, dx);
 	fd_check("dropout dx", k.x, n, dx, drop_loss, &k, 1e-2f, 1e-3, 1e-3);
 	/* The gradient's zeros are exactly the forward's. */
@@ -1013,16 +984,16 @@ END_TEST
 
 START_TEST(test_xent_fd)
 {
-	rng_state = 1212;
+	tu_rng_seed(1212);
 	const size_t rows = 5;
 	const int classes = 10;
 	int32_t lab[5];
 	for (size_t r = 0; r < rows; r++)
-		lab[r] = (int32_t)(next_u64() % classes);
+		lab[r] = (int32_t)(tu_next_u64() % classes);
 	struct xent_ctx k = {.rows = rows, .valid = 4, .classes = classes,
 			     .labels = lab};
-	k.logits = frandom(rows * classes, -3, 3);
-	float *d = falloc(rows * classes);
+	k.logits = tu_frandom(rows * classes, -3, 3);
+	float *d = tu_falloc(rows * classes);
 	dtf_cpu_sparse_softmax_xent_grad(rows, classes, k.logits, lab, 4, 1.0f,
 					 d);
 	fd_check("xent dlogits", k.logits, rows * classes, d, xent_loss, &k,
@@ -1130,7 +1101,7 @@ START_TEST(test_conv2d_explicit)
 {
 	/* asymmetric explicit padding and dilation against the 7-loop
 	 * reference (forward, dx, dw), then finite differences */
-	rng_state = 404;
+	tu_rng_seed(404);
 	conv_geom_vs_reference(geom_explicit(2, 6, 7, 2, 3, 3, 3, 1, 2, 1, 1,
 					     0, 2, 1, 0));
 	conv_geom_vs_reference(geom_explicit(1, 9, 8, 3, 3, 2, 2, 2, 1, 2, 3,
@@ -1142,12 +1113,12 @@ START_TEST(test_conv2d_explicit)
 	size_t nx = in_size(&c.g), nw = filt_size(&c.g);
 	size_t ny = out_size(&c.g, c.g.o);
 	size_t nws = dtf_cpu_conv2d_workspace(&c.g);
-	c.x = frandom(nx, -1, 1);
-	c.w = frandom(nw, -1, 1);
-	c.r = frandom(ny, -1, 1);
-	c.y = falloc(ny);
-	c.ws = falloc(nws);
-	float *dx = falloc(nx), *dw = falloc(nw);
+	c.x = tu_frandom(nx, -1, 1);
+	c.w = tu_frandom(nw, -1, 1);
+	c.r = tu_frandom(ny, -1, 1);
+	c.y = tu_falloc(ny);
+	c.ws = tu_falloc(nws);
+	float *dx = tu_falloc(nx), *dw = tu_falloc(nw);
 	dtf_cpu_conv2d_backprop_input(&c.g, c.r, c.w, dx, c.ws);
 	dtf_cpu_conv2d_backprop_filter(&c.g, c.x, c.r, dw, c.ws);
 	fd_check("explicit conv dx", c.x, nx, dx, conv_loss, &c, 1e-2f, 1e-3, 1e-3);
@@ -1208,16 +1179,16 @@ START_TEST(test_depthwise)
 		geom(2, 8, 7, 2, 3, 3, 6, 1, 2, 2, 1, DTF_PAD_VALID),  /* m 3 */
 		geom_explicit(1, 5, 6, 3, 2, 3, 6, 2, 1, 1, 2, 1, 0, 2, 1),
 	};
-	rng_state = 505;
+	tu_rng_seed(505);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		struct dw_ctx c = {.g = cases[i]};
 		size_t nx = in_size(&c.g), nw = (size_t)c.g.kh * c.g.kw * c.g.o;
 		size_t ny = out_size(&c.g, c.g.o);
-		c.x = frandom(nx, -1, 1);
-		c.w = frandom(nw, -1, 1);
-		c.r = frandom(ny, -1, 1);
-		c.y = falloc(ny);
-		float *dx = falloc(nx), *dw = falloc(nw);
+		c.x = tu_frandom(nx, -1, 1);
+		c.w = tu_frandom(nw, -1, 1);
+		c.r = tu_frandom(ny, -1, 1);
+		c.y = tu_falloc(ny);
+		float *dx = tu_falloc(nx), *dw = tu_falloc(nw);
 		double *ry = malloc(ny * sizeof *ry), *rdx = malloc(nx * sizeof *rdx);
 		double *rdw = malloc(nw * sizeof *rdw);
 		ref_depthwise(&c.g, c.x, c.w, c.r, ry, rdx, rdw);
@@ -1318,16 +1289,16 @@ START_TEST(test_avg_pool_reference_fd)
 		geom(2, 6, 6, 2, 3, 2, 0, 1, 2, 1, 1, DTF_PAD_VALID),
 		geom_explicit(1, 4, 5, 2, 3, 3, 0, 1, 2, 1, 1, 2, 1, 0, 2),
 	};
-	rng_state = 606;
+	tu_rng_seed(606);
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		struct avg_ctx c = {.g = cases[i]};
 		size_t nx = in_size(&c.g);
 		c.ny = out_size(&c.g, c.g.c);
-		c.x = frandom(nx, -1, 1);
-		c.r = frandom(c.ny, -1, 1);
-		c.y = falloc(c.ny);
+		c.x = tu_frandom(nx, -1, 1);
+		c.r = tu_frandom(c.ny, -1, 1);
+		c.y = tu_falloc(c.ny);
 		double *ry = malloc(c.ny * sizeof *ry);
-		float *dx = falloc(nx);
+		float *dx = tu_falloc(nx);
 		ref_avg_pool(&c.g, c.x, ry);
 		poison(c.y, c.ny);
 		dtf_cpu_avg_pool2d(&c.g, c.x, c.y);
@@ -1341,10 +1312,10 @@ START_TEST(test_avg_pool_reference_fd)
 	struct avg_ctx c = {.g = {.n = 2, .h = 3, .w = 4, .c = 5}, .global = 1};
 	size_t nx = 2 * 3 * 4 * 5;
 	c.ny = 10;
-	c.x = frandom(nx, -1, 1);
-	c.r = frandom(c.ny, -1, 1);
-	c.y = falloc(c.ny);
-	float *dx = falloc(nx);
+	c.x = tu_frandom(nx, -1, 1);
+	c.r = tu_frandom(c.ny, -1, 1);
+	c.y = tu_falloc(c.ny);
+	float *dx = tu_falloc(nx);
 	double want[10] = {0};
 	for (int b = 0; b < 2; b++)
 		for (int p = 0; p < 12; p++)
@@ -1442,19 +1413,19 @@ static void norm_case(int layer, size_t rows, int ch, float eps)
 {
 	struct norm_ctx c = {.layer = layer, .rows = rows, .c = ch, .eps = eps};
 	size_t n = rows * (size_t)ch;
-	c.x = frandom(n, -1, 1);
+	c.x = tu_frandom(n, -1, 1);
 	for (size_t i = 0; i < n; i++)
 		c.x[i] += (float)(i % (size_t)ch); /* per-channel offsets */
-	c.gamma = frandom((size_t)ch, 0.5f, 1.5f);
-	c.beta = frandom((size_t)ch, -0.5f, 0.5f);
-	c.r = frandom(n, -1, 1);
-	c.y = falloc(n);
+	c.gamma = tu_frandom((size_t)ch, 0.5f, 1.5f);
+	c.beta = tu_frandom((size_t)ch, -0.5f, 0.5f);
+	c.r = tu_frandom(n, -1, 1);
+	c.y = tu_falloc(n);
 	double *ry = malloc(n * sizeof *ry);
 	ref_norm(&c, ry);
 	poison(c.y, n);
 	norm_loss(&c);
 	assert_close(layer ? "layer_norm y" : "batch_norm y", c.y, ry, n, 1e-5, 1e-5);
-	float *dx = falloc(n), *dg = falloc((size_t)ch), *db = falloc((size_t)ch);
+	float *dx = tu_falloc(n), *dg = tu_falloc((size_t)ch), *db = tu_falloc((size_t)ch);
 	poison(dx, n);
 	poison(dg, (size_t)ch);
 	if (layer) {
@@ -1479,7 +1450,7 @@ static void norm_case(int layer, size_t rows, int ch, float eps)
 
 START_TEST(test_batch_norm_reference_fd)
 {
-	rng_state = 707;
+	tu_rng_seed(707);
 	norm_case(0, 12, 3, 1e-3f);
 	norm_case(0, 7, 70, 1e-2f); /* more channels than one chunk */
 	norm_case(0, 3, 2, 0.5f);
@@ -1488,7 +1459,7 @@ END_TEST
 
 START_TEST(test_layer_norm_reference_fd)
 {
-	rng_state = 808;
+	tu_rng_seed(808);
 	norm_case(1, 4, 6, 1e-3f);
 	norm_case(1, 3, 70, 1e-2f);
 }
@@ -1554,21 +1525,21 @@ static double act_ref(const struct act_ctx *c, size_t i)
 
 START_TEST(test_activations)
 {
-	rng_state = 909;
+	tu_rng_seed(909);
 	for (int k = 0; k < A_COUNT; k++) {
 		struct act_ctx c = {.k = (enum act_kind)k, .alpha = 0.2f,
 				    .rows = 3, .c = 7};
 		if (k == A_ELU)
 			c.alpha = 1.3f;
 		size_t n = act_n(&c);
-		c.x = frandom(n, -3, 3);
+		c.x = tu_frandom(n, -3, 3);
 		/* keep clear of the kink at 0 for the piecewise ones */
 		for (size_t i = 0; i < n; i++)
 			if (fabsf(c.x[i]) < 0.1f)
 				c.x[i] = c.x[i] < 0 ? -0.1f - c.x[i] : 0.1f + c.x[i];
-		c.x2 = frandom(n, -2, 2);
-		c.r = frandom(n, -1, 1);
-		c.y = falloc(n);
+		c.x2 = tu_frandom(n, -2, 2);
+		c.r = tu_frandom(n, -1, 1);
+		c.y = tu_falloc(n);
 		double *ry = malloc(n * sizeof *ry);
 		for (size_t i = 0; i < n; i++)
 			ry[i] = act_ref(&c, i);
@@ -1578,7 +1549,7 @@ START_TEST(test_activations)
 		snprintf(what, sizeof what, "activation %d y", k);
 		assert_close(what, c.y, ry, n, 1e-6, 1e-5);
 		/* gradient from the kernel, reading x or y as TF does */
-		float *dx = falloc(n), *dx2 = falloc(n);
+		float *dx = tu_falloc(n), *dx2 = tu_falloc(n);
 		poison(dx, n);
 		switch (c.k) {
 		case A_LEAKY: dtf_cpu_leaky_relu_grad(n, c.alpha, c.r, c.x, dx); break;
@@ -1633,13 +1604,13 @@ static double cat_loss(void *p)
 START_TEST(test_concat)
 {
 	/* NHWC channel concat of (2, 3, 2, 4) and (2, 3, 2, 1): outer 12 */
-	rng_state = 1010;
+	tu_rng_seed(1010);
 	struct cat_ctx c = {.outer = 12, .ia = 4, .ib = 1};
 	size_t na = 48, nb = 12, ny = 60;
-	c.a = frandom(na, -1, 1);
-	c.b = frandom(nb, -1, 1);
-	c.r = frandom(ny, -1, 1);
-	c.y = falloc(ny);
+	c.a = tu_frandom(na, -1, 1);
+	c.b = tu_frandom(nb, -1, 1);
+	c.r = tu_frandom(ny, -1, 1);
+	c.y = tu_falloc(ny);
 	poison(c.y, ny);
 	cat_loss(&c);
 	for (size_t p = 0; p < 12; p++) {
@@ -1648,7 +1619,7 @@ START_TEST(test_concat)
 		ck_assert(c.y[p * 5 + 4] == c.b[p]);
 	}
 	/* the gradients are the two slices of dy */
-	float *da = falloc(na), *db = falloc(nb);
+	float *da = tu_falloc(na), *db = tu_falloc(nb);
 	dtf_cpu_slice_inner(12, 5, 0, 4, c.r, da);
 	dtf_cpu_slice_inner(12, 5, 4, 1, c.r, db);
 	for (size_t p = 0; p < 12; p++)
@@ -1723,21 +1694,21 @@ static double dloss(void *p)
 
 START_TEST(test_dense_losses_fd)
 {
-	rng_state = 1111;
+	tu_rng_seed(1111);
 	for (int k = 0; k < 3; k++) {
 		/* the last row is padding (valid = rows - 1): zero gradient */
 		struct dloss_ctx c = {.k = (enum loss_kind)k, .rows = 4,
 				      .cols = 5, .ls = k == 0 ? 0.1f : 0};
 		size_t n = c.rows * c.cols;
-		c.x = frandom(n, -2, 2);
-		c.t = frandom(n, 0, 1);
+		c.x = tu_frandom(n, -2, 2);
+		c.t = tu_frandom(n, 0, 1);
 		if (k == L_SOFTMAX) { /* one-hot rows */
 			for (size_t i = 0; i < n; i++)
 				c.t[i] = 0;
 			for (size_t r = 0; r < c.rows; r++)
 				c.t[r * c.cols + (r * 3) % c.cols] = 1;
 		}
-		float *d = falloc(n);
+		float *d = tu_falloc(n);
 		poison(d, n);
 		if (k == L_SOFTMAX)
 			dtf_cpu_softmax_xent_grad(c.rows, (int)c.cols, c.x, c.t,
@@ -1846,9 +1817,6 @@ static Suite *ops_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(ops_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	tu_rng_seed(0x1234567);
+	return tu_run_suite(ops_suite(), 1);
 }

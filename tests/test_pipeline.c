@@ -10,7 +10,6 @@
  * each test; the fixtures come from $DTF_SOURCE_ROOT/tests/fixtures.
  */
 #include <check.h>
-#include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,54 +26,19 @@
 #include "data/pipeline.h"
 #include "data/tfrecord.h"
 
+#include "testutil.h"
+
 /* ---- temp directory ---- */
 
 static char tmpdir[4096];
 
 static void tmp_setup(void)
 {
-	const char *base = getenv("TMPDIR");
-	if (!base || !*base)
-		base = "/tmp";
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-test-pipeline-XXXXXX", base);
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-test-pipeline");
 	dtf_log_set_level(DTF_LOG_ERROR); /* notices are expected here */
 }
 
-static void tmp_teardown(void)
-{
-	DIR *d = opendir(tmpdir);
-	if (!d)
-		return;
-	struct dirent *e;
-	char p[8192];
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", tmpdir, e->d_name);
-		unlink(p);
-	}
-	closedir(d);
-	rmdir(tmpdir);
-}
-
-static const char *tmp_path(char *buf, size_t n, const char *name)
-{
-	snprintf(buf, n, "%s/%s", tmpdir, name);
-	return buf;
-}
-
-static void patch_byte(const char *path, long off, int xor_mask)
-{
-	FILE *f = fopen(path, "r+b");
-	ck_assert_ptr_nonnull(f);
-	fseek(f, off, SEEK_SET);
-	int c = fgetc(f);
-	ck_assert_int_ne(c, EOF);
-	fseek(f, off, SEEK_SET);
-	fputc(c ^ xor_mask, f);
-	fclose(f);
-}
+static void tmp_teardown(void) { tu_tmpdir_remove(tmpdir); }
 
 static struct dtf_feature_spec spec(const char *name, enum dtf_feature_type t,
 				    enum dtf_decode dec, int rank,
@@ -108,7 +72,7 @@ static void write_files(int nfiles, const int *counts,
 		char name[64];
 		snprintf(name, sizeof(name), "d-%05d-of-%05d.tfrecord", f,
 			 nfiles);
-		tmp_path(paths[f], sizeof(paths[f]), name);
+		tu_path(paths[f], sizeof(paths[f]), tmpdir, name);
 		struct dtf_tfrecord_writer *w;
 		ck_assert_int_eq(dtf_tfrecord_writer_open_c(paths[f], comp, &w),
 				 0);
@@ -273,7 +237,7 @@ START_TEST(gzip_concatenated_members)
 	static const int counts[] = {6, 4};
 	write_files(2, counts, DTF_COMPRESSION_NONE);
 	char cat[8192];
-	tmp_path(cat, sizeof(cat), "cat.tfrecord.gz");
+	tu_path(cat, sizeof(cat), tmpdir, "cat.tfrecord.gz");
 	for (int i = 0; i < 2; i++) {
 		FILE *in = fopen(paths[i], "rb");
 		ck_assert_ptr_nonnull(in);
@@ -341,7 +305,7 @@ START_TEST(gzip_corrupt_and_cut)
 	ck_assert_ptr_nonnull(strstr(dtf_error_msg(), ": truncated record "));
 	/* a corrupt deflate block names zlib's complaint */
 	write_files(1, counts, DTF_COMPRESSION_GZIP);
-	patch_byte(paths[0], 12, 0xff);
+	tu_patch_xor(paths[0], 12, 0xff);
 	int rc = dtf_tfrecord_scan_c(paths[0], DTF_COMPRESSION_GZIP, &st);
 	ck_assert_int_eq(rc, -DTF_ERR_DATA);
 	ck_assert_msg(strstr(dtf_error_msg(), "corrupt gzip stream (zlib: ") ||
@@ -354,8 +318,7 @@ END_TEST
 
 static void fixture_path(char *buf, size_t n, const char *name)
 {
-	const char *root = getenv("DTF_SOURCE_ROOT");
-	snprintf(buf, n, "%s/tests/fixtures/%s", root ? root : ".", name);
+	snprintf(buf, n, "%s/tests/fixtures/%s", tu_source_root(), name);
 }
 
 START_TEST(tensorflow_fixtures)
@@ -629,10 +592,10 @@ START_TEST(on_error_skip)
 		fclose(f);
 		recs[i] = (long)l8[0] + 16;
 	}
-	patch_byte(paths[0], 2 * recs[0] + 12 + 3, 0x10); /* file 0, rec 2 */
+	tu_patch_xor(paths[0], 2 * recs[0] + 12 + 3, 0x10); /* file 0, rec 2 */
 	long rec = recs[1];
 	ck_assert_int_eq(truncate(paths[1], 4 * rec + 7), 0); /* inside rec 4 */
-	patch_byte(paths[2], 1 * recs[2] + 2, 0x01); /* file 2, rec 1 length */
+	tu_patch_xor(paths[2], 1 * recs[2] + 2, 0x01); /* file 2, rec 1 length */
 
 	struct popts o = popts_default(3, 4);
 	struct dtf_pipeline *p;
@@ -680,7 +643,7 @@ START_TEST(on_error_skip_decode)
 	/* append a record whose label is a float_list */
 	struct dtf_tfrecord_writer *w;
 	char extra[8192];
-	tmp_path(extra, sizeof(extra), "e-00000.tfrecord");
+	tu_path(extra, sizeof(extra), tmpdir, "e-00000.tfrecord");
 	ck_assert_int_eq(dtf_tfrecord_writer_open(extra, &w), 0);
 	struct dtf_example_builder b;
 	dtf_example_builder_init(&b);
@@ -1013,9 +976,5 @@ static Suite *pipeline_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(pipeline_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(pipeline_suite(), 1);
 }

@@ -16,14 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config/config.h"
 #include "core/error.h"
 #include "dist/comm.h"
 #include "train/train.h"
+
+#include "testutil.h"
 
 /*
  * Count every heap allocation in the process, OpenBLAS's and Open MPI's
@@ -92,21 +92,8 @@ static const char job_text[] =
 	"data:\n"
 	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
 	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
-	"  features:\n"
-	"    image: {type: bytes, decode: uint8, shape: [8, 8, 1], scale: 0.00392156862745098}\n"
-	"    label: {type: int64, shape: []}\n"
-	"model:\n"
-	"  input: image\n"
-	"  layers:\n"
-	"    - {conv2d: {filters: 4, kernel: 3, padding: same, activation: relu}}\n"
-	"    - {max_pool2d: {size: 2}}\n"
-	"    - {conv2d: {filters: 6, kernel: 3, padding: valid, activation: relu}}\n"
-	"    - flatten\n"
-	"    - {dense: {units: 16, activation: relu}}\n"
-	"    - {dropout: {rate: 0.25}}\n"
-	"    - {dense: {units: 4, name: logits}}\n"
-	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
-	"  metrics: [accuracy]\n"
+	TU_SYNTH_FEATURES_8X8
+	TU_TINY_CNN_MODEL
 	"train:\n"
 	"  batch_size: 16\n"
 	"  max_steps: 20\n"
@@ -114,88 +101,36 @@ static const char job_text[] =
 	"  optimizer: {adam: {learning_rate: 0.01}}\n"
 	"logging: {every_steps: 10}\n";
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static void setup_data(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-train-test-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
-			     build_root, tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
-			     build_root, tmpdir), 0);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/job.yaml", tmpdir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, job_text, tmpdir, tmpdir);
-	fclose(f);
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-train-test");
+	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
+	tu_synth(tmpdir, "test", 200, 1, "8,8,1", 2);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir, tmpdir);
 }
 
 static void teardown_data(void)
 {
 	dtf_comm_finalize(comm);
 	comm = NULL;
-	run("rm -rf '%s'", tmpdir);
-}
-
-static float *read_vars(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	ck_assert_msg(f != NULL, "missing %s", path);
-	char magic[8];
-	uint64_t count;
-	ck_assert_int_eq(fread(magic, 1, 8, f), 8);
-	ck_assert(memcmp(magic, "DTFVARS1", 8) == 0);
-	ck_assert_int_eq(fread(&count, sizeof(count), 1, f), 1);
-	float *p = malloc(count * sizeof(float));
-	ck_assert_int_eq(fread(p, sizeof(float), count, f), count);
-	fclose(f);
-	*n = count;
-	return p;
+	tu_tmpdir_remove(tmpdir);
 }
 
 START_TEST(one_rank_equals_two_ranks)
 {
-	ck_assert_int_eq(run("mpirun -np 1 %s/dtf-train -q --threads 1 "
-			     "--export-variables %s/np1.bin %s/job.yaml 2>%s/np1.log",
-			     build_root, tmpdir, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(run("mpirun -np 2 %s/dtf-train -q --threads 1 "
-			     "--export-variables %s/np2.bin %s/job.yaml 2>%s/np2.log",
-			     build_root, tmpdir, tmpdir, tmpdir), 0);
-	char path[512];
-	size_t n1, n2;
-	snprintf(path, sizeof(path), "%s/np1.bin", tmpdir);
-	float *a = read_vars(path, &n1);
-	snprintf(path, sizeof(path), "%s/np2.bin", tmpdir);
-	float *b = read_vars(path, &n2);
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train -q --threads 1 "
+				"--export-variables %s/np1.bin %s/job.yaml 2>%s/np1.log",
+				build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 "
+				"--export-variables %s/np2.bin %s/job.yaml 2>%s/np2.log",
+				build_root, tmpdir, tmpdir, tmpdir), 0);
+	size_t n1, n2, nonzero;
+	float *a = tu_read_vars(tmpdir, "np1.bin", &n1);
+	float *b = tu_read_vars(tmpdir, "np2.bin", &n2);
 	ck_assert_uint_eq(n1, n2);
-	double worst = 0;
-	int moved = 0;
-	for (size_t i = 0; i < n1; i++) {
-		double d = fabs((double)a[i] - b[i]);
-		double rel = d / fmax(fabs((double)a[i]), 1e-2);
-		if (rel > worst)
-			worst = rel;
-		moved += a[i] != 0.0f;
-	}
+	double worst = tu_max_rel_diff(b, a, n1, &nonzero);
+	int moved = (int)nonzero;
 	printf("1 rank vs 2 ranks after 20 steps: %zu floats, max relative difference %.3g\n",
 	       n1, worst);
 	ck_assert_msg(worst <= 1e-4, "max relative difference %g", worst);
@@ -260,26 +195,18 @@ START_TEST(corrupt_record_stops_every_rank)
 {
 	/* flip a byte inside record 100's data (records are the same size) */
 	char path[512];
-	snprintf(path, sizeof(path), "%s/train-00000-of-00001.tfrecord", tmpdir);
-	FILE *f = fopen(path, "r+b");
+	tu_path(path, sizeof(path), tmpdir, "train-00000-of-00001.tfrecord");
+	FILE *f = fopen(path, "rb");
 	ck_assert_ptr_nonnull(f);
 	uint64_t len;
 	ck_assert_int_eq(fread(&len, 8, 1, f), 1);
+	fclose(f);
 	long rec = (long)(len + 16), off = 100 * rec + 12 + 20;
-	fseek(f, off, SEEK_SET);
-	int ch = fgetc(f);
-	fseek(f, off, SEEK_SET);
-	fputc(ch ^ 0x40, f);
-	fclose(f);
-	int st = run("timeout 60 mpirun -np 2 %s/dtf-train -q --threads 1 "
-		     "%s/job.yaml >/dev/null 2>%s/bad.log",
-		     build_root, tmpdir, tmpdir);
-	char log[4096] = "";
-	snprintf(path, sizeof(path), "%s/bad.log", tmpdir);
-	f = fopen(path, "r");
-	size_t got = fread(log, 1, sizeof(log) - 1, f);
-	log[got] = 0;
-	fclose(f);
+	tu_patch_xor(path, off, 0x40);
+	int st = tu_run("timeout 60 mpirun -np 2 %s/dtf-train -q --threads 1 "
+			"%s/job.yaml >/dev/null 2>%s/bad.log",
+			build_root, tmpdir, tmpdir);
+	const char *log = tu_slurp(tmpdir, "bad.log");
 	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
 	char want[128];
 	snprintf(want, sizeof(want), "record 100 at byte offset %ld", 100 * rec);
@@ -287,30 +214,19 @@ START_TEST(corrupt_record_stops_every_rank)
 	ck_assert_msg(strstr(log, "train-00000-of-00001.tfrecord") != NULL,
 		      "no file name in:\n%s", log);
 	/* restore the byte for later tests */
-	snprintf(path, sizeof(path), "%s/train-00000-of-00001.tfrecord", tmpdir);
-	f = fopen(path, "r+b");
-	fseek(f, off, SEEK_SET);
-	fputc(ch, f);
-	fclose(f);
+	tu_patch_xor(path, off, 0x40);
 }
 END_TEST
 
 START_TEST(bad_job_file_exit_2)
 {
 	char path[512];
-	snprintf(path, sizeof(path), "%s/bad.yaml", tmpdir);
-	FILE *f = fopen(path, "w");
-	fputs("train:\n  batch_size: 16\n  epoch: 2\n", f);
-	fclose(f);
-	int st = run("mpirun -np 2 %s/dtf-train %s 2>%s/bad2.log >/dev/null",
-		     build_root, path, tmpdir);
+	tu_path(path, sizeof(path), tmpdir, "bad.yaml");
+	tu_write_file(NULL, path, "train:\n  batch_size: 16\n  epoch: 2\n");
+	int st = tu_run("mpirun -np 2 %s/dtf-train %s 2>%s/bad2.log >/dev/null",
+			build_root, path, tmpdir);
 	ck_assert_int_eq(st, 2);
-	snprintf(path, sizeof(path), "%s/bad2.log", tmpdir);
-	f = fopen(path, "r");
-	char log[2048] = "";
-	size_t got = fread(log, 1, sizeof(log) - 1, f);
-	log[got] = 0;
-	fclose(f);
+	const char *log = tu_slurp(tmpdir, "bad2.log");
 	ck_assert_msg(strstr(log, "bad.yaml:3:3") != NULL, "log:\n%s", log);
 	ck_assert_msg(strstr(log, "epochs") != NULL, "no suggestion:\n%s", log);
 }
@@ -318,9 +234,9 @@ END_TEST
 
 START_TEST(batch_not_divisible_exit_2)
 {
-	int st = run("mpirun -np 2 %s/dtf-train --set train.batch_size=15 "
-		     "%s/job.yaml >/dev/null 2>&1",
-		     build_root, tmpdir);
+	int st = tu_run("mpirun -np 2 %s/dtf-train --set train.batch_size=15 "
+			"%s/job.yaml >/dev/null 2>&1",
+			build_root, tmpdir);
 	ck_assert_int_eq(st, 2);
 }
 END_TEST
@@ -328,24 +244,19 @@ END_TEST
 /* Mistakes found before any training: exit 2 (3 for data) and a message. */
 START_TEST(usage_errors_before_training)
 {
-	ck_assert_int_eq(run("%s/dtf-train %s/no-such-job.yaml 2>/dev/null",
-			     build_root, tmpdir), 2);
-	ck_assert_int_eq(run("mpirun -np 1 %s/dtf-train --export-variables "
-			     "%s/no-such-dir/v.bin %s/job.yaml 2>/dev/null",
-			     build_root, tmpdir, tmpdir), 2);
+	ck_assert_int_eq(tu_run("%s/dtf-train %s/no-such-job.yaml 2>/dev/null",
+				build_root, tmpdir), 2);
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --export-variables "
+				"%s/no-such-dir/v.bin %s/job.yaml 2>/dev/null",
+				build_root, tmpdir, tmpdir), 2);
 	/* 8 ranks at 60 examples per replica: 480 records leave none for
 	 * rank 7 (DATA sharding of one file: 60 each, so 61 is too many) */
-	int st = run("mpirun -np 2 %s/dtf-train -q --threads 1 --set "
-		     "train.batch_size=482 "
-		     "%s/job.yaml 2>%s/short.log >/dev/null",
-		     build_root, tmpdir, tmpdir);
+	int st = tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 --set "
+			"train.batch_size=482 "
+			"%s/job.yaml 2>%s/short.log >/dev/null",
+			build_root, tmpdir, tmpdir);
 	ck_assert_int_eq(st, 3);
-	char path[512], log[2048] = "";
-	snprintf(path, sizeof(path), "%s/short.log", tmpdir);
-	FILE *f = fopen(path, "r");
-	size_t got = fread(log, 1, sizeof(log) - 1, f);
-	log[got] = 0;
-	fclose(f);
+	const char *log = tu_slurp(tmpdir, "short.log");
 	ck_assert_msg(strstr(log, "has 240 record(s), fewer than one per-replica batch of 241"),
 		      "%s", log);
 }
@@ -371,11 +282,6 @@ static Suite *train_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(train_suite());
 	/* MPI may be initialised once per process: run in this process */
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(train_suite(), 0);
 }

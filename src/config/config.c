@@ -849,28 +849,49 @@ static int mapping_size(struct ctx *c, const yaml_node_t *val,
 	return 0;
 }
 
+/* The non-empty mapping `val` (else mapping_size's error) as an array of
+ * one zeroed `size`-byte element per pair, dtf_calloc'd into *arr (the
+ * caller stores it in the job, which frees it), the count in *n. */
+static int mapping_array(struct ctx *c, const yaml_node_t *val,
+			 const char *path, const char *what, size_t size,
+			 void **arr, int *n)
+{
+	int rc = mapping_size(c, val, path, what, n);
+	if (rc < 0)
+		return rc;
+	*arr = dtf_calloc((size_t)*n, size);
+	if (!*arr)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	return 0;
+}
+
+/* The key and value nodes of pair i of the mapping `map`. */
+static void mapping_pair(struct ctx *c, const yaml_node_t *map, int i,
+			 const yaml_node_t **k, const yaml_node_t **v)
+{
+	const yaml_node_pair_t *pr = &map->data.mapping.pairs.start[i];
+	*k = yaml_document_get_node(&c->t->doc, pr->key);
+	*v = yaml_document_get_node(&c->t->doc, pr->value);
+}
+
 static int read_features(struct ctx *c, void *base, const yaml_node_t *key,
 			 const yaml_node_t *val, const char *path)
 {
 	struct dtf_job *job = base;
 
 	char sub[PATH_MAX_];
+	void *arr;
 	int n = 0;
-	int rc_ = mapping_size(c, val, path,
-			       "a mapping of feature names to {type, shape, ...}",
-			       &n);
+	int rc_ = mapping_array(c, val, path,
+				"a mapping of feature names to {type, shape, ...}",
+				sizeof(*job->data.features), &arr, &n);
 	if (rc_ < 0)
 		return rc_;
-	job->data.features = dtf_calloc((size_t)n, sizeof(*job->data.features));
-	if (!job->data.features)
-		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	job->data.features = arr;
 	job->data.nfeatures = n;
 	for (int i = 0; i < n; i++) {
-		yaml_node_pair_t *pr = &val->data.mapping.pairs.start[i];
-		const yaml_node_t *k = yaml_document_get_node(&c->t->doc,
-							      pr->key);
-		const yaml_node_t *v = yaml_document_get_node(&c->t->doc,
-							      pr->value);
+		const yaml_node_t *k, *v;
+		mapping_pair(c, val, i, &k, &v);
 		struct dtf_feature_spec *f = &job->data.features[i];
 		const char *name;
 		int rc = read_str(c, k, path, DTF_NAME_MAX, &name);
@@ -1551,22 +1572,18 @@ static int read_graph(struct ctx *c, void *base, const yaml_node_t *key,
 	struct dtf_job *job = base;
 
 	char npath[PATH_MAX_], apath[PATH_MAX_];
+	void *arr;
 	int n = 0;
-	int rc_ = mapping_size(c, val, path,
-			       "a mapping of node names to {op: {inputs: [...], ...}}",
-			       &n);
+	int rc_ = mapping_array(c, val, path,
+				"a mapping of node names to {op: {inputs: [...], ...}}",
+				sizeof(*job->model.nodes), &arr, &n);
 	if (rc_ < 0)
 		return rc_;
-	job->model.nodes = dtf_calloc((size_t)n, sizeof(*job->model.nodes));
-	if (!job->model.nodes)
-		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	job->model.nodes = arr;
 	job->model.nnodes = n;
 	for (int i = 0; i < n; i++) {
-		yaml_node_pair_t *pr = &val->data.mapping.pairs.start[i];
-		const yaml_node_t *k = yaml_document_get_node(&c->t->doc,
-							      pr->key);
-		const yaml_node_t *v = yaml_document_get_node(&c->t->doc,
-							      pr->value);
+		const yaml_node_t *k, *v;
+		mapping_pair(c, val, i, &k, &v);
 		struct dtf_layer *l = &job->model.nodes[i];
 		const yaml_node_t *kind, *attrs;
 		const struct choice *ch;

@@ -508,6 +508,67 @@ static int check_specs(const struct dtf_feature_spec *specs, int nspecs)
 	return 0;
 }
 
+/* The entries of an Example's feature map (Example.features, field 1;
+ * Features.feature, field 1: map<string, Feature>) in record order,
+ * other fields skipped: the walk shared by the decoder and the walker. */
+struct entry_iter {
+	struct rd ex; /* the rest of the Example */
+	struct rd fs; /* the rest of the current Features */
+};
+
+/* The next map entry's key and value bytes in *key and *val ({NULL, NULL}
+ * for a field the entry lacks); returns 1, 0 after the last entry, or
+ * -DTF_ERR_DATA ("malformed Example (...)") for malformed bytes. */
+static int next_entry(struct entry_iter *it, struct rd *key, struct rd *val)
+{
+	uint32_t field;
+	int wt;
+	for (;;) {
+		while (it->fs.p >= it->fs.end) {
+			if (it->ex.p >= it->ex.end)
+				return 0;
+			if (get_tag(&it->ex, &field, &wt))
+				return malformed(NULL, "bad tag in Example");
+			if (field != 1 || wt != WT_LEN) {
+				if (skip_field(&it->ex, wt))
+					return malformed(NULL, "bad field in "
+							       "Example");
+				continue;
+			}
+			if (get_len(&it->ex, &it->fs))
+				return malformed(NULL, "Features overruns "
+						       "the record");
+		}
+		struct rd entry;
+		if (get_tag(&it->fs, &field, &wt))
+			return malformed(NULL, "bad tag in Features");
+		if (field != 1 || wt != WT_LEN) {
+			if (skip_field(&it->fs, wt))
+				return malformed(NULL, "bad field in Features");
+			continue;
+		}
+		if (get_len(&it->fs, &entry))
+			return malformed(NULL, "map entry overruns Features");
+		*key = *val = (struct rd){NULL, NULL};
+		while (entry.p < entry.end) {
+			if (get_tag(&entry, &field, &wt))
+				return malformed(NULL, "bad tag in map entry");
+			struct rd *to = field == 1 ? key
+				      : field == 2 ? val
+						   : NULL;
+			if (to && wt == WT_LEN) {
+				if (get_len(&entry, to))
+					return malformed(
+						NULL, "map entry field overruns");
+			} else if (skip_field(&entry, wt)) {
+				return malformed(NULL, "bad field in map "
+						       "entry");
+			}
+		}
+		return 1;
+	}
+}
+
 int dtf_example_decode(const uint8_t *buf, size_t len,
 		       const struct dtf_feature_spec *specs, int nspecs,
 		       void *const *dst)
@@ -519,64 +580,22 @@ int dtf_example_decode(const uint8_t *buf, size_t len,
 	for (int i = 0; i < nspecs; i++)
 		name_len[i] = strnlen(specs[i].name, DTF_NAME_MAX);
 	uint64_t found = 0;
-	struct rd ex = {buf, buf + len};
-	while (ex.p < ex.end) {
-		uint32_t field;
-		int wt;
-		struct rd fs;
-		if (get_tag(&ex, &field, &wt))
-			return malformed(NULL, "bad tag in Example");
-		if (field != 1 || wt != WT_LEN) {
-			if (skip_field(&ex, wt))
-				return malformed(NULL, "bad field in Example");
-			continue;
-		}
-		if (get_len(&ex, &fs))
-			return malformed(NULL, "Features overruns the record");
-		while (fs.p < fs.end) {
-			struct rd entry;
-			if (get_tag(&fs, &field, &wt))
-				return malformed(NULL, "bad tag in Features");
-			if (field != 1 || wt != WT_LEN) {
-				if (skip_field(&fs, wt))
-					return malformed(NULL, "bad field in "
-							       "Features");
+	struct entry_iter it = {{buf, buf + len}, {NULL, NULL}};
+	struct rd key, val;
+	while ((rc = next_entry(&it, &key, &val)) > 0) {
+		size_t kl = (size_t)(key.end - key.p);
+		for (int i = 0; i < nspecs; i++) {
+			if (name_len[i] != kl ||
+			    (kl && memcmp(specs[i].name, key.p, kl)))
 				continue;
-			}
-			if (get_len(&fs, &entry))
-				return malformed(NULL, "map entry overruns "
-						       "Features");
-			struct rd key = {NULL, NULL}, val = {NULL, NULL};
-			while (entry.p < entry.end) {
-				if (get_tag(&entry, &field, &wt))
-					return malformed(NULL, "bad tag in map "
-							       "entry");
-				struct rd *to = field == 1 ? &key
-					      : field == 2 ? &val
-							   : NULL;
-				if (to && wt == WT_LEN) {
-					if (get_len(&entry, to))
-						return malformed(NULL,
-								 "map entry "
-								 "field "
-								 "overruns");
-				} else if (skip_field(&entry, wt)) {
-					return malformed(NULL, "bad field in "
-							       "map entry");
-				}
-			}
-			size_t kl = (size_t)(key.end - key.p);
-			for (int i = 0; i < nspecs; i++) {
-				if (name_len[i] != kl ||
-				    (kl && memcmp(specs[i].name, key.p, kl)))
-					continue;
-				rc = decode_feature(&specs[i], val, dst[i]);
-				if (rc)
-					return rc;
-				found |= (uint64_t)1 << i;
-			}
+			rc = decode_feature(&specs[i], val, dst[i]);
+			if (rc)
+				return rc;
+			found |= (uint64_t)1 << i;
 		}
 	}
+	if (rc < 0)
+		return rc;
 	for (int i = 0; i < nspecs; i++) {
 		if (found & ((uint64_t)1 << i))
 			continue;
@@ -654,59 +673,21 @@ static int walk_feature(struct rd feat, struct dtf_example_feature_info *fi)
 int dtf_example_walk(const uint8_t *buf, size_t len, dtf_example_visit_fn fn,
 		     void *ctx)
 {
-	struct rd ex = {buf, buf + len};
-	uint32_t field;
-	int wt;
-	while (ex.p < ex.end) {
-		struct rd fs;
-		if (get_tag(&ex, &field, &wt))
-			return malformed(NULL, "bad tag in Example");
-		if (field != 1 || wt != WT_LEN) {
-			if (skip_field(&ex, wt))
-				return malformed(NULL, "bad field in Example");
-			continue;
-		}
-		if (get_len(&ex, &fs))
-			return malformed(NULL, "Features overruns the record");
-		while (fs.p < fs.end) {
-			struct rd entry;
-			if (get_tag(&fs, &field, &wt))
-				return malformed(NULL, "bad tag in Features");
-			if (field != 1 || wt != WT_LEN) {
-				if (skip_field(&fs, wt))
-					return malformed(NULL, "bad field in "
-							       "Features");
-				continue;
-			}
-			if (get_len(&fs, &entry))
-				return malformed(NULL, "map entry overruns");
-			struct rd key = {NULL, NULL}, val = {NULL, NULL};
-			while (entry.p < entry.end) {
-				if (get_tag(&entry, &field, &wt))
-					return malformed(NULL, "bad map entry");
-				struct rd *to = field == 1 ? &key
-					      : field == 2 ? &val
-							   : NULL;
-				if (to && wt == WT_LEN) {
-					if (get_len(&entry, to))
-						return malformed(NULL, "bad map "
-								       "entry");
-				} else if (skip_field(&entry, wt)) {
-					return malformed(NULL, "bad map entry");
-				}
-			}
-			struct dtf_example_feature_info fi;
-			memset(&fi, 0, sizeof(fi));
-			fi.name = (const char *)key.p;
-			fi.name_len = (size_t)(key.end - key.p);
-			if (val.p && walk_feature(val, &fi))
-				return malformed(NULL, "bad Feature");
-			int r = fn(ctx, &fi);
-			if (r)
-				return r;
-		}
+	struct entry_iter it = {{buf, buf + len}, {NULL, NULL}};
+	struct rd key, val;
+	int rc;
+	while ((rc = next_entry(&it, &key, &val)) > 0) {
+		struct dtf_example_feature_info fi;
+		memset(&fi, 0, sizeof(fi));
+		fi.name = (const char *)key.p;
+		fi.name_len = (size_t)(key.end - key.p);
+		if (val.p && walk_feature(val, &fi))
+			return malformed(NULL, "bad Feature");
+		int r = fn(ctx, &fi);
+		if (r)
+			return r;
 	}
-	return 0;
+	return rc;
 }
 
 /* ---- encoder ---- */

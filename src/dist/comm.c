@@ -144,35 +144,35 @@ static int allreduce(MPI_Comm comm, void *buf, size_t n, size_t elem,
 
 int dtf_comm_allreduce_sum_f32(struct dtf_comm *c, float *buf, size_t n)
 {
-	if (c->size == 1)
+	if (!c || c->size == 1)
 		return 0;
 	return allreduce(c->comm, buf, n, sizeof(float), MPI_FLOAT, MPI_SUM);
 }
 
 int dtf_comm_allreduce_sum_f64(struct dtf_comm *c, double *buf, size_t n)
 {
-	if (c->size == 1)
+	if (!c || c->size == 1)
 		return 0;
 	return allreduce(c->comm, buf, n, sizeof(double), MPI_DOUBLE, MPI_SUM);
 }
 
 int dtf_comm_allreduce_min_i64(struct dtf_comm *c, int64_t *buf, size_t n)
 {
-	if (c->size == 1)
+	if (!c || c->size == 1)
 		return 0;
 	return allreduce(c->comm, buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MIN);
 }
 
 int dtf_comm_allreduce_max_i64(struct dtf_comm *c, int64_t *buf, size_t n)
 {
-	if (c->size == 1)
+	if (!c || c->size == 1)
 		return 0;
 	return allreduce(c->comm, buf, n, sizeof(int64_t), MPI_INT64_T, MPI_MAX);
 }
 
 int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root)
 {
-	if (c->size == 1)
+	if (!c || c->size == 1)
 		return 0;
 	for (size_t off = 0; off < n; off += CHUNK) {
 		size_t len = n - off < CHUNK ? n - off : CHUNK;
@@ -184,13 +184,13 @@ int dtf_comm_bcast_f32(struct dtf_comm *c, float *buf, size_t n, int root)
 
 int dtf_comm_bcast_bytes(struct dtf_comm *c, void *buf, size_t n, int root)
 {
-	if (c->size == 1)
+	if (!c || c->size == 1)
 		return 0;
 	char *p = buf;
 	for (size_t off = 0; off < n; off += CHUNK) {
 		size_t len = n - off < CHUNK ? n - off : CHUNK;
 		MPI_TRY(MPI_Bcast(p + off, (int)len, MPI_BYTE, root,
-				  MPI_COMM_WORLD));
+				  c->comm));
 	}
 	return 0;
 }
@@ -199,8 +199,8 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who)
 {
 	struct {
 		int value, rank;
-	} in = {status, c->rank}, out = in;
-	if (c->size > 1)
+	} in = {status, c ? c->rank : 0}, out = in;
+	if (c && c->size > 1)
 		MPI_TRY(MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MAXLOC,
 				      c->comm));
 	*worst = out.value;
@@ -210,8 +210,72 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who)
 
 int dtf_comm_barrier(struct dtf_comm *c)
 {
-	if (c->size > 1)
+	if (c && c->size > 1)
 		MPI_TRY(MPI_Barrier(c->comm));
+	return 0;
+}
+
+/* ---- notices ------------------------------------------------------------ */
+
+/* A tag no other message on the world communicator uses (the ps traffic
+ * runs on a duplicate of it, collectives never match point-to-point). */
+#define TAG_NOTICE 7201
+
+struct dtf_comm_notice {
+	MPI_Request req;
+	int64_t msg[2];
+	int arrived;
+};
+
+int dtf_comm_notice_post(struct dtf_comm *c, int from,
+			 struct dtf_comm_notice **out)
+{
+	*out = NULL;
+	struct dtf_comm_notice *n = dtf_calloc(1, sizeof(*n));
+	if (!n)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	int rc = MPI_Irecv(n->msg, 2, MPI_INT64_T, from, TAG_NOTICE, c->comm,
+			   &n->req);
+	if (rc != MPI_SUCCESS) {
+		dtf_free(n);
+		return mpi_fail(rc, "MPI_Irecv");
+	}
+	*out = n;
+	return 0;
+}
+
+int dtf_comm_notice_test(struct dtf_comm_notice *n, int *arrived,
+			 int64_t msg[2])
+{
+	if (!n->arrived) {
+		int flag = 0;
+		MPI_TRY(MPI_Test(&n->req, &flag, MPI_STATUS_IGNORE));
+		n->arrived = flag;
+	}
+	*arrived = n->arrived;
+	if (n->arrived) {
+		msg[0] = n->msg[0];
+		msg[1] = n->msg[1];
+	}
+	return 0;
+}
+
+void dtf_comm_notice_free(struct dtf_comm_notice *n)
+{
+	if (!n)
+		return;
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (!n->arrived && !finalized) {
+		MPI_Cancel(&n->req);
+		MPI_Wait(&n->req, MPI_STATUS_IGNORE);
+	}
+	dtf_free(n);
+}
+
+int dtf_comm_notice_send(struct dtf_comm *c, int to, const int64_t msg[2])
+{
+	MPI_TRY(MPI_Send(msg, 2, MPI_INT64_T, to, TAG_NOTICE, c->comm));
 	return 0;
 }
 

@@ -7,6 +7,9 @@
  * error, as every rank does once per step with 0, and every rank learns the
  * worst status and which rank reported it before any other collective runs
  * (MPI_Allreduce with MPI_MAXLOC on {status, rank}).
+ *
+ * The collectives below accept c == NULL as a communicator of one rank
+ * (this process alone: an evaluator task, which trains with no one).
  */
 #ifndef DTF_DIST_COMM_H
 #define DTF_DIST_COMM_H
@@ -69,6 +72,24 @@ int dtf_comm_barrier(struct dtf_comm *c);
  * MPIX_Query_cuda_support()); 0 otherwise, or when the environment sets
  * DTF_CUDA_AWARE_MPI=0.  Call after dtf_comm_init. */
 int dtf_comm_cuda_aware(void);
+
+/*
+ * Notices: one message of two int64 from one rank to another on the world
+ * communicator, outside every collective; the chief tells the evaluator
+ * task that training ended (train/evaluator.h).  The receiver posts the
+ * receive early (MPI_Irecv) and polls it (MPI_Test) between other work;
+ * the sender's MPI_Send of 16 bytes completes without waiting for it.
+ * dtf_comm_notice_free cancels a receive that got nothing.
+ * Errors: DTF_ERR_MPI, DTF_ERR_NOMEM.
+ */
+struct dtf_comm_notice;
+int dtf_comm_notice_post(struct dtf_comm *c, int from,
+			 struct dtf_comm_notice **out);
+/* *arrived = 1 and msg filled once the notice has come (and after). */
+int dtf_comm_notice_test(struct dtf_comm_notice *n, int *arrived,
+			 int64_t msg[2]);
+void dtf_comm_notice_free(struct dtf_comm_notice *n);
+int dtf_comm_notice_send(struct dtf_comm *c, int to, const int64_t msg[2]);
 
 /* End every rank now with `status` (MPI_Abort).  For failures that cannot
  * be agreed on (a broken invariant under MPI, a stuck collective seen by

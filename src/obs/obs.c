@@ -94,6 +94,7 @@ struct dtf_obs {
 	double final_loss, final_accuracy; /* last logged window */
 	double eval_loss, eval_accuracy, eval_count;
 	int have_final, have_eval;
+	int sidecar_eval; /* an evaluator task writes eval/ */
 };
 
 double dtf_obs_now(void)
@@ -206,15 +207,10 @@ static void events_check(struct dtf_obs *o, struct dtf_tfevents **w, int rc)
 
 /* ---- open / close ---------------------------------------------------------- */
 
-static int open_chief_files(struct dtf_obs *o)
+/* Open <dir>/metrics.jsonl for append and lock it: one writer per file. */
+static int open_metrics(struct dtf_obs *o, const char *dir)
 {
-	const struct dtf_job *job = o->job;
-	const char *dir = job->logging.dir;
-	int rc;
-	if ((rc = make_dirs(dir)) < 0)
-		return rc;
-	if (!(o->events_dir = dtf_strdup(dir)) ||
-	    !(o->metrics_path = join(dir, "metrics.jsonl")) ||
+	if (!(o->metrics_path = join(dir, "metrics.jsonl")) ||
 	    !(o->metrics_buf = dtf_malloc(METRICS_BUFFER)))
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	o->metrics = fopen(o->metrics_path, "a");
@@ -229,6 +225,20 @@ static int open_chief_files(struct dtf_obs *o)
 					   o->metrics_path)
 			       : dtf_error(DTF_ERR_IO, "%s: cannot lock: %s",
 					   o->metrics_path, strerror(errno));
+	return 0;
+}
+
+static int open_chief_files(struct dtf_obs *o)
+{
+	const struct dtf_job *job = o->job;
+	const char *dir = job->logging.dir;
+	int rc;
+	if ((rc = make_dirs(dir)) < 0)
+		return rc;
+	if (!(o->events_dir = dtf_strdup(dir)))
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if ((rc = open_metrics(o, dir)) < 0)
+		return rc;
 	metrics_head(o, "start", o->start_step, 0);
 	fputc(',', o->metrics);
 	jstr(o->metrics, "job", job->name);
@@ -250,7 +260,7 @@ static int open_chief_files(struct dtf_obs *o)
 	if (rc == 0)
 		rc = dtf_tfevents_open(sub, o->host, wall, &o->ev_train);
 	dtf_free(sub);
-	if (rc == 0 && job->data.eval_files) {
+	if (rc == 0 && job->data.eval_files && !o->sidecar_eval) {
 		if (!(sub = join(dir, "eval")))
 			return dtf_error(DTF_ERR_NOMEM, "out of memory");
 		rc = make_dirs(sub);
@@ -309,6 +319,7 @@ int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 	o->total_steps = cfg->total_steps;
 	o->steps_per_epoch = cfg->steps_per_epoch;
 	o->global_batch = cfg->global_batch;
+	o->sidecar_eval = cfg->sidecar_eval;
 	o->total_epochs = cfg->steps_per_epoch > 0
 				  ? (int)((cfg->total_steps + cfg->steps_per_epoch - 1) /
 					  cfg->steps_per_epoch)
@@ -339,6 +350,52 @@ int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 fail:
 	dtf_obs_free(o);
 	return rc;
+}
+
+int dtf_obs_open_evaluator(const struct dtf_job *job, const char *host,
+			   struct dtf_obs **out)
+{
+	*out = NULL;
+	struct dtf_obs *o = dtf_calloc(1, sizeof(*o));
+	if (!o)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	o->job = job;
+	o->origin = dtf_obs_now();
+	o->world = 1;
+	o->quiet = 1;
+	o->epoch = -1;
+	snprintf(o->host, sizeof(o->host), "%s", host);
+	int rc = 0;
+	const char *top = job->logging.dir;
+	char *dir = top ? join(top, "eval") : NULL;
+	if (top && !dir)
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if (dir && rc == 0)
+		rc = make_dirs(dir);
+	if (dir && rc == 0)
+		rc = open_metrics(o, dir);
+	if (dir && rc == 0) {
+		metrics_head(o, "start", 0, 0);
+		fputc(',', o->metrics);
+		jstr(o->metrics, "job", job->name);
+		fputs(",\"task\":\"evaluator\"", o->metrics);
+		metrics_end(o);
+		if (!o->metrics)
+			rc = dtf_error(DTF_ERR_IO, "%s: write error",
+				       o->metrics_path);
+	}
+	if (dir && rc == 0 && job->logging.tensorboard)
+		rc = dtf_tfevents_open(dir, o->host, wall_now(), &o->ev_eval);
+	if (dir && rc == 0)
+		dtf_log(DTF_LOG_DEBUG, 1, "evaluator: logging to %s (metrics.jsonl%s)",
+			dir, o->ev_eval ? ", TensorBoard events" : "");
+	dtf_free(dir);
+	if (rc < 0) {
+		dtf_obs_free(o);
+		return rc;
+	}
+	*out = o;
+	return 0;
 }
 
 void dtf_obs_free(struct dtf_obs *o)

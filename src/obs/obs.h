@@ -18,6 +18,10 @@
  *   events       the chief, when logging.dir is set and logging.tensorboard
  *                (default true): <dir>/train/events.out.tfevents.* and
  *                <dir>/eval/events.out.tfevents.* (obs/tfevents.h).
+ *   evaluator    when the cluster has an evaluator task, it alone writes
+ *                <dir>/eval/: its own metrics.jsonl ("start", then one
+ *                "eval" line per evaluated checkpoint) and the eval events;
+ *                the chief then evaluates nothing and writes no eval/.
  *   trace        every rank, when logging.trace is set, for the steps in
  *                logging.trace_steps: its own file (obs/trace.h), merged by
  *                the chief into logging.trace at the end of a run.
@@ -68,6 +72,7 @@ struct dtf_obs_config {
 	int64_t total_steps;    /* the run ends at this step */
 	int64_t steps_per_epoch;
 	int64_t global_batch;   /* examples per step over all replicas */
+	int sidecar_eval;       /* an evaluator task writes <dir>/eval/ */
 };
 
 /*
@@ -81,6 +86,18 @@ struct dtf_obs_config {
  */
 int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 		 struct dtf_obs **out);
+
+/*
+ * The evaluator task's outputs (train/evaluator.h), opened without any
+ * collective: <logging.dir>/eval/metrics.jsonl (append, locked: one writer
+ * per file) starting with a "start" line {"task":"evaluator"}, and, with
+ * logging.tensorboard, <logging.dir>/eval/events.out.tfevents.*; nothing
+ * without logging.dir.  Feed it with dtf_obs_eval (no console lines: the
+ * evaluator logs its own).  Free with dtf_obs_free.
+ * Errors: DTF_ERR_IO naming the path, DTF_ERR_NOMEM.
+ */
+int dtf_obs_open_evaluator(const struct dtf_job *job, const char *host,
+			   struct dtf_obs **out);
 
 /* The clock of every time argument: CLOCK_MONOTONIC, seconds. */
 double dtf_obs_now(void);

@@ -881,6 +881,76 @@ static int match(const struct dtf_checkpointer *ck, const char *path,
 			 ndiff > shown ? "\n  ..." : "");
 }
 
+/* Copy the verified file f (read from `path`) into the variables and the
+ * optimizer, and its position into *pos, when its table matches ours. */
+static int load_file(struct dtf_checkpointer *ck, const char *path,
+		     const struct dtf_ckpt_file *f,
+		     struct dtf_ckpt_position *pos)
+{
+	int rc = match(ck, path, f);
+	if (rc < 0)
+		return rc;
+	for (int k = 0; k < ck->n; k++) {
+		const struct dtf_ckpt_tensor *t =
+			dtf_ckpt_file_find(f, ck->e[k].name);
+		memcpy(ck->e[k].mem, f->data + t->offset, t->nbytes);
+	}
+	ck->opt->iterations = ck->scalars[SC_ITERATIONS];
+	*pos = f->pos;
+	for (int k = 0; k < pos->nprev; k++) {
+		const int64_t *sg = ck->scalars + SC_SEGMENTS + 3 * k;
+		pos->prev[k] = (struct dtf_ckpt_segment){sg[0], sg[1], sg[2]};
+	}
+	snprintf(ck->path, sizeof(ck->path), "%s", path);
+	if (f->pos.job_hash != ck->job_hash)
+		dtf_info("notice: the job file differs from the one that wrote %s",
+			 path);
+	return 0;
+}
+
+int dtf_checkpointer_load(struct dtf_checkpointer *ck, const char *path,
+			  struct dtf_ckpt_position *pos, int *verified)
+{
+	struct dtf_ckpt_file f;
+	*verified = 0;
+	int rc = dtf_ckpt_file_read(path, &f);
+	if (rc < 0)
+		return rc;
+	*verified = 1;
+	rc = load_file(ck, path, &f, pos);
+	dtf_ckpt_file_deinit(&f);
+	return rc;
+}
+
+int dtf_checkpoint_latest(const char *dir, int64_t *step)
+{
+	*step = -1;
+	char path[PATH_BYTES], text[256];
+	snprintf(path, sizeof(path), "%s/checkpoint", dir);
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		if (errno == ENOENT)
+			return 0;
+		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot open: %s",
+				 path, strerror(errno));
+	}
+	/* the first line names the newest: model_checkpoint_path: "ckpt-N.dtf" */
+	int ok = fgets(text, sizeof(text), f) != NULL;
+	fclose(f);
+	static const char key[] = "model_checkpoint_path: \"";
+	char *q = ok ? strstr(text, key) : NULL;
+	char *end = q ? strchr(q + sizeof(key) - 1, '"') : NULL;
+	if (end) {
+		*end = 0;
+		*step = parse_name(q + sizeof(key) - 1);
+	}
+	if (*step < 0)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "%s: the first line is not model_checkpoint_path: \"ckpt-<step>.dtf\"",
+				 path);
+	return 0;
+}
+
 int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
 			     struct dtf_ckpt_position *pos, int *found)
 {
@@ -912,27 +982,9 @@ int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
 				dtf_warn("renamed it to %s", moved);
 			continue;
 		}
-		rc = match(ck, path, &f);
-		if (rc == 0) {
-			for (int k = 0; k < ck->n; k++) {
-				const struct dtf_ckpt_tensor *t =
-					dtf_ckpt_file_find(&f, ck->e[k].name);
-				memcpy(ck->e[k].mem, f.data + t->offset,
-				       t->nbytes);
-			}
-			ck->opt->iterations = ck->scalars[SC_ITERATIONS];
-			*pos = f.pos;
-			for (int k = 0; k < pos->nprev; k++) {
-				const int64_t *sg = ck->scalars + SC_SEGMENTS + 3 * k;
-				pos->prev[k] = (struct dtf_ckpt_segment){
-					sg[0], sg[1], sg[2]};
-			}
+		rc = load_file(ck, path, &f, pos);
+		if (rc == 0)
 			*found = 1;
-			snprintf(ck->path, sizeof(ck->path), "%s", path);
-			if (f.pos.job_hash != ck->job_hash)
-				dtf_info("notice: the job file differs from the one that wrote %s",
-					 path);
-		}
 		dtf_ckpt_file_deinit(&f);
 		return rc;
 	}

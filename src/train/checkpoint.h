@@ -179,6 +179,28 @@ int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
 			     struct dtf_ckpt_position *pos, int *found);
 
 /*
+ * Read `path` (a checkpoint file), verify it and load it into params and
+ * the optimizer as restore does; *pos filled.  For the evaluator task,
+ * which loads each new checkpoint the chief writes (train/evaluator.h);
+ * nothing in the directory is changed.  *verified = 1 when the file was
+ * read and verified, so an error is then the model's mismatch (0: it is
+ * gone, e.g. deleted by checkpoint.keep, or does not verify).
+ * Errors: DTF_ERR_CHECKPOINT, DTF_ERR_NOMEM.
+ */
+int dtf_checkpointer_load(struct dtf_checkpointer *ck, const char *path,
+			  struct dtf_ckpt_position *pos, int *verified);
+
+/*
+ * The step of the newest complete checkpoint in `dir`, as its index file
+ * "checkpoint" names it (model_checkpoint_path, TensorFlow's
+ * tf.train.latest_checkpoint); -1 when there is no index yet.  The index
+ * is replaced atomically after the file it names is complete, so it never
+ * names a file being written.  Errors: DTF_ERR_CHECKPOINT (unreadable or
+ * malformed index).
+ */
+int dtf_checkpoint_latest(const char *dir, int64_t *step);
+
+/*
  * Collective: broadcast *found, *pos, the parameters and the optimizer
  * state from rank 0 to every rank.  Errors: DTF_ERR_MPI.
  */

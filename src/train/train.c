@@ -37,6 +37,7 @@
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/elastic.h"
+#include "train/evaluator.h"
 #include "train/fault.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -250,6 +251,30 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	tot->count = local[2];
 	tot->top_k = local[3];
 	return 0;
+}
+
+/*
+ * Read this rank's eval data once at start (framing, CRCs, decoding into
+ * the input buffers), so that a bad eval record stops the run before
+ * training instead of at the first evaluation, maybe hours in.  With
+ * data.on_error: skip the bad records are left out here as at every
+ * evaluation.  Errors: those of dtf_pipeline_next().
+ */
+static int check_eval_data(struct replica *r, struct dtf_pipeline *eval)
+{
+	double t0 = now_seconds();
+	int64_t n = 0;
+	int count = 0;
+	int rc = dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0 &&
+	       (rc = dtf_pipeline_next(eval, r->feed, r->ids, &count)) == 0 &&
+	       count > 0)
+		n += count;
+	if (rc == 0)
+		dtf_log(DTF_LOG_DEBUG, 1,
+			"data.eval: %lld records read and decoded in %.3f s",
+			(long long)n, now_seconds() - t0);
+	return rc;
 }
 
 /* ---- the loop ---------------------------------------------------------- */
@@ -626,6 +651,84 @@ static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
 	return 0;
 }
 
+/* ---- the evaluator task (evaluator.h) ---------------------------------- */
+
+struct eval_task {
+	const struct dtf_job *job;
+	struct replica *r;
+	struct dtf_pipeline *eval;
+	struct dtf_train_result *result;
+};
+
+/* evaluate() on this rank alone, for the evaluator */
+static int evaluate_loaded(void *arg, int64_t step,
+			   struct dtf_evaluator_totals *out)
+{
+	struct eval_task *t = arg;
+	struct eval_totals tot;
+	int rc = evaluate(t->job, NULL, t->r, t->eval, step, &tot, t->result);
+	out->loss_sum = tot.loss_sum;
+	out->correct = tot.correct;
+	out->count = tot.count;
+	return rc;
+}
+
+/*
+ * The evaluator rank: its own variables, threads, checkpoint reader, eval
+ * data and outputs, set up before the set-up agreement it shares with the
+ * training ranks; then evaluate until the chief's notice.
+ */
+static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
+			 const struct dtf_train_opts *opts, struct replica *r,
+			 int batch, struct dtf_train_result *result)
+{
+	struct dtf_fault *fault = NULL;
+	struct dtf_checkpointer *ck = NULL;
+	struct dtf_pipeline *eval = NULL;
+	struct dtf_evaluator *ev = NULL;
+	struct eval_task task = {job, r, NULL, result};
+	int threads = dtf_threads_choose(opts->threads,
+					 dtf_comm_local_size(world));
+	int rc = setup_buffers(job, r);
+	dtf_threads_flush_denormals();
+	if (rc == 0)
+		rc = dtf_threads_setup_fast(threads, &r->use_fast, &r->pool);
+	if (rc == 0 && r->use_fast)
+		rc = dtf_fast_plan_init(&r->fast, &r->g, r->pool);
+	if (rc == 0)
+		rc = dtf_fault_new(NULL, dtf_comm_rank(world), 0, &fault);
+	if (rc == 0)
+		rc = dtf_checkpointer_new(job, &r->g, r->params, &r->opt, 0,
+					  NULL, &ck);
+	if (rc == 0)
+		rc = open_pipeline(job, job->data.eval_files, 0, 1, batch, 0,
+				   &eval);
+	if (rc == 0)
+		rc = check_eval_data(r, eval);
+	task.eval = eval;
+	if (rc == 0)
+		rc = dtf_evaluator_new(&(struct dtf_evaluator_config){
+					       .job = job, .world = world,
+					       .chief_rank = 0, .ck = ck,
+					       .evaluate = evaluate_loaded,
+					       .arg = &task},
+				       &ev);
+	/* the set-up agreement of every rank (dtf_train_run) */
+	if ((rc = agree(world, rc, "setting up before", 0, result)) < 0)
+		goto out;
+	dtf_log(DTF_LOG_INFO, 1, "evaluator: %lld eval example(s) in batches of %d, %d thread(s) (%s)",
+		(long long)dtf_pipeline_num_records(eval), batch, threads,
+		r->use_fast ? "fast kernels" : "reference kernels");
+	rc = dtf_evaluator_run(ev, &result->steps, &result->eval_loss,
+			       &result->eval_accuracy);
+out:
+	dtf_evaluator_free(ev);
+	dtf_pipeline_free(eval);
+	dtf_checkpointer_free(ck);
+	dtf_fault_free(fault);
+	return rc;
+}
+
 int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		  const struct dtf_train_opts *opts,
 		  struct dtf_train_result *result)
@@ -633,6 +736,13 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_comm *world_comm = comm;
 	struct dtf_strategy *strat = NULL;
 	int batch = 0, rc;
+	/* the world rank of an evaluator task, and whether this rank (the
+	 * chief) must send it the end-of-training notice */
+	int evaluator = opts->cluster ? dtf_evaluator_rank(opts->cluster) : -1;
+	int notify = 0;
+	if (!opts->dry_run && evaluator >= 0 &&
+	    (rc = dtf_evaluator_check_job(job)) < 0)
+		return rc; /* the same on every rank, before any collective */
 	/* roles and sub-communicators (dist/strategy.h); from here `comm` is
 	 * the training replicas' (NULL on ps and evaluator ranks) */
 	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster, &strat)) < 0)
@@ -689,16 +799,16 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		goto out;
 	}
 	if (role == DTF_TASK_EVALUATOR) {
-		/* pending: evaluating each new checkpoint as it appears */
-		dtf_log(DTF_LOG_WARN, 1, "evaluator: checkpoint evaluation is not available yet; this rank exits");
-		rc = agree(world_comm, 0, "setting up before", 0, result);
+		rc = run_evaluator(job, world_comm, opts, &r, batch, result);
 		goto out;
 	}
 	if ((rc = setup_buffers(job, &r)) == 0)
 		rc = dtf_strategy_setup(strat, &r.g, r.params, r.grads, &r.opt);
-	/* every rank, ps included, learns of a failed setup */
+	/* every rank, ps and evaluator included, learns of a failed setup */
 	if ((rc = agree(world_comm, rc, "setting up before", 0, result)) < 0)
 		goto out;
+	/* from here the evaluator waits for the chief's notice */
+	notify = evaluator >= 0 && dtf_comm_rank(world_comm) == 0;
 	if (role == DTF_TASK_PS) {
 		dtf_graph_init_params(&r.g, job->seed, r.params);
 		rc = dtf_strategy_serve(strat);
@@ -770,9 +880,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if (rc == 0)
 		rc = open_pipeline(job, job->data.train_files, rank, world,
 				   batch, 1, &train);
-	if (rc == 0 && job->data.eval_files)
+	if (rc == 0 && job->data.eval_files && evaluator < 0)
+		/* with an evaluator task, it evaluates; the chief does not */
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
+	if (rc == 0 && eval)
+		rc = check_eval_data(&r, eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
 	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
@@ -858,7 +971,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_obs_config oc = {
 		.job = job, .quiet = opts->quiet, .start_step = step,
 		.total_steps = total_steps, .steps_per_epoch = steps_per_epoch[0],
-		.global_batch = global_batch};
+		.global_batch = global_batch, .sidecar_eval = evaluator >= 0};
 	rc = dtf_obs_open(comm, &oc, &obs);
 	if ((rc = agree(comm, rc, "opening logging files before", step,
 			result)) < 0)
@@ -1015,7 +1128,13 @@ out:
 	dtf_strategy_free(strat);
 	dtf_obs_free(obs);
 	dtf_elastic_free(st.el);
-	dtf_checkpointer_free(ck);
+	dtf_checkpointer_free(ck); /* joins a write in flight */
+	if (notify) {
+		int nrc = dtf_evaluator_notify(world_comm, evaluator, rc,
+					       result->steps);
+		if (rc == 0)
+			rc = nrc;
+	}
 	dtf_fault_free(fault);
 	dtf_pipeline_free(eval);
 	dtf_pipeline_free(train);
