@@ -191,7 +191,7 @@ START_TEST(conv2d_forward_matches_reference)
 				struct dtf_window_geom pg = geom(g.n, g.oh, g.ow, g.o, 2, 2,
 								 0, 2, 1, DTF_PAD_VALID);
 				size_t nq = ny / 4;
-				float *q = falloc(nq), *rq = falloc(nq);
+				float *q = tu_falloc(nq), *rq = tu_falloc(nq);
 				memset(y, 0xff, ny * sizeof *y);
 				dtf_fast_conv2d_pool(p, &g, x, w, b, 1, y, &pg, q, fws);
 				close_enough("conv2d+bias+relu, pooled", refr, y, ny, 1e-4);
@@ -390,11 +390,11 @@ START_TEST(pool_grad_conv_filter_matches_reference)
 		size_t nx = (size_t)pg.n * pg.h * pg.w * pg.c;
 		size_t ny = (size_t)pg.n * pg.oh * pg.ow * pg.c;
 		size_t nw = (size_t)cg.kh * cg.kw * cg.c * cg.o;
-		float *cx = frandom(ncx, -1, 1), *x = fgrid(nx);
-		float *dy = frandom(ny, -1, 1);
+		float *cx = tu_frandom(ncx, -1, 1), *x = fgrid(nx);
+		float *dy = tu_frandom(ny, -1, 1);
 		dtf_cpu_relu(nx, x, x);
-		float *rpg = falloc(nx), *rrg = falloc(nx), *rdb = falloc((size_t)pg.c);
-		float *rdw = falloc(nw), *rws = falloc(dtf_cpu_conv2d_workspace(&cg));
+		float *rpg = tu_falloc(nx), *rrg = tu_falloc(nx), *rdb = tu_falloc((size_t)pg.c);
+		float *rdw = tu_falloc(nw), *rws = tu_falloc(dtf_cpu_conv2d_workspace(&cg));
 		for (int relu = 0; relu < 2; relu++) {
 			dtf_cpu_max_pool2d_grad(&pg, x, dy, rpg);
 			if (relu)
@@ -407,15 +407,15 @@ START_TEST(pool_grad_conv_filter_matches_reference)
 				int nt = thread_counts[ti];
 				struct dtf_pool *p;
 				ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
-				float *ws = falloc(dtf_fast_pool_grad_conv2d_filter_workspace(
+				float *ws = tu_falloc(dtf_fast_pool_grad_conv2d_filter_workspace(
 					&pg, &cg, nt));
-				float *dw = falloc(nw), *db = falloc((size_t)pg.c);
+				float *dw = tu_falloc(nw), *db = tu_falloc((size_t)pg.c);
 				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, db,
 								 &cg, cx, dw, ws);
 				close_enough("filter gradient", rdw, dw, nw, 1e-4);
 				close_enough("bias gradient", rdb, db, (size_t)pg.c, 1e-5);
 				/* without the bias gradient */
-				float *dw2 = falloc(nw);
+				float *dw2 = tu_falloc(nw);
 				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, NULL,
 								 &cg, cx, dw2, ws);
 				exactly("filter gradient, no bias", dw, dw2, nw);
@@ -439,9 +439,9 @@ START_TEST(dropout_is_bit_identical)
 	const float rates[] = {0.4f, 0.0f, 1.0f};
 	uint64_t *ids = malloc(rows * sizeof *ids);
 	for (size_t r = 0; r < rows; r++)
-		ids[r] = next_u64(); /* both 32-bit halves in play */
+		ids[r] = tu_next_u64(); /* both 32-bit halves in play */
 	struct dtf_philox_key key = dtf_philox_make_key(7, DTF_RNG_DROPOUT);
-	float *x = frandom(n, -1, 1), *ref = falloc(n), *got = falloc(n);
+	float *x = tu_frandom(n, -1, 1), *ref = tu_falloc(n), *got = tu_falloc(n);
 	for (size_t ri = 0; ri < 3; ri++) {
 		dtf_cpu_dropout(rows, cols, rates[ri], key, ids, 1234, x, ref);
 		size_t kept = 0;
@@ -504,7 +504,7 @@ END_TEST
 START_TEST(nonfinite_finds_every_nan_and_inf)
 {
 	const size_t n = 200003; /* split over threads, with a vector tail */
-	float *x = frandom(n, -1e30f, 1e30f);
+	float *x = tu_frandom(n, -1e30f, 1e30f);
 	x[17] = 3.4e38f; /* the largest finites are fine */
 	x[18] = -3.4e38f;
 	const size_t where[] = {0, 5, 65535, 65536, 100000, n - 17, n - 1};
