@@ -171,7 +171,13 @@ START_TEST(input_must_be_float_and_logits_last)
 		 "  layers: [{dense: {units: 3, name: logits}}]\n"
 		 "  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
 		 "train: {batch_size: 4}\n");
-	expect_lower_error(text, "feature 'label' is int64");
+	/* found when the job is read, with its position */
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load_string("bad.yaml", text, NULL, 0, &job),
+			 -DTF_ERR_CONFIG);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "bad.yaml:7:10: model.input: feature 'label' is int64; "
+			 "the model input must be a float or bytes feature");
 	snprintf(text, sizeof(text), "%s%s", head,
 		 "  input: image\n"
 		 "  layers:\n"

@@ -42,7 +42,8 @@ int dtf_ytree_check_overrides(const char *const *ov, int n);
  * by the value text read as a small YAML document ("1", "[1, 2]",
  * "{sgd: {learning_rate: 0.1}}"; "" is null).  A scalar met on the way is
  * replaced by a mapping.  Errors: DTF_ERR_USAGE (malformed override or
- * value), DTF_ERR_CONFIG (top level is not a mapping), DTF_ERR_NOMEM.
+ * value, more than 32 key components), DTF_ERR_CONFIG (top level is not a
+ * mapping; a decimal component past the end of a list), DTF_ERR_NOMEM.
  */
 int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
 			      int n);
