@@ -22,6 +22,9 @@
  *    own optimizer under both planners, poisoned; the parameters must be
  *    bit-identical.
  *  - poison_keeps_inputs: dtf_plan_poison fills everything but the inputs.
+ *  - first_report: the model of the first report (conv2d feeding
+ *    global_avg_pool, the labels after it) trains with dtf-train under
+ *    both planners, poisoned or not, to the same bits.
  */
 #include <check.h>
 #include <dirent.h>
@@ -629,6 +632,69 @@ START_TEST(poison_keeps_inputs)
 }
 END_TEST
 
+/* ---- end to end ------------------------------------------------------------ */
+
+static const char e2e_job[] =
+	"name: plan-e2e\n"
+	"seed: 3\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 16}\n"
+	"  eval: {files: \"%s/train-*.tfrecord\"}\n"
+	TU_SYNTH_FEATURES_8X8
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 8, kernel: 3, padding: same}}\n"
+	"    - global_avg_pool\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: 8\n"
+	"  epochs: 1\n"
+	"  optimizer: {sgd: {learning_rate: 0.1}}\n"
+	"logging: {every_steps: 1000}\n";
+
+START_TEST(first_report)
+{
+	char dir[256];
+	tu_tmpdir_create(dir, sizeof(dir), "dtf-plan-test");
+	tu_synth(dir, "train", 64, 1, "8,8,1", 1);
+	tu_write_file(dir, "job.yaml", e2e_job, dir, dir);
+	static const char *const sets[] = {
+		"--set memory.planner=naive",
+		"--set memory.planner=liveness",
+		"--set memory.planner=naive --set memory.poison=true",
+		"--set memory.planner=liveness --set memory.poison=true",
+	};
+	float *ref = NULL;
+	size_t nref = 0;
+	for (int k = 0; k < 4; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "v%d.bin", k);
+		int st = tu_run("%s/dtf-train -q -t 1 %s --export-variables "
+				"%s/%s %s/job.yaml 2>%s/log",
+				tu_build_root(), sets[k], dir, name, dir, dir);
+		ck_assert_msg(st == 0, "%s: exit %d\n%s", sets[k], st,
+			      tu_slurp(dir, "log"));
+		size_t n;
+		float *v = tu_read_vars(dir, name, &n);
+		ck_assert(all_finite(v, n));
+		if (!ref) {
+			ref = v;
+			nref = n;
+			continue;
+		}
+		ck_assert_uint_eq(n, nref);
+		ck_assert_msg(memcmp(v, ref, n * sizeof(float)) == 0,
+			      "%s: the variables differ from the naive planner's",
+			      sets[k]);
+		free(v);
+	}
+	free(ref);
+	tu_tmpdir_remove(dir);
+}
+END_TEST
+
 static Suite *plan_suite(void)
 {
 	Suite *s = suite_create("plan");
@@ -638,6 +704,7 @@ static Suite *plan_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("graphs");
 	tcase_add_test(tc, shipped_graphs);
+	tcase_add_test(tc, first_report);
 	suite_add_tcase(s, tc);
 	return s;
 }
