@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "data/crc32c.h"
 #include "data/example.h"
 #include "data/tfrecord.h"
 
@@ -430,6 +431,32 @@ START_TEST(records_tool_shard_and_inspect)
 				  "shape: [32]}  # 32 bytes; or float16 [16]; "
 				  "or float32 [8]\n"
 				  "    label: {type: int64, shape: []}\n"),
+		      "%s", buf);
+	/* a record that is no Example: inspect names its index and offset */
+	static const uint8_t bad[] = {
+		/* record 0: an empty Example (field 1, length 0) */
+		2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x0a, 0x00, 0, 0, 0, 0,
+		/* record 1: three 0xff bytes */
+		3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0, 0, 0, 0};
+	uint8_t rec[sizeof(bad)];
+	memcpy(rec, bad, sizeof(bad));
+	/* fill in the masked CRCs: length at +8, data after it */
+	size_t at = 0, lens[2] = {2, 3};
+	for (int i = 0; i < 2; i++) {
+		uint32_t c = dtf_crc32c_mask(dtf_crc32c(0, rec + at, 8));
+		memcpy(rec + at + 8, &c, 4);
+		c = dtf_crc32c_mask(dtf_crc32c(0, rec + at + 12, lens[i]));
+		memcpy(rec + at + 12 + lens[i], &c, 4);
+		at += 16 + lens[i];
+	}
+	tu_write_bytes(dir, "notex.tfrecord", rec, sizeof(rec));
+	ck_assert_int_eq(tu_run("%s/dtf-records inspect %s/notex.tfrecord "
+				">%s/notex.txt 2>/dev/null",
+				build_root, dir, dir),
+			 3);
+	buf = tu_slurp(dir, "notex.txt");
+	ck_assert_msg(strstr(buf, "  record 1 at byte offset 18: malformed "
+				  "Example (bad tag in Example)\n"),
 		      "%s", buf);
 	/* reading the zlib shards as gzip fails with a data error */
 	ck_assert_int_eq(tu_run("%s/dtf-records verify --compression gzip "

@@ -11,8 +11,8 @@
  *
  * Tolerances: |fast - ref| <= 1e-4 + 1e-4 * |ref| for results of sums
  * (conv2d, matmul, bias gradients: the fast kernels add in a different
- * order and may use FMA); exact equality for pooling, relu and the Adam
- * update, which do the same float operations on the same values.  Whole
+ * order and may use FMA); exact equality for pooling, relu, dropout and
+ * the Adam update, which do the same float operations on the same values.  Whole
  * graphs: 1e-4 relative on the gradient vector (the sums of several layers
  * compound).  Outputs are poisoned with NaN first, so an element the fast
  * path forgets to write fails.
@@ -134,8 +134,9 @@ END_TEST
 
 /* ---- conv2d ---------------------------------------------------------------- */
 
-/* Geometries: the direct kernel (few input channels, o multiple of 32)
- * and im2col + sgemm, with same/valid padding, stride 2, dilation 2. */
+/* Geometries: the direct kernel (few input channels, o multiple of 32),
+ * im2col + sgemm and the AVX-512 direct kernels, with same/valid padding,
+ * stride 2, dilation 2. */
 static struct dtf_window_geom conv_case(int i)
 {
 	switch (i) {
@@ -145,13 +146,22 @@ static struct dtf_window_geom conv_case(int i)
 	case 3: return geom(5, 14, 14, 8, 5, 5, 16, 1, 1, DTF_PAD_SAME);
 	case 4: return geom(3, 9, 11, 6, 3, 3, 20, 2, 1, DTF_PAD_SAME);
 	case 5: return geom(2, 8, 8, 12, 1, 1, 8, 1, 1, DTF_PAD_VALID);
-	default: return geom(7, 7, 7, 32, 5, 5, 64, 1, 1, DTF_PAD_SAME);
+	/* the AVX-512 direct kernels (where the CPU has them): o a multiple
+	 * of 32 with a wide filter; c a multiple of 32 and stride 1 for the
+	 * input gradient; row tiles of 14 pixels with tails, channel tiles
+	 * of 12 with tails, stride 2, dilation 2, uneven SAME padding */
+	case 6: return geom(7, 7, 7, 32, 5, 5, 64, 1, 1, DTF_PAD_SAME);
+	case 7: return geom(3, 9, 11, 8, 3, 3, 32, 2, 1, DTF_PAD_SAME);
+	case 8: return geom(2, 10, 12, 32, 3, 3, 32, 1, 2, DTF_PAD_VALID);
+	case 9: return geom(2, 5, 31, 32, 3, 3, 64, 1, 1, DTF_PAD_SAME);
+	default: return geom(2, 6, 7, 32, 4, 4, 32, 1, 1, DTF_PAD_SAME);
 	}
 }
-#define NCONV 7
+#define NCONV 11
 
 START_TEST(conv2d_forward_matches_reference)
 {
+	int pooled = 0;
 	for (int ci = 0; ci < NCONV; ci++) {
 		struct dtf_window_geom g = conv_case(ci);
 		size_t nx = (size_t)g.n * g.h * g.w * g.c;
@@ -176,6 +186,20 @@ START_TEST(conv2d_forward_matches_reference)
 			close_enough("conv2d+bias", refb, y, ny, 1e-4);
 			dtf_fast_conv2d(p, &g, x, w, b, 1, y, fws);
 			close_enough("conv2d+bias+relu", refr, y, ny, 1e-4);
+			/* with the pooling fused: 2x2 tiles where they fit */
+			if (g.oh % 2 == 0 && g.ow % 2 == 0) {
+				struct dtf_window_geom pg = geom(g.n, g.oh, g.ow, g.o, 2, 2,
+								 0, 2, 1, DTF_PAD_VALID);
+				size_t nq = ny / 4;
+				float *q = tu_falloc(nq), *rq = tu_falloc(nq);
+				memset(y, 0xff, ny * sizeof *y);
+				dtf_fast_conv2d_pool(p, &g, x, w, b, 1, y, &pg, q, fws);
+				close_enough("conv2d+bias+relu, pooled", refr, y, ny, 1e-4);
+				dtf_cpu_max_pool2d(&pg, y, rq);
+				exactly("max_pool2d fused", rq, q, nq);
+				free(q); free(rq);
+				pooled++;
+			}
 			free(y);
 			free(fws);
 			dtf_pool_free(p);
@@ -183,6 +207,7 @@ START_TEST(conv2d_forward_matches_reference)
 		free(x); free(w); free(b); free(ref); free(refb); free(refr);
 		free(ws);
 	}
+	ck_assert_int_ge(pooled, 5); /* AVX-512/direct and im2col geometries */
 }
 END_TEST
 
@@ -342,6 +367,112 @@ START_TEST(max_pool_matches_reference)
 }
 END_TEST
 
+/* The backward of conv2d -> relu -> max pool, with the pool gradient
+ * formed per image for the filter gradient only, against the reference
+ * chain MaxPoolGrad -> ReluGrad -> BiasAddGrad, Conv2DBackpropFilter. */
+START_TEST(pool_grad_conv_filter_matches_reference)
+{
+	struct {
+		struct dtf_window_geom cg, pg;
+	} cases[] = {
+		/* direct kernel (5x5x1 -> 32), 2x2 pooling */
+		{geom(5, 12, 12, 1, 5, 5, 32, 1, 1, DTF_PAD_SAME),
+		 geom(5, 12, 12, 32, 2, 2, 0, 2, 1, DTF_PAD_VALID)},
+		/* im2col + sgemm (3x3x6 -> 20, stride 2), 3x3 pooling */
+		{geom(4, 11, 11, 6, 3, 3, 20, 2, 1, DTF_PAD_SAME),
+		 geom(4, 6, 6, 20, 3, 3, 0, 3, 1, DTF_PAD_VALID)},
+	};
+	for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+		struct dtf_window_geom cg = cases[k].cg, pg = cases[k].pg;
+		ck_assert(dtf_fast_pool_tiles(&pg));
+		ck_assert(cg.oh == pg.h && cg.ow == pg.w && cg.o == pg.c);
+		size_t ncx = (size_t)cg.n * cg.h * cg.w * cg.c;
+		size_t nx = (size_t)pg.n * pg.h * pg.w * pg.c;
+		size_t ny = (size_t)pg.n * pg.oh * pg.ow * pg.c;
+		size_t nw = (size_t)cg.kh * cg.kw * cg.c * cg.o;
+		float *cx = tu_frandom(ncx, -1, 1), *x = fgrid(nx);
+		float *dy = tu_frandom(ny, -1, 1);
+		dtf_cpu_relu(nx, x, x);
+		float *rpg = tu_falloc(nx), *rrg = tu_falloc(nx), *rdb = tu_falloc((size_t)pg.c);
+		float *rdw = tu_falloc(nw), *rws = tu_falloc(dtf_cpu_conv2d_workspace(&cg));
+		for (int relu = 0; relu < 2; relu++) {
+			dtf_cpu_max_pool2d_grad(&pg, x, dy, rpg);
+			if (relu)
+				dtf_cpu_relu_grad(nx, rpg, x, rrg);
+			else
+				memcpy(rrg, rpg, nx * sizeof *rrg);
+			dtf_cpu_bias_add_grad(nx / (size_t)pg.c, pg.c, rrg, rdb);
+			dtf_cpu_conv2d_backprop_filter(&cg, cx, rrg, rdw, rws);
+			for (int ti = 0; ti < 2; ti++) {
+				int nt = thread_counts[ti];
+				struct dtf_pool *p;
+				ck_assert_int_eq(dtf_pool_new(nt, &p), 0);
+				float *ws = tu_falloc(dtf_fast_pool_grad_conv2d_filter_workspace(
+					&pg, &cg, nt));
+				float *dw = tu_falloc(nw), *db = tu_falloc((size_t)pg.c);
+				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, db,
+								 &cg, cx, dw, ws);
+				close_enough("filter gradient", rdw, dw, nw, 1e-4);
+				close_enough("bias gradient", rdb, db, (size_t)pg.c, 1e-5);
+				/* without the bias gradient */
+				float *dw2 = tu_falloc(nw);
+				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, NULL,
+								 &cg, cx, dw2, ws);
+				exactly("filter gradient, no bias", dw, dw2, nw);
+				free(ws); free(dw); free(db); free(dw2);
+				dtf_pool_free(p);
+			}
+		}
+		free(cx); free(x); free(dy); free(rpg); free(rrg); free(rdb);
+		free(rdw); free(rws);
+	}
+}
+END_TEST
+
+/* ---- dropout ------------------------------------------------------------------ */
+
+START_TEST(dropout_is_bit_identical)
+{
+	/* 1007 columns: full 64-element vector steps, then a tail with a
+	 * partial Philox block; big enough to be split over threads */
+	const size_t rows = 300, cols = 1007, n = rows * cols;
+	const float rates[] = {0.4f, 0.0f, 1.0f};
+	uint64_t *ids = malloc(rows * sizeof *ids);
+	for (size_t r = 0; r < rows; r++)
+		ids[r] = tu_next_u64(); /* both 32-bit halves in play */
+	struct dtf_philox_key key = dtf_philox_make_key(7, DTF_RNG_DROPOUT);
+	float *x = tu_frandom(n, -1, 1), *ref = tu_falloc(n), *got = tu_falloc(n);
+	for (size_t ri = 0; ri < 3; ri++) {
+		dtf_cpu_dropout(rows, cols, rates[ri], key, ids, 1234, x, ref);
+		size_t kept = 0;
+		for (size_t i = 0; i < n; i++)
+			kept += ref[i] != 0.0f;
+		if (ri == 0) /* the mask is not trivial */
+			ck_assert(kept > n / 2 && kept < n * 7 / 10);
+		for (int ti = 0; ti < 2; ti++) {
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+			memset(got, 0xff, n * sizeof *got);
+			dtf_fast_dropout(p, rows, cols, rates[ri], key, ids, 1234,
+					 x, got);
+			exactly("dropout", ref, got, n);
+			/* in place, as dropout_grad may run */
+			memcpy(got, x, n * sizeof *got);
+			dtf_fast_dropout(p, rows, cols, rates[ri], key, ids, 1234,
+					 got, got);
+			exactly("dropout in place", ref, got, n);
+			/* a few rows: one thread, no pool */
+			memset(got, 0xff, n * sizeof *got);
+			dtf_fast_dropout(p, 3, cols, rates[ri], key, ids, 1234, x,
+					 got);
+			exactly("dropout 3 rows", ref, got, 3 * cols);
+			dtf_pool_free(p);
+		}
+	}
+	free(ids); free(x); free(ref); free(got);
+}
+END_TEST
+
 /* ---- optimizer ----------------------------------------------------------------- */
 
 START_TEST(adam_is_bit_identical)
@@ -367,6 +498,36 @@ START_TEST(adam_is_bit_identical)
 	exactly("adam slots", ref.slots, fast.slots, 2 * n);
 	dtf_pool_free(pool);
 	free(ref.slots); free(fast.slots); free(p1); free(p2);
+}
+END_TEST
+
+START_TEST(nonfinite_finds_every_nan_and_inf)
+{
+	const size_t n = 200003; /* split over threads, with a vector tail */
+	float *x = tu_frandom(n, -1e30f, 1e30f);
+	x[17] = 3.4e38f; /* the largest finites are fine */
+	x[18] = -3.4e38f;
+	const size_t where[] = {0, 5, 65535, 65536, 100000, n - 17, n - 1};
+	const float bad[] = {NAN, INFINITY, -INFINITY};
+	for (int ti = 0; ti < 2; ti++) {
+		struct dtf_pool *p;
+		ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+		ck_assert_int_eq(dtf_fast_nonfinite(p, n, x), 0);
+		for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
+			for (int b = 0; b < 3; b++) {
+				float keep = x[where[w]];
+				x[where[w]] = bad[b];
+				ck_assert_msg(dtf_fast_nonfinite(p, n, x) == 1,
+					      "%g at %zu missed", bad[b], where[w]);
+				/* a short vector: one thread */
+				if (where[w] < 1000)
+					ck_assert_int_eq(dtf_fast_nonfinite(p, 1000, x), 1);
+				x[where[w]] = keep;
+			}
+		ck_assert_int_eq(dtf_fast_nonfinite(p, 0, x), 0);
+		dtf_pool_free(p);
+	}
+	free(x);
 }
 END_TEST
 
@@ -430,7 +591,21 @@ START_TEST(fused_graph_matches_reference)
 		/* conv1: bias_add, relu; conv2: bias_add, relu; pool1 grad
 		 * absorbs relu_grad and bias grad; dense1: bias_add, relu;
 		 * logits: bias_add; ... */
-		ck_assert_int_ge(fp.fused, 8);
+		ck_assert_int_ge(fp.fused, 10);
+		/* conv1 pools each image as it is written (pool1 tiles; the
+		 * second pooling does not), and conv1's filter gradient is
+		 * formed by pool1's gradient, image by image */
+		int pool_next = 0, filter_next = 0;
+		for (int i = 0; i < m.g.nnodes; i++) {
+			if (fp.next[i] < 0)
+				continue;
+			int a = m.g.nodes[i].op, b = m.g.nodes[fp.next[i]].op;
+			pool_next += a == DTF_OP_CONV2D && b == DTF_OP_MAX_POOL2D;
+			filter_next += a == DTF_OP_MAX_POOL2D_GRAD &&
+				       b == DTF_OP_CONV2D_BACKPROP_FILTER;
+		}
+		ck_assert_int_eq(pool_next, 1);
+		ck_assert_int_eq(filter_next, 1);
 		for (size_t i = 0; i < np; i++)
 			m.grads[i] = NAN;
 		for (int i = 0; i < m.g.nnodes; i++)
@@ -486,8 +661,10 @@ static Suite *fast_suite(void)
 			    conv2d_backward_matches_reference}},
 		{"dense", {matmul_matches_reference,
 			   bias_act_and_relu_grad_match_reference}},
-		{"max_pool2d", {max_pool_matches_reference}},
-		{"adam", {adam_is_bit_identical}},
+		{"max_pool2d", {max_pool_matches_reference,
+				pool_grad_conv_filter_matches_reference}},
+		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
+		{"dropout", {dropout_is_bit_identical}},
 		{"graph", {fused_graph_matches_reference}},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,7 +49,7 @@ static const char job_text[] =
 	"    - flatten\n"
 	"    - {dense: {units: 4, name: logits}}\n"
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
-	"  metrics: [accuracy]\n"
+	"  metrics: [accuracy, {top_k_accuracy: {k: 2}}]\n"
 	"train:\n"
 	"  batch_size: 16\n"
 	"  epochs: 2\n"
@@ -397,6 +398,43 @@ START_TEST(trace_is_valid_json_after_a_kill)
 }
 END_TEST
 
+/* A flush that runs out of space part way leaves the file the valid array
+ * of the last good flush (RLIMIT_FSIZE stands in for a full disk). */
+START_TEST(trace_is_valid_json_after_a_full_disk)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/full.rank0.json", tmpdir);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		signal(SIGXFSZ, SIG_IGN);
+		struct rlimit lim = {3000, 3000};
+		if (setrlimit(RLIMIT_FSIZE, &lim) != 0)
+			_exit(5);
+		struct dtf_trace *t;
+		if (dtf_trace_open(path, 0, "h", 10.0, &t) < 0)
+			_exit(3);
+		int s, rc = 0;
+		for (s = 1; s <= 50 && rc == 0; s++) {
+			dtf_trace_span(t, "forward", 0, 10.0 + s, 10.5 + s, s, -1);
+			dtf_trace_span(t, "allreduce", 1, 10.5 + s, 10.6 + s, s, 2);
+			rc = dtf_trace_flush(t);
+		}
+		dtf_trace_close(t);
+		_exit(rc < 0 && s > 3 ? 0 : 4); /* it did fill up, later */
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+	ck_assert_int_eq(json_ok(path), 0);
+	char *text = tu_read_file(NULL, path, NULL);
+	int n = count_str(text, "\"name\":\"forward\"");
+	ck_assert_int_ge(n, 2);
+	ck_assert_int_eq(count_str(text, "\"name\":\"allreduce\""), n);
+	free(text);
+}
+END_TEST
+
 START_TEST(trace_merge_joins_ranks)
 {
 	char p0[512], p1[512], out[512];
@@ -466,9 +504,16 @@ static void check_events_match_metrics(const char *metrics)
 		 tmpdir);
 	one_file(pattern, path, sizeof(path));
 	read_events(path, ef);
-	ck_assert_int_eq(ef->n, 4);
+	ck_assert_int_eq(ef->n, 6);
 	ck_assert_ptr_nonnull(find_scalar(ef, 30, "loss"));
 	ck_assert_ptr_nonnull(find_scalar(ef, 60, "accuracy"));
+	/* top-2 accuracy is at least the accuracy, as metrics.jsonl says */
+	line = strstr(metrics, "{\"kind\":\"eval\",\"step\":60,");
+	ck_assert_ptr_nonnull(line);
+	double top2 = atof(strstr(line, "\"top_k_accuracy\":") + 17);
+	ck_assert_float_eq_tol(find_scalar(ef, 60, "top_k_accuracy")->value,
+			       top2, 1e-6);
+	ck_assert_float_ge(top2, find_scalar(ef, 60, "accuracy")->value);
 	ck_assert_int_eq(ef->session_starts, 0);
 	free(ef);
 }
@@ -504,6 +549,7 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\","), 6);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"eval\",\"step\":30,\"epoch\":1,"), 1);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"eval\",\"step\":60,\"epoch\":2,"), 1);
+	ck_assert_int_eq(count_str(m, ",\"top_k_accuracy\":"), 2);
 	ck_assert_int_eq(count_str(m, "\"step_time_ms\":{\"data_wait\":"), 6);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"summary\",\"step\":60,"), 1);
 	ck_assert_int_eq(count_str(m, "\"peak_rss_mb\":["), 1);
@@ -681,6 +727,7 @@ static Suite *obs_suite(void)
 	tc = tcase_create("trace");
 	tcase_add_checked_fixture(tc, setup_tmp, teardown_tmp);
 	tcase_add_test(tc, trace_is_valid_json_after_a_kill);
+	tcase_add_test(tc, trace_is_valid_json_after_a_full_disk);
 	tcase_add_test(tc, trace_merge_joins_ranks);
 	tcase_add_test(tc, merge_trace_option_merges_rank_files);
 	suite_add_tcase(s, tc);

@@ -5,10 +5,10 @@
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
+#define PHILOX_M0 DTF_PHILOX_M0
+#define PHILOX_M1 DTF_PHILOX_M1
+#define PHILOX_W0 DTF_PHILOX_W0
+#define PHILOX_W1 DTF_PHILOX_W1
 
 struct dtf_philox_key dtf_philox_make_key(uint64_t seed, uint32_t purpose)
 {

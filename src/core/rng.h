@@ -29,6 +29,13 @@ struct dtf_philox_key {
 	uint32_t k[2];
 };
 
+/* Philox-4x32-10's round multipliers and key increments (the paper's
+ * constants), for vectorized copies of dtf_philox4x32 (ops/cpu/fused.c). */
+#define DTF_PHILOX_M0 0xD2511F53u
+#define DTF_PHILOX_M1 0xCD9E8D57u
+#define DTF_PHILOX_W0 0x9E3779B9u
+#define DTF_PHILOX_W1 0xBB67AE85u
+
 /* Key for (seed, purpose). */
 struct dtf_philox_key dtf_philox_make_key(uint64_t seed, uint32_t purpose);
 

@@ -1014,7 +1014,8 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	/* one verdict: the sum of the flags of every replica (central: the
 	 * root's), reduced with the statistics */
 	if (!central || s->rank == 0)
-		red[DTF_NSTATS] = (float)nonfinite(s->grads, s->np);
+		red[DTF_NSTATS] = (float)dtf_optimizer_nonfinite(s->opt, s->grads,
+								 s->np);
 	if (comm_active(s) &&
 	    (rc = dtf_comm_allreduce_sum_f32(s->replicas, red,
 					     DTF_NSTATS + 1)) < 0)

@@ -22,6 +22,9 @@ enum action {
 	A_POOL,
 	A_POOL_GRAD,    /* max_pool2d_grad [+ relu_grad into out[i]] [+ bias grad] */
 	A_ADD,
+	A_DROPOUT,      /* dropout or dropout_grad */
+	A_POOL_GRAD_BWF, /* A_POOL_GRAD, then the filter gradient next[i]
+			    from dx, which is not stored */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -64,9 +67,14 @@ static int touches(const struct dtf_graph *g, const struct dtf_fast_plan *fp,
 {
 	if (overlaps(g, k, t) || overlaps(g, fp->out[k], t))
 		return 1;
-	if ((fp->action[k] == A_RELU_GRAD || fp->action[k] == A_POOL_GRAD) &&
-	    overlaps(g, fp->bias[k], t))
+	if ((fp->action[k] == A_RELU_GRAD || fp->action[k] == A_POOL_GRAD ||
+	     fp->action[k] == A_POOL_GRAD_BWF) && overlaps(g, fp->bias[k], t))
 		return 1;
+	if (fp->next[k] >= 0) {
+		const struct dtf_node *c = &g->nodes[fp->next[k]];
+		if (overlaps(g, fp->next[k], t) || overlaps(g, c->inputs[0], t))
+			return 1;
+	}
 	for (int j = 0; j < DTF_MAX_INPUTS; j++)
 		if (overlaps(g, g->nodes[k].inputs[j], t))
 			return 1;
@@ -107,12 +115,31 @@ static void unfuse(const struct dtf_graph *g, struct dtf_fast_plan *fp,
 {
 	for (int k = 0; k < fp->nnodes; k++)
 		if (absorber[k] == i) {
-			fp->action[k] = A_REF;
+			fp->action[k] = g->nodes[k].op == DTF_OP_CONV2D_BACKPROP_FILTER
+						? A_CONV_BWF
+					: g->nodes[k].op == DTF_OP_MAX_POOL2D ? A_POOL
+									      : A_REF;
 			absorber[k] = -1;
 		}
+	if (fp->action[i] == A_POOL_GRAD_BWF)
+		fp->action[i] = A_POOL_GRAD;
+	fp->next[i] = -1;
 	fp->out[i] = i;
 	if (g->nodes[i].op != DTF_OP_BIAS_ADD)
 		fp->bias[i] = -1;
+}
+
+/* Undo only the later node node i computes (fast_plan.next): it runs on
+ * its own again, with its fast kernel. */
+static void drop_next(const struct dtf_graph *g, struct dtf_fast_plan *fp,
+		      int *absorber, int i)
+{
+	int k = fp->next[i];
+	fp->action[k] = g->nodes[k].op == DTF_OP_MAX_POOL2D ? A_POOL : A_CONV_BWF;
+	absorber[k] = -1;
+	fp->next[i] = -1;
+	if (fp->action[i] == A_POOL_GRAD_BWF)
+		fp->action[i] = A_POOL_GRAD;
 }
 
 /* The bias_add_grad reading node i, when node i feeds only that and
@@ -126,6 +153,58 @@ static int bias_grad_of(const struct dtf_graph *g, int i)
 	return -1;
 }
 
+/* A max_pool2d with tiling windows reading node r (the output of the
+ * conv2d with geometry cg), which can then pool each image as soon as the
+ * conv2d has written it; -1 if none. */
+static int pool_of(const struct dtf_graph *g, int r,
+		   const struct dtf_window_geom *cg)
+{
+	for (int j = r + 1; j < g->nnodes; j++) {
+		const struct dtf_node *nj = &g->nodes[j];
+		if (nj->op != DTF_OP_MAX_POOL2D || nj->inputs[0] != r)
+			continue;
+		const struct dtf_window_geom *pg = &nj->a.win.g;
+		if (dtf_fast_pool_tiles(pg) && pg->n == cg->n &&
+		    pg->h == cg->oh && pg->w == cg->ow && pg->c == cg->o)
+			return j;
+	}
+	return -1;
+}
+
+/* The conv2d_backprop_filter reading node r (a relu gradient of a pooled
+ * conv2d output, computed by node i) as its dy, when it and r's bias
+ * gradient b (or -1) are r's only readers, its other input is ready when
+ * node i runs, and its shapes match the pooling's input: node i can then
+ * form dx image by image for it alone. */
+static int filter_grad_of(const struct dtf_graph *g, const int *uses,
+			  const int *user, int r, int b, int i)
+{
+	(void)user;
+	int k = -1, readers = 0;
+	for (int j = r + 1; j < g->nnodes; j++) {
+		const struct dtf_node *nj = &g->nodes[j];
+		int reads = 0;
+		for (int q = 0; q < DTF_MAX_INPUTS; q++)
+			reads |= nj->inputs[q] == r;
+		if (!reads)
+			continue;
+		readers++;
+		if (nj->op == DTF_OP_CONV2D_BACKPROP_FILTER && nj->inputs[1] == r &&
+		    nj->inputs[0] != r)
+			k = j;
+		else if (j != b)
+			return -1;
+	}
+	if (k < 0 || readers != uses[r] || readers != 1 + (b >= 0))
+		return -1;
+	const struct dtf_node *c = &g->nodes[k], *pn = &g->nodes[i];
+	const struct dtf_window_geom *cg = &c->a.win.g, *pg = &pn->a.win.g;
+	if (c->inputs[0] >= i || cg->n != pg->n || cg->oh != pg->h ||
+	    cg->ow != pg->w || cg->o != pg->c)
+		return -1;
+	return k;
+}
+
 int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		       struct dtf_pool *pool)
 {
@@ -136,10 +215,12 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 	fp->action = dtf_calloc((size_t)n, 1);
 	fp->out = dtf_calloc((size_t)n, sizeof(int));
 	fp->bias = dtf_calloc((size_t)n, sizeof(int));
+	fp->next = dtf_calloc((size_t)n, sizeof(int));
 	int *uses = dtf_calloc((size_t)n, sizeof(int));
 	int *user = dtf_calloc((size_t)n, sizeof(int));
 	int *absorber = dtf_calloc((size_t)n, sizeof(int));
-	if (!fp->action || !fp->out || !fp->bias || !uses || !user || !absorber) {
+	if (!fp->action || !fp->out || !fp->bias || !fp->next || !uses || !user ||
+	    !absorber) {
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto out;
 	}
@@ -156,6 +237,7 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		}
 		fp->out[i] = i;
 		fp->bias[i] = -1;
+		fp->next[i] = -1;
 		absorber[i] = -1;
 	}
 	size_t ws = 0;
@@ -199,8 +281,15 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 				cur = r;
 			}
 			fp->out[i] = cur;
-			if (nd->op == DTF_OP_CONV2D)
+			if (nd->op == DTF_OP_CONV2D) {
 				ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
+				int k = pool_of(g, cur, &nd->a.win.g);
+				if (k >= 0) {
+					fp->next[i] = k;
+					fp->action[k] = A_SKIP;
+					absorber[k] = i;
+				}
+			}
 			break;
 		}
 		case DTF_OP_CONV2D_BACKPROP_INPUT:
@@ -249,11 +338,26 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 					fp->action[b] = A_SKIP;
 					absorber[b] = i;
 				}
+				int k = filter_grad_of(g, uses, user, r, b, i);
+				if (k >= 0) {
+					const struct dtf_window_geom *cg =
+						&g->nodes[k].a.win.g;
+					fp->action[i] = A_POOL_GRAD_BWF;
+					fp->next[i] = k;
+					fp->action[k] = A_SKIP;
+					absorber[k] = i;
+					ws = max_sz(ws, dtf_fast_pool_grad_conv2d_filter_workspace(
+								&nd->a.win.g, cg, nt));
+				}
 			}
 			break;
 		}
 		case DTF_OP_ADD:
 			fp->action[i] = A_ADD;
+			break;
+		case DTF_OP_DROPOUT:
+		case DTF_OP_DROPOUT_GRAD:
+			fp->action[i] = A_DROPOUT;
 			break;
 		default:
 			break;
@@ -267,9 +371,17 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		for (int i = 0; i < n; i++) {
 			if (fp->action[i] == A_SKIP || fp->action[i] == A_REF)
 				continue;
+			/* a later node's work first: dropping it alone keeps
+			 * node i's other fusions */
+			if (fp->next[i] >= 0 &&
+			    !early_write_ok(g, fp, absorber, i, fp->next[i])) {
+				drop_next(g, fp, absorber, i);
+				changed = 1;
+			}
 			int ok = early_write_ok(g, fp, absorber, i, fp->out[i]);
 			if ((fp->action[i] == A_RELU_GRAD ||
-			     fp->action[i] == A_POOL_GRAD) && fp->bias[i] >= 0)
+			     fp->action[i] == A_POOL_GRAD ||
+			     fp->action[i] == A_POOL_GRAD_BWF) && fp->bias[i] >= 0)
 				ok = ok && early_write_ok(g, fp, absorber, i, fp->bias[i]);
 			if (!ok) {
 				unfuse(g, fp, absorber, i);
@@ -297,6 +409,7 @@ void dtf_fast_plan_deinit(struct dtf_fast_plan *fp)
 	dtf_free(fp->action);
 	dtf_free(fp->out);
 	dtf_free(fp->bias);
+	dtf_free(fp->next);
 	dtf_free(fp->workspace);
 	memset(fp, 0, sizeof(*fp));
 }
@@ -305,7 +418,6 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 		       const struct dtf_graph *g, int i,
 		       const struct dtf_exec_ctx *ctx)
 {
-	(void)ctx;
 	if (i >= fp->nnodes)
 		return 0;
 	const struct dtf_node *n = &g->nodes[i];
@@ -322,8 +434,15 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 	case A_SKIP:
 		return 1;
 	case A_CONV:
-		dtf_fast_conv2d(p, &n->a.win.g, F(g, a), F(g, b),
-				bias >= 0 ? F(g, bias) : NULL, relu, F(g, out), ws);
+		if (fp->next[i] >= 0)
+			dtf_fast_conv2d_pool(p, &n->a.win.g, F(g, a), F(g, b),
+					     bias >= 0 ? F(g, bias) : NULL, relu,
+					     F(g, out), &g->nodes[fp->next[i]].a.win.g,
+					     F(g, fp->next[i]), ws);
+		else
+			dtf_fast_conv2d(p, &n->a.win.g, F(g, a), F(g, b),
+					bias >= 0 ? F(g, bias) : NULL, relu,
+					F(g, out), ws);
 		return 1;
 	case A_CONV_BWI:
 		dtf_fast_conv2d_backprop_input(p, &n->a.win.g, F(g, a), F(g, b),
@@ -375,6 +494,24 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 		if (y != F(g, a))
 			memcpy(y, F(g, a), numel * sizeof(float));
 		dtf_fast_add_inplace(p, numel, F(g, b), y);
+		return 1;
+	}
+	case A_POOL_GRAD_BWF: {
+		const struct dtf_node *c = &g->nodes[fp->next[i]];
+		dtf_fast_pool_grad_conv2d_filter(p, &n->a.win.g, F(g, a), F(g, b),
+						 out != i,
+						 bias >= 0 ? F(g, bias) : NULL,
+						 &c->a.win.g, F(g, c->inputs[0]),
+						 F(g, fp->next[i]), ws);
+		return 1;
+	}
+	case A_DROPOUT: {
+		size_t rows = (size_t)n->shape.d[0];
+		dtf_fast_dropout(p, rows, numel / rows,
+				 ctx->training ? n->a.drop.rate : 0.0f,
+				 ctx->dropout_key, ctx->example_ids,
+				 dtf_exec_dropout_salt(n, ctx->step), F(g, a),
+				 F(g, i));
 		return 1;
 	}
 	}

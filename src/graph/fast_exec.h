@@ -6,14 +6,18 @@
  * which fast kernel (ops/cpu/fast.h) runs it and which neighbours it
  * absorbs:
  *   conv2d | matmul -> bias_add -> relu      one kernel, writes relu's buffer
+ *     [conv2d: -> max_pool2d with tiling windows, each image pooled as
+ *      soon as it is written (the conv2d output is still stored)]
  *   bias_add -> relu                         one pass
  *   max_pool2d_grad -> relu_grad -> bias_add_grad   one pass over dx
+ *     [-> conv2d_backprop_filter, when that is dx's only other reader:
+ *      dx is formed per image and never stored]
  *   relu_grad -> bias_add_grad               one pass
  * A node is absorbed only when its producer is its sole input of that kind
  * and it is the producer's only consumer in the whole graph (forward and
  * backward), so no other node ever reads the buffers that fusion leaves
  * unwritten.  Everything else runs on the pool where a fast kernel exists
- * (conv2d and its gradients, matmul, max pooling, add) and on the reference
+ * (conv2d and its gradients, matmul, max pooling, add, dropout) and on the reference
  * kernel otherwise.  The executor asks dtf_fast_exec_node() first
  * (graph/exec.c); with no plan (ctx->fast == NULL) every node runs the
  * reference kernel, which is how the tests compare the two.
@@ -33,6 +37,9 @@ struct dtf_fast_plan {
 	unsigned char *action; /* per node: enum in fast_exec.c */
 	int *out;              /* per node: node whose buffer gets the result */
 	int *bias;             /* per node: bias variable, bias grad node, or -1 */
+	int *next;             /* per node: a later node it also computes (the
+				  max_pool2d after a conv2d, the filter
+				  gradient after a pool gradient), or -1 */
 	float *workspace;      /* owned; ws_floats */
 	size_t ws_floats;
 	int fused;             /* number of nodes absorbed into another */

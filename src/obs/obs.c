@@ -636,8 +636,10 @@ out:
 }
 
 void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
-		  double accuracy, double count, double t0, double t1)
+		  double accuracy, double top_k_accuracy, double count,
+		  double t0, double t1)
 {
+	int top_k = o && o->job->model.metric_top_k && top_k_accuracy >= 0;
 	if (!o)
 		return;
 	if (dtf_obs_tracing(o, step)) {
@@ -653,9 +655,15 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 	if (!o->quiet) {
 		if (o->tty)
 			dtf_log_progress_end();
-		char acc[40] = "";
+		char acc[80] = "";
+		int n = 0;
 		if (o->job->model.metric_accuracy)
-			snprintf(acc, sizeof(acc), "  accuracy %.4f", accuracy);
+			n = snprintf(acc, sizeof(acc), "  accuracy %.4f",
+				     accuracy);
+		if (top_k)
+			snprintf(acc + n, sizeof(acc) - (size_t)n,
+				 "  top-%d accuracy %.4f",
+				 o->job->model.metric_top_k, top_k_accuracy);
 		dtf_info("epoch %d: %.1f s; eval loss %.4f%s  (%.0f examples, %.1f s)",
 			 epoch + 1, t1 - o->epoch_begin, loss, acc, count,
 			 t1 - t0);
@@ -668,6 +676,11 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 		fputs(",\"metrics\":{", f);
 		if (o->job->model.metric_accuracy)
 			jnum(f, "accuracy", accuracy);
+		if (top_k) {
+			if (o->job->model.metric_accuracy)
+				fputc(',', f);
+			jnum(f, "top_k_accuracy", top_k_accuracy);
+		}
 		fputs("},", f);
 		jnum(f, "examples", count);
 		fputc(',', f);
@@ -675,9 +688,14 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 		metrics_end(o);
 	}
 	if (o->ev_eval) {
-		struct dtf_tfevents_scalar v[2] = {{"loss", (float)loss},
-						   {"accuracy", (float)accuracy}};
-		int n = o->job->model.metric_accuracy ? 2 : 1;
+		struct dtf_tfevents_scalar v[3] = {{"loss", (float)loss}};
+		int n = 1;
+		if (o->job->model.metric_accuracy)
+			v[n++] = (struct dtf_tfevents_scalar){"accuracy",
+							      (float)accuracy};
+		if (top_k)
+			v[n++] = (struct dtf_tfevents_scalar){
+				"top_k_accuracy", (float)top_k_accuracy};
 		int rc = dtf_tfevents_scalars(o->ev_eval, step, wall_now(), v, n);
 		if (rc == 0)
 			rc = dtf_tfevents_flush(o->ev_eval);

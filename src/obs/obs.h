@@ -132,9 +132,12 @@ struct dtf_obs_step {
 void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s);
 
 /* An evaluation after `step` (epoch 0-based): console line, metrics line,
- * eval events, evaluation span from t0 to t1.  o may be NULL. */
+ * eval events, evaluation span from t0 to t1.  top_k_accuracy is the
+ * fraction for model.metric_top_k, negative when not computed (no
+ * top_k_accuracy metric, or the GPU path).  o may be NULL. */
 void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
-		  double accuracy, double count, double t0, double t1);
+		  double accuracy, double top_k_accuracy, double count,
+		  double t0, double t1);
 
 /* Where checkpoints go, for the summary (copied; NULL: none).  Hook for the
  * checkpoint writer, with dtf_obs_span(DTF_OBS_CHECKPOINT) around a save. */

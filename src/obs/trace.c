@@ -8,8 +8,10 @@
  * `end` is the offset just past the last event.  A flush writes
  * ",\n{event},\n{event}...\n]\n" at `end` with one pwrite and moves `end`
  * to before the new "\n]\n"; the file only grows, so it never holds stale
- * bytes past the bracket.  Events are formatted into a buffer reserved at
- * open: no allocation per event.
+ * bytes past the bracket.  A flush that fails part way (a full disk) puts
+ * the old tail back and cuts the file after it, so the file stays the
+ * array of the last good flush.  Events are formatted into a buffer
+ * reserved at open: no allocation per event.
  */
 #include "obs/trace.h"
 
@@ -73,9 +75,19 @@ int dtf_trace_flush(struct dtf_trace *t)
 {
 	if (t->len > 0 && !t->failed) {
 		memcpy(t->buf + t->len, TAIL, TAIL_LEN);
-		if (write_all(t->fd, t->buf, t->len + TAIL_LEN, t->end) < 0)
+		if (write_all(t->fd, t->buf, t->len + TAIL_LEN, t->end) < 0) {
 			t->failed = errno ? errno : EIO;
-		else
+			/* a partial write (a full disk) overwrote the old
+			 * tail: put it back and cut what followed, so the
+			 * file is the valid array of the last good flush
+			 * (the tail's bytes were written before, so this
+			 * needs no new space) */
+			if (t->end > 0 &&
+			    write_all(t->fd, TAIL, TAIL_LEN, t->end) == 0) {
+				int e = ftruncate(t->fd, t->end + TAIL_LEN);
+				(void)e;
+			}
+		} else
 			t->end += (off_t)t->len;
 	}
 	t->len = 0;

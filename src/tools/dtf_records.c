@@ -525,10 +525,14 @@ static int show_schema(const char *path, enum dtf_compression comp,
 	static struct schema sc;
 	memset(&sc, 0, sizeof(sc));
 	int64_t k = 0;
-	while (k < limit && (rc = dtf_tfrecord_reader_next(r, &d, &n)) > 0) {
+	uint64_t at = 0;
+	while (k < limit && (at = dtf_tfrecord_reader_offset(r),
+			     rc = dtf_tfrecord_reader_next(r, &d, &n)) > 0) {
 		int wr = dtf_example_walk(d, n, schema_visit, &sc);
 		if (wr) {
-			printf("  record %" PRId64 ": %s\n", k, dtf_error_msg());
+			printf("  record %" PRId64 " at byte offset %" PRIu64
+			       ": %s\n",
+			       k, at, dtf_error_msg());
 			rc = wr;
 			break;
 		}
@@ -790,6 +794,11 @@ static int cmd_synth(int argc, char **argv)
 	if (optind < argc)
 		return usage_error("synth: unexpected argument '%s'",
 				   argv[optind]);
+	if (nshards > count && count > 0)
+		return dtf_error(DTF_ERR_USAGE,
+				 "synth: --shards %" PRId64 " is more than "
+				 "--count %" PRId64 " (shards would be empty)",
+				 nshards, count);
 	int64_t hw = shape[0] * shape[1];
 	if (hw < classes)
 		return dtf_error(DTF_ERR_USAGE,

@@ -145,17 +145,24 @@ static int evaluate_step(struct dtf_evaluator *ev, int64_t step,
 	}
 	if (rc < 0)
 		return rc;
-	struct dtf_evaluator_totals tot = {0, 0, 0};
+	struct dtf_evaluator_totals tot = {0, 0, 0, 0};
 	if ((rc = ev->cfg.evaluate(ev->cfg.arg, step, &tot)) < 0)
 		return rc;
 	double t1 = now_seconds();
 	*loss = tot.count > 0 ? tot.loss_sum / tot.count : 0;
 	*accuracy = tot.count > 0 ? tot.correct / tot.count : 0;
-	dtf_obs_eval(ev->obs, step, (int)pos.epoch, *loss, *accuracy,
+	double top_k = job->model.metric_top_k && tot.count > 0
+			       ? tot.top_k / tot.count
+			       : -1;
+	dtf_obs_eval(ev->obs, step, (int)pos.epoch, *loss, *accuracy, top_k,
 		     tot.count, t0, t1);
-	char acc[40] = "";
+	char acc[80] = "";
+	int n = 0;
 	if (job->model.metric_accuracy)
-		snprintf(acc, sizeof(acc), "  accuracy %.4f", *accuracy);
+		n = snprintf(acc, sizeof(acc), "  accuracy %.4f", *accuracy);
+	if (top_k >= 0)
+		snprintf(acc + n, sizeof(acc) - (size_t)n, "  top-%d accuracy %.4f",
+			 job->model.metric_top_k, top_k);
 	dtf_log(DTF_LOG_INFO, 1,
 		"evaluator: checkpoint of step %lld: eval loss %.4f%s  (%.0f examples, %.1f s)",
 		(long long)step, *loss, acc, tot.count, t1 - t0);

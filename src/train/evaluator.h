@@ -48,6 +48,7 @@ struct dtf_evaluator;
 /* Sums over data.eval of one evaluation. */
 struct dtf_evaluator_totals {
 	double loss_sum, correct, count;
+	double top_k; /* examples right within model.metric_top_k */
 };
 
 struct dtf_evaluator_config {

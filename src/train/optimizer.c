@@ -126,6 +126,12 @@ void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool)
 	opt->fast = 1;
 }
 
+int dtf_optimizer_nonfinite(const struct dtf_optimizer *opt, const float *g,
+			    size_t n)
+{
+	return dtf_fast_nonfinite(opt && opt->fast ? opt->pool : NULL, n, g);
+}
+
 /* ---- one segment of each optimizer ------------------------------------ */
 
 static void sgd(struct dtf_optimizer *opt, size_t off, size_t n,

@@ -78,6 +78,11 @@ void dtf_optimizer_deinit(struct dtf_optimizer *opt);
 struct dtf_pool;
 void dtf_optimizer_set_pool(struct dtf_optimizer *opt, struct dtf_pool *pool);
 
+/* 1 when g (n floats) holds a NaN or an infinity, else 0; on the pool
+ * given to dtf_optimizer_set_pool when there was one. */
+int dtf_optimizer_nonfinite(const struct dtf_optimizer *opt, const float *g,
+			    size_t n);
+
 /* Copy segs[0..nsegs) (each inside [0, n)).  Errors: DTF_ERR_NOMEM. */
 int dtf_optimizer_set_segments(struct dtf_optimizer *opt,
 			       const struct dtf_opt_segment *segs, int nsegs);

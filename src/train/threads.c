@@ -63,6 +63,14 @@ void dtf_threads_fix_blas_core(char **argv)
 	const char *core = better_core();
 	if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0)
 		return;
+	/* the binary's own path, not /proc/self/exe: the kernel names the
+	 * process after the file executed (ps, pgrep, pkill dtf-train) */
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		execv(self, argv);
+	}
 	execv("/proc/self/exe", argv);
 	unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on as we are */
 }

@@ -407,9 +407,11 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		return 0;
 	return dtf_error(DTF_ERR_SIGNAL,
 			 "stopped by %s (received by rank %d) at step %lld: %s; "
-			 "exit status 75: run again with --resume to continue",
+			 "exit status 75: %s",
 			 dtf_fault_signal_name(sig), who, (long long)pos->step,
-			 path);
+			 path,
+			 ck ? "run again with --resume to continue"
+			    : "a new run starts from step 0 (set checkpoint.dir to be able to resume)");
 }
 
 static void add_times(struct dtf_step_times *sum,
@@ -676,6 +678,7 @@ static int evaluate_loaded(void *arg, int64_t step,
 	out->loss_sum = tot.loss_sum;
 	out->correct = tot.correct;
 	out->count = tot.count;
+	out->top_k = tot.top_k;
 	return rc;
 }
 
@@ -1063,9 +1066,13 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 					goto out;
 				result->eval_loss = tot.loss_sum / tot.count;
 				result->eval_accuracy = tot.correct / tot.count;
+				if (job->model.metric_top_k && !r.gpu)
+					result->eval_top_k_accuracy =
+						tot.top_k / tot.count;
 				dtf_obs_eval(obs, step, epoch, result->eval_loss,
-					     result->eval_accuracy, tot.count, te,
-					     now_seconds());
+					     result->eval_accuracy,
+					     result->eval_top_k_accuracy,
+					     tot.count, te, now_seconds());
 				dtf_info("step %lld: %.1f s since the start; test loss %.4f  accuracy %.4f  (%.0f examples)",
 					 (long long)step, now_seconds() - t_start,
 					 result->eval_loss, result->eval_accuracy,
@@ -1094,15 +1101,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
 			result->eval_accuracy = tot.correct / tot.count;
-			dtf_obs_eval(obs, step, epoch, result->eval_loss,
-				     result->eval_accuracy, tot.count, te,
-				     now_seconds());
-			if (job->model.metric_top_k && !r.gpu) {
+			if (job->model.metric_top_k && !r.gpu)
 				result->eval_top_k_accuracy = tot.top_k / tot.count;
-				dtf_info("epoch %d: test top-%d accuracy %.4f",
-					 epoch + 1, job->model.metric_top_k,
-					 result->eval_top_k_accuracy);
-			}
+			dtf_obs_eval(obs, step, epoch, result->eval_loss,
+				     result->eval_accuracy,
+				     result->eval_top_k_accuracy, tot.count, te,
+				     now_seconds());
 			if (job->train.stop_at_accuracy > 0 &&
 			    result->eval_accuracy >= job->train.stop_at_accuracy) {
 				dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",

@@ -11,7 +11,9 @@
  *       every op of one training step at BATCH (default 64), reference
  *       kernels (OpenBLAS on THREADS threads) beside the fast kernels (a
  *       pool of THREADS threads, OpenBLAS single-threaded in each): the
- *       best of REPEATS (default 10) runs of each, in milliseconds.
+ *       best of REPEATS (default 10) runs of each, in milliseconds; then
+ *       the fused kernels of dtf-train's plan against the fast kernels
+ *       they replace.
  *
  * Taking the minimum over repeats makes the numbers usable on a busy
  * machine; they are still single-process figures, not training speed.
@@ -204,6 +206,24 @@ static int run_ops(int threads, int reps, int B)
 	row("adam (3.27M parameters)", r, f, 0);
 	printf("%-34s %9.3f %9.3f %7.2fx\n", "total", tot_ref * 1e3,
 	       tot_fast * 1e3, tot_ref / tot_fast);
+	/* the fusions dtf-train's plan makes, against the rows they replace
+	 * (not in the total) */
+	float *q1f = buf(a1p, 31);
+	size_t ws_fused = dtf_fast_pool_grad_conv2d_filter_workspace(&p1, &c1, T);
+	float *wsp = buf(ws_fused, 32);
+	REF((dtf_fast_conv2d(pool, &c1, x, w1, b1, 1, y1f, wsf),
+	     dtf_fast_max_pool2d(pool, &p1, y1f, q1f)));
+	FAST(dtf_fast_conv2d_pool(pool, &c1, x, w1, b1, 1, y1f, &p1, q1f, wsf));
+	printf("%-34s %9.3f %9.3f %7.2fx  (unfused -> fused)\n",
+	       "conv1 + relu + max_pool1", r * 1e3, f * 1e3, r / f);
+	REF((dtf_fast_max_pool2d_grad(pool, &p1, y1, dq1, 1, dy1, db, wsf),
+	     dtf_fast_conv2d_backprop_filter(pool, &c1, x, dy1, dw1, wsf)));
+	FAST(dtf_fast_pool_grad_conv2d_filter(pool, &p1, y1, dq1, 1, db, &c1, x,
+					      dw1, wsp));
+	printf("%-34s %9.3f %9.3f %7.2fx  (unfused -> fused)\n",
+	       "pool1 grads + conv1 filter grad", r * 1e3, f * 1e3, r / f);
+	dtf_free(q1f);
+	dtf_free(wsp);
 	dtf_pool_free(pool);
 	return 0;
 }

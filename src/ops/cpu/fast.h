@@ -58,18 +58,29 @@ void dtf_pool_split(size_t n, size_t align, int tid, int nt, size_t *lo,
 /* ---- conv2d ---------------------------------------------------------------- */
 
 /* Floats of workspace the fast conv2d kernels need with `nthreads`
- * threads (per-thread im2col blocks, padded images, partial filter
- * gradients). */
+ * threads (per-thread im2col blocks, padded images or padded dy, partial
+ * filter gradients; a transposed filter). */
 size_t dtf_fast_conv2d_workspace(const struct dtf_window_geom *g,
 				 int nthreads);
 
 /* y (n, oh, ow, o) = act(conv(x, w) + bias): bias (o) may be NULL (none),
- * relu != 0 applies max(., 0).  A direct kernel where the im2col matrix is
- * narrow (few input channels), im2col + sgemm per image block otherwise;
- * bias and relu are applied to each block while it is in cache. */
+ * relu != 0 applies max(., 0).  An AVX-512 direct kernel where the CPU has
+ * it and o % 32 == 0; otherwise a direct kernel where the im2col matrix is
+ * narrow (few input channels), im2col + sgemm per image block elsewhere;
+ * bias and relu are applied to each block while it is in cache.  The
+ * gradients below choose the same way (fast_conv.c). */
 void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
 		     const float *x, const float *w, const float *bias,
 		     int relu, float *y, float *ws);
+
+/* dtf_fast_conv2d, then q = max_pool2d(pg, y) image by image while each
+ * image of y is still in cache (y is written as well).  The pooling
+ * windows must tile (dtf_fast_pool_tiles()) and pg must describe y
+ * (pg->n == g->n, pg->h/w/c == g->oh/ow/o). */
+void dtf_fast_conv2d_pool(struct dtf_pool *p, const struct dtf_window_geom *g,
+			  const float *x, const float *w, const float *bias,
+			  int relu, float *y, const struct dtf_window_geom *pg,
+			  float *q, float *ws);
 
 /* dx (n, h, w, c) from dy (n, oh, ow, o) and w: Conv2DBackpropInput. */
 void dtf_fast_conv2d_backprop_input(struct dtf_pool *p,
@@ -125,9 +136,57 @@ void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
 			      const float *dy, int relu, float *dx, float *db,
 			      float *ws);
 
+/* One thread's share of dtf_fast_max_pool2d for tiling windows
+ * (dtf_fast_pool_tiles()): nb images (g->n is not read), in the calling
+ * thread.  A building block for fused kernels. */
+void dtf_fast_max_pool2d_images(const struct dtf_window_geom *g, size_t nb,
+				const float *x, float *y);
+
+/* One thread's share of dtf_fast_max_pool2d_grad: nb images (g->n is not
+ * read) in the calling thread, sum (c) = column sums of dx over them when
+ * not NULL (float within runs of 64 windows, double across runs).  A
+ * building block for fused kernels. */
+void dtf_fast_max_pool2d_grad_images(const struct dtf_window_geom *g,
+				     size_t nb, const float *x,
+				     const float *dy, int relu, float *dx,
+				     float *sum);
+
+/*
+ * The backward of relu -> max pool -> (the pool input is) conv2d's output
+ * in one pass per image: dx = dtf_fast_max_pool2d_grad(pg, x, dy, relu)
+ * is formed one image at a time in a per-thread buffer (never stored),
+ * db (pg->c) = its column sums when not NULL, and dw (kh, kw, c, o) =
+ * Conv2DBackpropFilter(cx, dx) for the conv2d `cg` whose output is the
+ * pool's input (cg->n == pg->n, cg->oh/ow/o == pg->h/w/c).  Saves writing
+ * and re-reading dx when only the filter gradient needs it (a first
+ * layer).  Pooling windows must tile (dtf_fast_pool_tiles()).
+ */
+void dtf_fast_pool_grad_conv2d_filter(struct dtf_pool *p,
+				      const struct dtf_window_geom *pg,
+				      const float *x, const float *dy, int relu,
+				      float *db, const struct dtf_window_geom *cg,
+				      const float *cx, float *dw, float *ws);
+
+/* Floats of workspace dtf_fast_pool_grad_conv2d_filter needs. */
+size_t dtf_fast_pool_grad_conv2d_filter_workspace(
+	const struct dtf_window_geom *pg, const struct dtf_window_geom *cg,
+	int nthreads);
+
 /* 1 when pooling windows tile the input exactly: size == stride, no
  * dilation, no padding, h and w multiples of the window. */
 int dtf_fast_pool_tiles(const struct dtf_window_geom *g);
+
+/* ---- dropout ---------------------------------------------------------------- */
+
+/* dtf_cpu_dropout (and, with dy for x, dtf_cpu_dropout_grad) over the pool:
+ * the same Philox mask and the same products, so the same bits; Philox
+ * blocks are computed 16 at a time in AVX-512 lanes (scalar on other
+ * CPUs), rows are split across threads.  y == x allowed (each element is
+ * read before it is written, by the same thread). */
+void dtf_fast_dropout(struct dtf_pool *p, size_t rows, size_t cols,
+		      float rate, struct dtf_philox_key key,
+		      const uint64_t *example_id, uint32_t salt,
+		      const float *x, float *y);
 
 /* ---- optimizer ------------------------------------------------------------- */
 
@@ -139,6 +198,10 @@ int dtf_fast_pool_tiles(const struct dtf_window_geom *g);
 void dtf_fast_adam(struct dtf_pool *p, size_t n, float *params,
 		   const float *grads, float *m, float *v, float step, float b1,
 		   float b2, float eps);
+
+/* 1 when x (n) holds a NaN or an infinity, else 0: a vectorized scan
+ * split over the pool (one thread below 64 Ki floats). */
+int dtf_fast_nonfinite(struct dtf_pool *p, size_t n, const float *x);
 
 /* y += x over the pool. */
 void dtf_fast_add_inplace(struct dtf_pool *p, size_t n, const float *x,

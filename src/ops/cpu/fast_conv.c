@@ -2,21 +2,34 @@
  * fast_conv.c - conv2d forward, backprop-input and backprop-filter split
  * over a thread pool, with bias and relu fused into the forward pass.
  *
- * Two algorithms, chosen by geometry (use_direct()):
- *  - direct: for narrow filters (few input channels, e.g. 5x5x1 -> 32, where
- *    the im2col matrix has K = 25 columns and sgemm cannot reach its speed),
- *    each image is copied once into a zero-padded buffer and every output
- *    pixel is a sum of kh*kw*c broadcast-multiply-adds into a register tile
- *    of 4 pixels x 32 outputs; the filter gradient is the transposed walk
- *    (4 taps x 32 outputs accumulated over every pixel of the image).
- *  - im2col + sgemm: per thread, blocks of a few images (sized to stay in
- *    the L2 cache) are unrolled into (pixels, kh*kw*c) and multiplied with
- *    a single-threaded sgemm; bias and relu run on the block's output while
- *    it is still in cache.
+ * Three kinds of kernel, chosen by geometry and CPU:
+ *  - AVX-512 direct (where the CPU has AVX-512F; use_fwd512/use_bwf512/
+ *    use_bwi512): each image is copied into a zero-padded buffer and the
+ *    sums run in 512-bit register tiles, inputs broadcast from memory:
+ *    forward 14 pixels x 32 outputs (any c); filter gradient 12 input
+ *    channels of one filter position (wide filters) or 13 taps anywhere in
+ *    the window (narrow ones) x 32 outputs, summed over the image's pixels;
+ *    input gradient (stride 1, c % 32 == 0) in gather form, 14 pixels x 32
+ *    input channels over a zero-padded dy and a transposed filter, written
+ *    once.  Nothing is unrolled into memory, and these reach about the
+ *    sgemm rate without im2col's extra traffic.
+ *  - generic direct (other CPUs, narrow filters: few input channels, e.g.
+ *    5x5x1 -> 32, where the im2col matrix has K = 25 columns and sgemm
+ *    cannot reach its speed): the same walk in plain C over a register
+ *    tile of 4 pixels x 32 outputs, the filter gradient 4 taps x 32.
+ *  - im2col + sgemm (the rest): per thread, blocks of a few images (sized
+ *    to stay in the L2 cache) are unrolled into (pixels, kh*kw*c) and
+ *    multiplied with a single-threaded sgemm; bias and relu run on the
+ *    block's output while it is still in cache.
  * Images are split across threads; the filter gradient is summed into one
- * partial per thread and the partials are added at the end.  This file
- * allows the compiler to contract a*b+c into FMA, so results differ from
- * the reference by rounding only.
+ * partial per thread and the partials are added at the end.  Two fusions
+ * save a pass over memory: a tiling max pool runs on each image right
+ * after the forward wrote it (dtf_fast_conv2d_pool), and the max pool
+ * gradient of a first layer is formed image by image right before the
+ * filter gradient that consumes it (dtf_fast_pool_grad_conv2d_filter).
+ * This file allows the compiler to contract a*b+c into FMA (the AVX-512
+ * kernels use FMA throughout), so results differ from the reference by
+ * rounding only.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
@@ -28,6 +41,10 @@
 #include <string.h>
 
 #include "ops/cpu/simd.h"
+
+#if defined(DTF_T512)
+#include <immintrin.h>
+#endif
 
 /* Floats per im2col block per thread: about 1 MiB, half a typical L2. */
 #define BLOCK_FLOATS ((size_t)256 << 10)
@@ -65,20 +82,34 @@ static int block_images(const struct dtf_window_geom *g)
 	return nb < 1 ? 1 : (int)nb;
 }
 
-/* Floats of one thread's workspace, 16-float aligned. */
+static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+static int use_bwi512(const struct dtf_window_geom *g);
+static int bwi_h(const struct dtf_window_geom *g);
+static int bwi_w(const struct dtf_window_geom *g);
+
+/* Floats of one thread's workspace, 16-float aligned: a work area (padded
+ * image, im2col block or padded dy), then the partial filter gradient. */
 static size_t thread_ws(const struct dtf_window_geom *g)
 {
 	size_t pad = (size_t)pad_h(g) * pad_w(g) * g->c;
 	size_t col = (size_t)block_images(g) * g->oh * g->ow * kwidth(g);
 	size_t part = kwidth(g) * g->o;
 	size_t work = pad > col ? pad : col;
-	return (work + part + 15) / 16 * 16;
+	if (use_bwi512(g)) {
+		size_t dyp = (size_t)bwi_h(g) * bwi_w(g) * g->o;
+		work = dyp > work ? dyp : work;
+	}
+	return round16(work) + round16(part);
 }
 
 size_t dtf_fast_conv2d_workspace(const struct dtf_window_geom *g,
 				 int nthreads)
 {
-	return thread_ws(g) * (size_t)(nthreads > 1 ? nthreads : 1);
+	/* after the threads' areas: the transposed filter of the AVX-512
+	 * input gradient */
+	return thread_ws(g) * (size_t)(nthreads > 1 ? nthreads : 1) +
+	       (use_bwi512(g) ? round16(kwidth(g) * g->o) : 0);
 }
 
 /* xp (ph, pw, c) = image x (h, w, c) placed at (pad_top, pad_left), zeros
@@ -165,6 +196,333 @@ DTF_ISA_FN(direct_fwd,
 	    const float *restrict w, const float *restrict bias, int relu,
 	    float *restrict y),
 	   (g, xp, w, bias, relu, y))
+
+/* ---- direct forward, AVX-512 register tiles --------------------------------- */
+
+#if defined(DTF_T512)
+/* Pixels per row tile and outputs per tile (two 16-float vectors): 28
+ * accumulators, two weight vectors, inputs broadcast from memory. */
+#define RT 14
+#define OT 32
+
+/* One tile: y[oy, ox0 .. ox0+R) x [o0, o0+32) from the padded image.
+ * R is a literal at every call, so acc stays in registers. */
+static inline __attribute__((always_inline)) DTF_T512 void
+fwd512_tile(const struct dtf_window_geom *g, const float *restrict xp,
+	    const float *restrict w, const float *restrict bias, int relu,
+	    float *restrict y, int oy, int ox0, int o0, const int R)
+{
+	const int pw = pad_w(g), c = g->c, O = g->o, kw = g->kw;
+	const size_t xs = (size_t)g->stride_w * c;
+	__m512 acc[RT][2];
+	__m512 b0 = bias ? _mm512_loadu_ps(bias + o0) : _mm512_setzero_ps();
+	__m512 b1 = bias ? _mm512_loadu_ps(bias + o0 + 16) : _mm512_setzero_ps();
+	for (int p = 0; p < R; p++) {
+		acc[p][0] = b0;
+		acc[p][1] = b1;
+	}
+	for (int ki = 0; ki < g->kh; ki++) {
+		for (int kj = 0; kj < kw; kj++) {
+			const float *xr = xp + ((size_t)(oy * g->stride_h + ki * g->dilation_h) * pw +
+						(size_t)ox0 * g->stride_w + (size_t)kj * g->dilation_w) * c;
+			const float *wr = w + ((size_t)ki * kw + kj) * c * O + o0;
+			for (int ci = 0; ci < c; ci++) {
+				__m512 w0 = _mm512_loadu_ps(wr + (size_t)ci * O);
+				__m512 w1 = _mm512_loadu_ps(wr + (size_t)ci * O + 16);
+				for (int p = 0; p < R; p++) {
+					__m512 xv = _mm512_set1_ps(xr[(size_t)p * xs + ci]);
+					acc[p][0] = _mm512_fmadd_ps(xv, w0, acc[p][0]);
+					acc[p][1] = _mm512_fmadd_ps(xv, w1, acc[p][1]);
+				}
+			}
+		}
+	}
+	const __m512 zero = _mm512_setzero_ps();
+	for (int p = 0; p < R; p++) {
+		float *yr = y + ((size_t)oy * g->ow + ox0 + p) * O + o0;
+		__m512 v0 = relu ? _mm512_max_ps(acc[p][0], zero) : acc[p][0];
+		__m512 v1 = relu ? _mm512_max_ps(acc[p][1], zero) : acc[p][1];
+		_mm512_storeu_ps(yr, v0);
+		_mm512_storeu_ps(yr + 16, v1);
+	}
+}
+
+#define FWD512_CASE(r) \
+	case r: fwd512_tile(g, xp, w, bias, relu, y, oy, ox0, o0, r); break;
+
+/* One image: y (oh, ow, o) = act(conv(xp, w) + bias), o % 32 == 0. */
+DTF_T512 static void conv_fwd_512(const struct dtf_window_geom *g,
+				    const float *restrict xp,
+				    const float *restrict w,
+				    const float *restrict bias, int relu,
+				    float *restrict y)
+{
+	for (int oy = 0; oy < g->oh; oy++)
+		for (int ox0 = 0; ox0 < g->ow; ox0 += RT)
+			for (int o0 = 0; o0 < g->o; o0 += OT) {
+				int r = g->ow - ox0 < RT ? g->ow - ox0 : RT;
+				switch (r) {
+				FWD512_CASE(1) FWD512_CASE(2) FWD512_CASE(3)
+				FWD512_CASE(4) FWD512_CASE(5) FWD512_CASE(6)
+				FWD512_CASE(7) FWD512_CASE(8) FWD512_CASE(9)
+				FWD512_CASE(10) FWD512_CASE(11) FWD512_CASE(12)
+				FWD512_CASE(13) FWD512_CASE(14)
+				}
+			}
+}
+
+/* Taps per filter-gradient tile (within one (ki, kj), consecutive input
+ * channels) x 32 outputs: 24 accumulators. */
+#define TT 12
+
+/* dw[t0 .. t0+R) x [o0, o0+32) += sum over the image's pixels of
+ * x(pixel, tap) * dy(pixel, o); the R taps are input channels ci0 ..
+ * ci0+R of filter position (ki, kj). */
+static inline __attribute__((always_inline)) DTF_T512 void
+bwf512_tile(const struct dtf_window_geom *g, const float *restrict xp,
+	    const float *restrict dy, float *restrict dw, int ki, int kj,
+	    int ci0, int o0, const int R)
+{
+	const int pw = pad_w(g), c = g->c, O = g->o;
+	const size_t base = ((size_t)ki * g->dilation_h * pw +
+			     (size_t)kj * g->dilation_w) * c + ci0;
+	__m512 acc[TT][2];
+	for (int t = 0; t < R; t++) {
+		acc[t][0] = _mm512_setzero_ps();
+		acc[t][1] = _mm512_setzero_ps();
+	}
+	for (int oy = 0; oy < g->oh; oy++) {
+		const float *xrow = xp + (size_t)oy * g->stride_h * pw * c + base;
+		const float *drow = dy + (size_t)oy * g->ow * O + o0;
+		for (int ox = 0; ox < g->ow; ox++) {
+			const float *xv = xrow + (size_t)ox * g->stride_w * c;
+			__m512 d0 = _mm512_loadu_ps(drow + (size_t)ox * O);
+			__m512 d1 = _mm512_loadu_ps(drow + (size_t)ox * O + 16);
+			for (int t = 0; t < R; t++) {
+				__m512 v = _mm512_set1_ps(xv[t]);
+				acc[t][0] = _mm512_fmadd_ps(v, d0, acc[t][0]);
+				acc[t][1] = _mm512_fmadd_ps(v, d1, acc[t][1]);
+			}
+		}
+	}
+	float *dr = dw + (((size_t)ki * g->kw + kj) * c + ci0) * O + o0;
+	for (int t = 0; t < R; t++) {
+		float *d = dr + (size_t)t * O;
+		_mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), acc[t][0]));
+		_mm512_storeu_ps(d + 16, _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[t][1]));
+	}
+}
+
+#define BWF512_CASE(r) \
+	case r: bwf512_tile(g, xp, dy, dw, ki, kj, ci0, o0, r); break;
+
+/* dw (K, o) += the filter gradient of one padded image, o % 32 == 0. */
+DTF_T512 static void conv_bwf_512(const struct dtf_window_geom *g,
+				  const float *restrict xp,
+				  const float *restrict dy, float *restrict dw)
+{
+	for (int ki = 0; ki < g->kh; ki++)
+		for (int kj = 0; kj < g->kw; kj++)
+			for (int ci0 = 0; ci0 < g->c; ci0 += TT)
+				for (int o0 = 0; o0 < g->o; o0 += OT) {
+					int r = g->c - ci0 < TT ? g->c - ci0 : TT;
+					switch (r) {
+					BWF512_CASE(1) BWF512_CASE(2) BWF512_CASE(3)
+					BWF512_CASE(4) BWF512_CASE(5) BWF512_CASE(6)
+					BWF512_CASE(7) BWF512_CASE(8) BWF512_CASE(9)
+					BWF512_CASE(10) BWF512_CASE(11) BWF512_CASE(12)
+					}
+				}
+}
+
+/* Taps per tile of the narrow-filter gradient (any taps, e.g. all 25 of a
+ * 5x5x1 filter in two tiles) x 32 outputs. */
+#define TN 13
+
+/* dw[t0 .. t0+R) x [o0, o0+32) += sum over the image's pixels of
+ * x(pixel, tap) * dy(pixel, o), taps anywhere in the window. */
+static inline __attribute__((always_inline)) DTF_T512 void
+bwfn512_tile(const struct dtf_window_geom *g, const float *restrict xp,
+	     const float *restrict dy, float *restrict dw, int t0, int o0,
+	     const int R)
+{
+	const int pw = pad_w(g), c = g->c, O = g->o;
+	size_t toff[TN];
+	for (int t = 0; t < R; t++) {
+		int tap = t0 + t, ci = tap % c, kj = (tap / c) % g->kw;
+		int ki = tap / c / g->kw;
+		toff[t] = ((size_t)ki * g->dilation_h * pw +
+			   (size_t)kj * g->dilation_w) * c + ci;
+	}
+	__m512 acc[TN][2];
+	for (int t = 0; t < R; t++) {
+		acc[t][0] = _mm512_setzero_ps();
+		acc[t][1] = _mm512_setzero_ps();
+	}
+	for (int oy = 0; oy < g->oh; oy++) {
+		const float *xrow = xp + (size_t)oy * g->stride_h * pw * c;
+		const float *drow = dy + (size_t)oy * g->ow * O + o0;
+		for (int ox = 0; ox < g->ow; ox++) {
+			const float *xv = xrow + (size_t)ox * g->stride_w * c;
+			__m512 d0 = _mm512_loadu_ps(drow + (size_t)ox * O);
+			__m512 d1 = _mm512_loadu_ps(drow + (size_t)ox * O + 16);
+			for (int t = 0; t < R; t++) {
+				__m512 v = _mm512_set1_ps(xv[toff[t]]);
+				acc[t][0] = _mm512_fmadd_ps(v, d0, acc[t][0]);
+				acc[t][1] = _mm512_fmadd_ps(v, d1, acc[t][1]);
+			}
+		}
+	}
+	for (int t = 0; t < R; t++) {
+		float *d = dw + (size_t)(t0 + t) * O + o0;
+		_mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), acc[t][0]));
+		_mm512_storeu_ps(d + 16, _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[t][1]));
+	}
+}
+
+#define BWFN512_CASE(r) \
+	case r: bwfn512_tile(g, xp, dy, dw, t0, o0, r); break;
+
+/* dw (K, o) += the filter gradient of one padded image, o % 32 == 0, for
+ * narrow filters (K spread over tiles of up to TN taps). */
+DTF_T512 static void conv_bwfn_512(const struct dtf_window_geom *g,
+				   const float *restrict xp,
+				   const float *restrict dy, float *restrict dw)
+{
+	const int K = (int)kwidth(g);
+	const int ntile = (K + TN - 1) / TN;
+	for (int i = 0; i < ntile; i++) {
+		/* tiles of even size: 25 taps -> 12 + 13 */
+		int t0 = (int)((long)K * i / ntile), t1 = (int)((long)K * (i + 1) / ntile);
+		for (int o0 = 0; o0 < g->o; o0 += OT) {
+			switch (t1 - t0) {
+			BWFN512_CASE(1) BWFN512_CASE(2) BWFN512_CASE(3)
+			BWFN512_CASE(4) BWFN512_CASE(5) BWFN512_CASE(6)
+			BWFN512_CASE(7) BWFN512_CASE(8) BWFN512_CASE(9)
+			BWFN512_CASE(10) BWFN512_CASE(11) BWFN512_CASE(12)
+			BWFN512_CASE(13)
+			}
+		}
+	}
+}
+
+/* ---- direct input gradient, AVX-512 (stride 1) ---- */
+
+/* The zero-padded dy of the input gradient: dy (oh, ow, o) placed at
+ * ((kh-1)*dh, (kw-1)*dw) in a (bwi_h, bwi_w, o) buffer, so that every
+ * input pixel reads kh x kw whole dy pixels without bounds checks. */
+static int bwi_h(const struct dtf_window_geom *g)
+{
+	int a = g->h + g->pad_top, b = g->oh;
+	return (a > b ? a : b) + (g->kh - 1) * g->dilation_h;
+}
+
+static int bwi_w(const struct dtf_window_geom *g)
+{
+	int a = g->w + g->pad_left, b = g->ow;
+	return (a > b ? a : b) + (g->kw - 1) * g->dilation_w;
+}
+
+static void pad_dy(const struct dtf_window_geom *g, const float *dy,
+		   float *dyp)
+{
+	const int Hp = bwi_h(g), Wp = bwi_w(g), O = g->o;
+	const int y0 = (g->kh - 1) * g->dilation_h, x0 = (g->kw - 1) * g->dilation_w;
+	memset(dyp, 0, (size_t)Hp * Wp * O * sizeof *dyp);
+	for (int oy = 0; oy < g->oh; oy++)
+		memcpy(dyp + ((size_t)(oy + y0) * Wp + x0) * O,
+		       dy + (size_t)oy * g->ow * O,
+		       (size_t)g->ow * O * sizeof *dyp);
+}
+
+/* dx[iy, ix0 .. ix0+R) x [ci0, ci0+32) = sum over (ki, kj, o) of
+ * dy(iy + pad_top - ki*dh, ix + pad_left - kj*dw, o) * w(ki, kj, ci, o),
+ * from the padded dy and wt, the filter with (ci, o) transposed. */
+static inline __attribute__((always_inline)) DTF_T512 void
+bwi512_tile(const struct dtf_window_geom *g, const float *restrict dyp,
+	    const float *restrict wt, float *restrict dx, int iy, int ix0,
+	    int ci0, const int R)
+{
+	const int Wp = bwi_w(g), O = g->o, c = g->c;
+	const int y0 = (g->kh - 1) * g->dilation_h, x0 = (g->kw - 1) * g->dilation_w;
+	__m512 acc[RT][2];
+	for (int p = 0; p < R; p++) {
+		acc[p][0] = _mm512_setzero_ps();
+		acc[p][1] = _mm512_setzero_ps();
+	}
+	for (int ki = 0; ki < g->kh; ki++) {
+		for (int kj = 0; kj < g->kw; kj++) {
+			const float *dr = dyp + ((size_t)(iy + g->pad_top - ki * g->dilation_h + y0) * Wp +
+						 (size_t)(ix0 + g->pad_left - kj * g->dilation_w + x0)) * O;
+			const float *wr = wt + ((size_t)ki * g->kw + kj) * O * c + ci0;
+			for (int o = 0; o < O; o++) {
+				__m512 w0 = _mm512_loadu_ps(wr + (size_t)o * c);
+				__m512 w1 = _mm512_loadu_ps(wr + (size_t)o * c + 16);
+				for (int p = 0; p < R; p++) {
+					__m512 v = _mm512_set1_ps(dr[(size_t)p * O + o]);
+					acc[p][0] = _mm512_fmadd_ps(v, w0, acc[p][0]);
+					acc[p][1] = _mm512_fmadd_ps(v, w1, acc[p][1]);
+				}
+			}
+		}
+	}
+	for (int p = 0; p < R; p++) {
+		float *d = dx + ((size_t)iy * g->w + ix0 + p) * c + ci0;
+		_mm512_storeu_ps(d, acc[p][0]);
+		_mm512_storeu_ps(d + 16, acc[p][1]);
+	}
+}
+
+#define BWI512_CASE(r) \
+	case r: bwi512_tile(g, dyp, wt, dx, iy, ix0, ci0, r); break;
+
+/* dx (h, w, c) of one image from its padded dy, c % 32 == 0. */
+DTF_T512 static void conv_bwi_512(const struct dtf_window_geom *g,
+				  const float *restrict dyp,
+				  const float *restrict wt, float *restrict dx)
+{
+	for (int iy = 0; iy < g->h; iy++)
+		for (int ix0 = 0; ix0 < g->w; ix0 += RT)
+			for (int ci0 = 0; ci0 < g->c; ci0 += OT) {
+				int r = g->w - ix0 < RT ? g->w - ix0 : RT;
+				switch (r) {
+				BWI512_CASE(1) BWI512_CASE(2) BWI512_CASE(3)
+				BWI512_CASE(4) BWI512_CASE(5) BWI512_CASE(6)
+				BWI512_CASE(7) BWI512_CASE(8) BWI512_CASE(9)
+				BWI512_CASE(10) BWI512_CASE(11) BWI512_CASE(12)
+				BWI512_CASE(13) BWI512_CASE(14)
+				}
+			}
+}
+
+static int have512(void)
+{
+	return __builtin_cpu_supports("avx512f");
+}
+#else
+static int have512(void) { return 0; }
+#endif
+
+/* Where the AVX-512 direct kernels run: the forward whenever o is a
+ * multiple of 32 (narrow filters too: its tile does not depend on c); the
+ * filter gradient when o is a multiple of 32 (tiles along c for wide
+ * filters, across the window for narrow ones); the input gradient when c
+ * is a multiple of 32 and strides are 1. */
+static int use_fwd512(const struct dtf_window_geom *g)
+{
+	return g->o % 32 == 0 && have512();
+}
+
+static int use_bwf512(const struct dtf_window_geom *g)
+{
+	return g->o % 32 == 0 && have512();
+}
+
+static int use_bwi512(const struct dtf_window_geom *g)
+{
+	return g->c % 32 == 0 && g->stride_h == 1 && g->stride_w == 1 &&
+	       have512();
+}
 
 /* ---- direct filter gradient ------------------------------------------------ */
 
@@ -331,6 +689,9 @@ DTF_ISA_FN(bias_act_rows,
 struct conv_job {
 	const struct dtf_window_geom *g;
 	const float *x, *w, *bias, *dy;
+	const float *wt; /* the transposed filter (conv_bwi_512) */
+	const struct dtf_window_geom *pg; /* pooling after the forward, or NULL */
+	float *q;                         /* its output */
 	float *y, *dx, *dw, *ws;
 	int relu;
 };
@@ -338,6 +699,18 @@ struct conv_job {
 static float *my_ws(const struct conv_job *j, int tid)
 {
 	return j->ws + (size_t)tid * thread_ws(j->g);
+}
+
+/* The fused pooling of images [b, b + cnt) of y, right after they were
+ * written. */
+static void pool_after(const struct conv_job *j, size_t b, size_t cnt)
+{
+	if (!j->pg)
+		return;
+	const struct dtf_window_geom *pg = j->pg;
+	const size_t in = (size_t)pg->h * pg->w * pg->c;
+	const size_t out = (size_t)pg->oh * pg->ow * pg->c;
+	dtf_fast_max_pool2d_images(pg, cnt, j->y + b * in, j->q + b * out);
 }
 
 static void fwd_task(void *arg, int tid, int nt)
@@ -350,11 +723,23 @@ static void fwd_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
 	float *ws = my_ws(j, tid);
+#if defined(DTF_T512)
+	if (use_fwd512(g)) {
+		for (size_t b = lo; b < hi; b++) {
+			pad_image(g, j->x + b * in_img, ws);
+			conv_fwd_512(g, ws, j->w, j->bias, j->relu,
+				       j->y + b * out_pix * O);
+			pool_after(j, b, 1);
+		}
+		return;
+	}
+#endif
 	if (use_direct(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
 			direct_fwd(g, ws, j->w, j->bias, j->relu,
 				   j->y + b * out_pix * O);
+			pool_after(j, b, 1);
 		}
 		return;
 	}
@@ -369,6 +754,7 @@ static void fwd_task(void *arg, int tid, int nt)
 		if (j->bias || j->relu)
 			bias_act_rows((size_t)cnt * out_pix, O, y, j->bias,
 				      j->relu);
+		pool_after(j, b, (size_t)cnt);
 	}
 }
 
@@ -380,6 +766,18 @@ void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
 		return;
 	struct conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
 			     .ws = ws, .relu = relu};
+	dtf_pool_run(p, fwd_task, &j);
+}
+
+void dtf_fast_conv2d_pool(struct dtf_pool *p, const struct dtf_window_geom *g,
+			  const float *x, const float *w, const float *bias,
+			  int relu, float *y, const struct dtf_window_geom *pg,
+			  float *q, float *ws)
+{
+	if (g->n <= 0)
+		return;
+	struct conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
+			     .ws = ws, .relu = relu, .pg = pg, .q = q};
 	dtf_pool_run(p, fwd_task, &j);
 }
 
@@ -395,6 +793,15 @@ static void bwi_task(void *arg, int tid, int nt)
 	if (hi <= lo)
 		return;
 	float *ws = my_ws(j, tid);
+#if defined(DTF_T512)
+	if (use_bwi512(g)) {
+		for (size_t b = lo; b < hi; b++) {
+			pad_dy(g, j->dy + b * out_pix * O, ws);
+			conv_bwi_512(g, ws, j->wt, j->dx + b * in_img);
+		}
+		return;
+	}
+#endif
 	memset(j->dx + lo * in_img, 0, (hi - lo) * in_img * sizeof(float));
 	const int nb = block_images(g);
 	for (size_t b = lo; b < hi; b += (size_t)nb) {
@@ -414,13 +821,24 @@ void dtf_fast_conv2d_backprop_input(struct dtf_pool *p,
 	if (g->n <= 0)
 		return;
 	struct conv_job j = {.g = g, .dy = dy, .w = w, .dx = dx, .ws = ws};
+	if (use_bwi512(g)) {
+		/* wt (kh, kw, o, c): each filter position's (c, o) transposed */
+		float *wt = ws + thread_ws(g) * (size_t)dtf_pool_size(p);
+		const int c = g->c, O = g->o;
+		for (int k = 0; k < g->kh * g->kw; k++)
+			for (int ci = 0; ci < c; ci++)
+				for (int o = 0; o < O; o++)
+					wt[((size_t)k * O + o) * c + ci] =
+						w[((size_t)k * c + ci) * O + o];
+		j.wt = wt;
+	}
 	dtf_pool_run(p, bwi_task, &j);
 }
 
 /* Each thread's partial filter gradient sits after its work area. */
 static float *partial(const struct conv_job *j, int tid)
 {
-	return my_ws(j, tid) + thread_ws(j->g) - (kwidth(j->g) * j->g->o + 15) / 16 * 16;
+	return my_ws(j, tid) + thread_ws(j->g) - round16(kwidth(j->g) * j->g->o);
 }
 
 static void bwf_task(void *arg, int tid, int nt)
@@ -435,6 +853,18 @@ static void bwf_task(void *arg, int tid, int nt)
 	float *ws = my_ws(j, tid);
 	float *part = partial(j, tid);
 	memset(part, 0, (size_t)K * O * sizeof *part);
+#if defined(DTF_T512)
+	if (use_bwf512(g)) {
+		for (size_t b = lo; b < hi; b++) {
+			pad_image(g, j->x + b * in_img, ws);
+			if (use_direct(g))
+				conv_bwfn_512(g, ws, j->dy + b * out_pix * O, part);
+			else
+				conv_bwf_512(g, ws, j->dy + b * out_pix * O, part);
+		}
+		return;
+	}
+#endif
 	if (use_direct(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
@@ -474,4 +904,108 @@ void dtf_fast_conv2d_backprop_filter(struct dtf_pool *p,
 	struct conv_job j = {.g = g, .x = x, .dy = dy, .dw = dw, .ws = ws};
 	dtf_pool_run(p, bwf_task, &j);
 	dtf_pool_run(p, bwf_reduce_task, &j);
+}
+
+/* ---- max pool gradient -> filter gradient ------------------------------------ */
+
+struct pool_bwf_job {
+	struct conv_job c;               /* the filter gradient; c.ws */
+	const struct dtf_window_geom *pg; /* the pooling */
+	const float *px, *pdy;
+	float *db, *ws2;                 /* ws2: the per-thread extras */
+	int relu;
+};
+
+/* Per thread, after the conv workspaces: one image of dx, the image's
+ * bias sums (float), the thread's bias sums (double). */
+static size_t pool_bwf_thread(const struct dtf_window_geom *pg)
+{
+	size_t img = ((size_t)pg->h * pg->w * pg->c + 15) / 16 * 16;
+	size_t cp = ((size_t)pg->c + 15) / 16 * 16;
+	return img + cp + 2 * cp;
+}
+
+size_t dtf_fast_pool_grad_conv2d_filter_workspace(
+	const struct dtf_window_geom *pg, const struct dtf_window_geom *cg,
+	int nthreads)
+{
+	size_t nt = (size_t)(nthreads > 1 ? nthreads : 1);
+	size_t cp = ((size_t)pg->c + 15) / 16 * 16;
+	return dtf_fast_conv2d_workspace(cg, nthreads) +
+	       nt * pool_bwf_thread(pg) + nt * cp;
+}
+
+static void pool_bwf_task(void *arg, int tid, int nt)
+{
+	const struct pool_bwf_job *pj = arg;
+	const struct conv_job *j = &pj->c;
+	const struct dtf_window_geom *g = j->g, *pg = pj->pg;
+	const size_t in_img = (size_t)g->h * g->w * g->c;
+	const size_t out_pix = (size_t)g->oh * g->ow;
+	const size_t pin = (size_t)pg->h * pg->w * pg->c;
+	const size_t pout = (size_t)pg->oh * pg->ow * pg->c;
+	const int K = (int)kwidth(g), O = g->o, C = pg->c;
+	const size_t cp = ((size_t)C + 15) / 16 * 16;
+	size_t lo, hi;
+	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
+	float *ws = my_ws(j, tid), *part = partial(j, tid);
+	float *dxb = pj->ws2 + (size_t)tid * pool_bwf_thread(pg);
+	float *isum = dxb + (pin + 15) / 16 * 16;
+	double *tsum = (double *)(isum + cp);
+	float *bpart = pj->ws2 + (size_t)nt * pool_bwf_thread(pg) + (size_t)tid * cp;
+	memset(part, 0, (size_t)K * O * sizeof *part);
+	for (int t = 0; t < C; t++)
+		tsum[t] = 0.0;
+	for (size_t b = lo; b < hi; b++) {
+		dtf_fast_max_pool2d_grad_images(pg, 1, pj->px + b * pin,
+						pj->pdy + b * pout, pj->relu, dxb,
+						pj->db ? isum : NULL);
+		if (pj->db)
+			for (int t = 0; t < C; t++)
+				tsum[t] += isum[t];
+		if (use_bwf512(g)) {
+#if defined(DTF_T512)
+			pad_image(g, j->x + b * in_img, ws);
+			if (use_direct(g))
+				conv_bwfn_512(g, ws, dxb, part);
+			else
+				conv_bwf_512(g, ws, dxb, part);
+#endif
+		} else if (use_direct(g)) {
+			pad_image(g, j->x + b * in_img, ws);
+			direct_bwf(g, ws, dxb, part);
+		} else {
+			im2col(g, 1, j->x + b * in_img, ws);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, O,
+				    (int)out_pix, 1.0f, ws, K, dxb, O, 1.0f, part,
+				    O);
+		}
+	}
+	for (int t = 0; t < C; t++)
+		bpart[t] = (float)tsum[t];
+}
+
+void dtf_fast_pool_grad_conv2d_filter(struct dtf_pool *p,
+				      const struct dtf_window_geom *pg,
+				      const float *x, const float *dy, int relu,
+				      float *db, const struct dtf_window_geom *cg,
+				      const float *cx, float *dw, float *ws)
+{
+	int nt = dtf_pool_size(p);
+	struct pool_bwf_job pj = {
+		.c = {.g = cg, .x = cx, .dw = dw, .ws = ws},
+		.pg = pg, .px = x, .pdy = dy, .db = db, .relu = relu,
+		.ws2 = ws + dtf_fast_conv2d_workspace(cg, nt)};
+	dtf_pool_run(p, pool_bwf_task, &pj);
+	dtf_pool_run(p, bwf_reduce_task, &pj.c);
+	if (db) {
+		const size_t cp = ((size_t)pg->c + 15) / 16 * 16;
+		const float *bp = pj.ws2 + (size_t)nt * pool_bwf_thread(pg);
+		for (int k = 0; k < pg->c; k++) {
+			double s = 0.0;
+			for (int t = 0; t < nt; t++)
+				s += bp[(size_t)t * cp + k];
+			db[k] = (float)s;
+		}
+	}
 }

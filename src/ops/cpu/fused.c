@@ -1,7 +1,9 @@
 /*
  * fused.c - threaded dense layers and fused elementwise passes: bias +
  * relu, relu gradient + bias gradient, max pooling and the fused backward
- * of relu -> max pool (MaxPoolGrad, ReluGrad and BiasAddGrad in one pass).
+ * of relu -> max pool (MaxPoolGrad, ReluGrad and BiasAddGrad in one pass),
+ * and dropout (Philox blocks 16 at a time in AVX-512 lanes where the CPU
+ * has them, the reference's scalar loop otherwise).
  *
  * Design: rows (or images) are split across the pool's threads; each pass
  * reads and writes every element once.  Column sums for bias gradients use
@@ -14,6 +16,10 @@
 #include <string.h>
 
 #include "ops/cpu/simd.h"
+
+#if defined(DTF_T512)
+#include <immintrin.h>
+#endif
 
 #define RUN 64
 /* Channels per pass of the pooling and relu-gradient kernels (bounds
@@ -247,6 +253,12 @@ DTF_ISA_FN(pool_tiles,
 	    float *restrict y),
 	   (g, nb, x, y))
 
+void dtf_fast_max_pool2d_images(const struct dtf_window_geom *g, size_t nb,
+				const float *x, float *y)
+{
+	pool_tiles(g, nb, x, y);
+}
+
 static void pool_task(void *arg, int tid, int nt)
 {
 	const struct ew_job *j = arg;
@@ -426,6 +438,14 @@ DTF_ISA_FN(pool_grad,
 	    const float *restrict dy, int relu, float *restrict dx, float *sum),
 	   (g, nb, x, dy, relu, dx, sum))
 
+void dtf_fast_max_pool2d_grad_images(const struct dtf_window_geom *g,
+				     size_t nb, const float *x,
+				     const float *dy, int relu, float *dx,
+				     float *sum)
+{
+	pool_grad(g, nb, x, dy, relu, dx, sum);
+}
+
 static void pool_grad_task(void *arg, int tid, int nt)
 {
 	const struct ew_job *j = arg;
@@ -452,6 +472,143 @@ void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
 	dtf_pool_run(p, pool_grad_task, &j);
 	if (db)
 		reduce_partials(ws, dtf_pool_size(p), g->c, db);
+}
+
+/* ---- dropout -------------------------------------------------------------------- */
+
+/* The reference's mask for blocks [blk0, ...) of one row: elements
+ * [j0, j1) of the row, j0 = 4 * blk0 (the scalar path and the tails). */
+static void dropout_scalar(size_t j0, size_t j1, uint64_t id, float rate,
+			   float scale, struct dtf_philox_key key,
+			   uint32_t salt, const float *x, float *y)
+{
+	for (; j0 < j1; j0 += 4) {
+		uint32_t ctr[4] = {(uint32_t)(j0 / 4), (uint32_t)id,
+				   (uint32_t)(id >> 32), salt};
+		uint32_t word[4];
+		dtf_philox4x32(key, ctr, word);
+		size_t jn = j1 - j0 < 4 ? j1 - j0 : 4;
+		for (size_t t = 0; t < jn; t++)
+			y[j0 + t] = dtf_rng_u01(word[t]) >= rate ? x[j0 + t] * scale
+								 : 0.0f;
+	}
+}
+
+#if defined(DTF_T512)
+/* High 32 bits of the 32x32-bit products, per lane. */
+DTF_T512 static inline __m512i mulhi32(__m512i a, __m512i b)
+{
+	__m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, b), 32);
+	__m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32),
+				       _mm512_srli_epi64(b, 32));
+	return _mm512_mask_blend_epi32(0xAAAA, even, odd);
+}
+
+/*
+ * One row, 16 Philox blocks (64 elements) per iteration, one block per
+ * lane: the ten rounds on four vectors of words, then a 4 x 16 transpose
+ * so element 4 l + t (word t of block l) lines up with x.  The integer
+ * rounds and the u01 conversion (24-bit integer to float, times 2^-24) are
+ * exact, and kept elements get the same single product x * scale, so the
+ * bits are the reference's.
+ */
+DTF_T512 static void dropout_row_512(size_t cols, uint64_t id, float rate,
+				     float scale, struct dtf_philox_key key,
+				     uint32_t salt, const float *x, float *y)
+{
+	const __m512i m0 = _mm512_set1_epi32((int)DTF_PHILOX_M0);
+	const __m512i m1 = _mm512_set1_epi32((int)DTF_PHILOX_M1);
+	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+					       10, 11, 12, 13, 14, 15);
+	const __m512 vr = _mm512_set1_ps(rate), vs = _mm512_set1_ps(scale);
+	const __m512 u24 = _mm512_set1_ps(1.0f / 16777216.0f);
+	size_t j0 = 0;
+	for (; j0 + 64 <= cols; j0 += 64) {
+		__m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)(j0 / 4)), lane);
+		__m512i c1 = _mm512_set1_epi32((int)(uint32_t)id);
+		__m512i c2 = _mm512_set1_epi32((int)(uint32_t)(id >> 32));
+		__m512i c3 = _mm512_set1_epi32((int)salt);
+		uint32_t k0 = key.k[0], k1 = key.k[1];
+		for (int round = 0; round < 10; round++) {
+			__m512i hi0 = mulhi32(c0, m0), lo0 = _mm512_mullo_epi32(c0, m0);
+			__m512i hi1 = mulhi32(c2, m1), lo1 = _mm512_mullo_epi32(c2, m1);
+			__m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1),
+						      _mm512_set1_epi32((int)k0));
+			__m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3),
+						      _mm512_set1_epi32((int)k1));
+			c1 = lo1;
+			c3 = lo0;
+			c0 = n0;
+			c2 = n2;
+			k0 += DTF_PHILOX_W0;
+			k1 += DTF_PHILOX_W1;
+		}
+		/* transpose: o[q] holds blocks 4q .. 4q+3, words in order */
+		__m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
+		__m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
+		__m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
+		__m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
+		__m512i a = _mm512_shuffle_i32x4(u0, u1, 0x44), b = _mm512_shuffle_i32x4(u2, u3, 0x44);
+		__m512i c = _mm512_shuffle_i32x4(u0, u1, 0xEE), d = _mm512_shuffle_i32x4(u2, u3, 0xEE);
+		__m512i o[4] = {_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD),
+				_mm512_shuffle_i32x4(c, d, 0x88), _mm512_shuffle_i32x4(c, d, 0xDD)};
+		for (int q = 0; q < 4; q++) {
+			__m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(o[q], 8)), u24);
+			__mmask16 keep = _mm512_cmp_ps_mask(u, vr, _CMP_GE_OQ);
+			__m512 v = _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(x + j0 + 16 * q), vs);
+			_mm512_storeu_ps(y + j0 + 16 * q, v);
+		}
+	}
+	dropout_scalar(j0, cols, id, rate, scale, key, salt, x, y);
+}
+#endif
+
+struct drop_job {
+	size_t rows, cols;
+	float rate;
+	struct dtf_philox_key key;
+	const uint64_t *ids;
+	uint32_t salt;
+	const float *x;
+	float *y;
+};
+
+static void dropout_task(void *arg, int tid, int nt)
+{
+	const struct drop_job *j = arg;
+	size_t lo, hi;
+	dtf_pool_split(j->rows, 1, tid, nt, &lo, &hi);
+	const float scale = 1.0f / (1.0f - j->rate);
+	for (size_t r = lo; r < hi; r++) {
+		const float *x = j->x + r * j->cols;
+		float *y = j->y + r * j->cols;
+#if defined(DTF_T512)
+		if (__builtin_cpu_supports("avx512f") &&
+		    __builtin_cpu_supports("avx512dq")) {
+			dropout_row_512(j->cols, j->ids[r], j->rate, scale,
+					j->key, j->salt, x, y);
+			continue;
+		}
+#endif
+		dropout_scalar(0, j->cols, j->ids[r], j->rate, scale, j->key,
+			       j->salt, x, y);
+	}
+}
+
+void dtf_fast_dropout(struct dtf_pool *p, size_t rows, size_t cols,
+		      float rate, struct dtf_philox_key key,
+		      const uint64_t *example_id, uint32_t salt,
+		      const float *x, float *y)
+{
+	if (rate <= 0.0f || rate >= 1.0f) {
+		/* identity or all dropped: the reference's special cases */
+		dtf_cpu_dropout(rows, cols, rate, key, example_id, salt, x, y);
+		return;
+	}
+	struct drop_job j = {rows, cols, rate, key, example_id, salt, x, y};
+	if (rows * cols < ((size_t)1 << 18))
+		p = NULL; /* ~50 us on one thread: not worth a wake-up */
+	dtf_pool_run(p, dropout_task, &j);
 }
 
 /* ---- add ------------------------------------------------------------------------ */

@@ -1,6 +1,6 @@
 /*
  * optim_fast.c - the Adam update as one vectorized pass split over the
- * pool's threads.
+ * pool's threads, and the gradients' NaN/Inf check the same way.
  *
  * Same float operations in the same order as the reference loop in
  * train/optimizer.c (no FMA contraction: this file is compiled in ISO C
@@ -11,6 +11,8 @@
 #include "ops/cpu/fast.h"
 
 #include <math.h>
+#include <stdatomic.h>
+#include <string.h>
 
 #include "ops/cpu/simd.h"
 
@@ -111,4 +113,67 @@ void dtf_fast_adam(struct dtf_pool *p, size_t n, float *params,
 {
 	struct adam_job j = {n, params, m, v, grads, step, b1, b2, eps};
 	dtf_pool_run(p, adam_task, &j);
+}
+
+/* ---- non-finite check ---------------------------------------------------- */
+
+/* Nonzero when x holds a NaN or an infinity (exponent bits all ones). */
+static inline DTF_BODY uint32_t nonfinite_run_body(size_t n,
+						   const float *restrict x)
+{
+	uint32_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t b;
+		memcpy(&b, &x[i], sizeof b);
+		bad |= (b & 0x7f800000u) == 0x7f800000u;
+	}
+	return bad;
+}
+
+#if defined(DTF_T512)
+DTF_T512 static uint32_t nonfinite_run_512(size_t n, const float *restrict x)
+{
+	return nonfinite_run_body(n, x);
+}
+DTF_T256 static uint32_t nonfinite_run_256(size_t n, const float *restrict x)
+{
+	return nonfinite_run_body(n, x);
+}
+#endif
+
+static uint32_t nonfinite_run(size_t n, const float *restrict x)
+{
+#if defined(DTF_T512)
+	if (__builtin_cpu_supports("avx512f") &&
+	    __builtin_cpu_supports("avx512bw"))
+		return nonfinite_run_512(n, x);
+	if (__builtin_cpu_supports("avx2"))
+		return nonfinite_run_256(n, x);
+#endif
+	return nonfinite_run_body(n, x);
+}
+
+struct nonfinite_job {
+	size_t n;
+	const float *x;
+	atomic_uint bad;
+};
+
+static void nonfinite_task(void *arg, int tid, int nt)
+{
+	struct nonfinite_job *j = arg;
+	size_t lo, hi;
+	dtf_pool_split(j->n, 16, tid, nt, &lo, &hi);
+	if (hi > lo && nonfinite_run(hi - lo, j->x + lo))
+		atomic_fetch_or(&j->bad, 1u);
+}
+
+int dtf_fast_nonfinite(struct dtf_pool *p, size_t n, const float *x)
+{
+	struct nonfinite_job j = {.n = n, .x = x};
+	atomic_init(&j.bad, 0u);
+	if (n < ((size_t)1 << 16))
+		p = NULL; /* not worth a wake-up */
+	dtf_pool_run(p, nonfinite_task, &j);
+	return atomic_load(&j.bad) != 0;
 }
