@@ -382,6 +382,20 @@ START_TEST(nonfinite_skip_and_fail)
 	const char *log = tu_slurp(tmpdir, "nf_fail.log");
 	ck_assert_msg(st == 1, "exit %d\n%s", st, log);
 	ck_assert_msg(strstr(log, "step 2: the summed gradients hold NaN or Inf"), "%s", log);
+	ck_assert_msg(strstr(log, "HINT: lower the learning rate, or set train.on_nonfinite: skip"),
+		      "%s", log);
+	/* non-finite at step 1, before any update: not the learning rate */
+	st = train(2, "nf_first", NULL,
+		   "--set 'model.layers=[flatten, {dense: {units: 4, name: logits, "
+		   "kernel_initializer: {constant: {value: 1e38}}}}]'");
+	log = tu_slurp(tmpdir, "nf_first.log");
+	ck_assert_msg(st == 1, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "step 1: the summed gradients hold NaN or Inf"), "%s", log);
+	ck_assert_msg(strstr(log, "HINT: the first step's gradients are already non-finite, "
+				  "before any update, so the learning rate is not the cause: "
+				  "check the data (NaN or Inf in the inputs) and the model"),
+		      "%s", log);
+	ck_assert_msg(!strstr(log, "lower the learning rate"), "%s", log);
 	snprintf(sets, sizeof(sets), "%s --set train.on_nonfinite=skip "
 		 "--set strategy.type=central_storage", lr);
 	st = train(2, "nf_skip", NULL, sets);

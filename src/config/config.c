@@ -2349,6 +2349,7 @@ static const struct enum_name planners[] = {
 static const struct field memory_fields[] = {
 	{.key = "planner", .type = T_ENUM, .off = JOB(memory.planner),
 	 .def = DTF_PLANNER_LIVENESS, .names = planners},
+	{.key = "poison", .type = T_BOOL, .off = JOB(memory.poison), .def = 0},
 };
 
 /* logging.trace_steps: [from, to], 1-based steps, from <= to. */

@@ -300,6 +300,8 @@ struct dtf_job {
 
 	struct {
 		enum dtf_planner_kind planner; /* default liveness */
+		int poison; /* fill the arena with NaN before each step
+			       (debugging, mem/plan.h); default 0 */
 	} memory;
 
 	struct {

@@ -912,12 +912,16 @@ static int nonfinite(const float *x, size_t n)
 	return bad != 0;
 }
 
+/* step is 0-based: at step 0 of a fresh run no update has been applied,
+ * so the learning rate cannot have made the gradients non-finite. */
 static int nonfinite_error(const struct dtf_strategy *s, int64_t step)
 {
 	return dtf_error(DTF_ERR_RUNTIME,
 			 "step %lld: the summed gradients hold NaN or Inf; stopping (train.on_nonfinite: fail)\n"
-			 "HINT: lower the learning rate, or set train.on_nonfinite: skip",
-			 (long long)step + 1);
+			 "HINT: %s",
+			 (long long)step + 1,
+			 step == 0 ? "the first step's gradients are already non-finite, before any update, so the learning rate is not the cause: check the data (NaN or Inf in the inputs) and the model (initializers, constants)"
+				   : "lower the learning rate, or set train.on_nonfinite: skip");
 }
 
 static void note_skip(struct dtf_strategy *s, int64_t step)

@@ -11,6 +11,7 @@
  */
 #include "mem/plan.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -203,8 +204,31 @@ static int compute_offsets(const struct dtf_graph *g,
 	*naive = 0;
 	*ninplace = 0;
 	int nbuf = 0;
+	/* The inputs are written by the pipeline before the first node
+	 * runs, wherever they sit in node order (a labels input comes after
+	 * the layers): their buffers are taken first and live for the whole
+	 * step, so no node's buffer overlaps them. */
 	for (int i = 0; i < n; i++) {
 		const struct dtf_node *nd = &g->nodes[i];
+		offset[i] = NONE;
+		buf[i] = -1;
+		if (nd->op != DTF_OP_INPUT)
+			continue;
+		size_t bytes = node_bytes(nd);
+		int b = nbuf++;
+		*naive += bytes;
+		buf_size[b] = bytes;
+		buf_last[b] = pinned_until;
+		buf_off[b] = kind == DTF_PLANNER_LIVENESS
+				     ? arena_alloc(&a, bytes)
+				     : (a.end += bytes) - bytes;
+		buf[i] = b;
+		offset[i] = buf_off[b];
+	}
+	for (int i = 0; i < n; i++) {
+		const struct dtf_node *nd = &g->nodes[i];
+		if (nd->op == DTF_OP_INPUT)
+			continue; /* placed above */
 		offset[i] = NONE;
 		buf[i] = -1;
 		if (nd->op == DTF_OP_VARIABLE || var_of[i] >= 0)
@@ -352,6 +376,39 @@ int dtf_plan_graph(struct dtf_graph *g, float *params, float *grads,
 {
 	return dtf_plan_graph_with(g, DTF_PLANNER_LIVENESS, params, grads,
 				   plan);
+}
+
+void dtf_plan_poison(const struct dtf_graph *g, struct dtf_plan *plan)
+{
+	char *lo = plan->arena, *hi = lo + plan->arena_bytes;
+	char *p = lo;
+	if (!lo)
+		return;
+	while (p < hi) {
+		/* the input buffer starting at or before p that covers it,
+		 * else the nearest one above p */
+		char *next = hi;
+		int covered = 0;
+		for (int i = 0; i < g->nnodes && !covered; i++) {
+			const struct dtf_node *n = &g->nodes[i];
+			char *d = n->data;
+			if (n->op != DTF_OP_INPUT || d < lo || d >= hi)
+				continue;
+			char *e = d + node_bytes(n);
+			if (d <= p && p < e) {
+				p = e;
+				covered = 1;
+			} else if (d > p && d < next) {
+				next = d;
+			}
+		}
+		if (covered)
+			continue;
+		/* DTF_ALIGN-aligned offsets and sizes: whole floats */
+		for (float *f = (float *)p; (char *)f < next; f++)
+			*f = NAN;
+		p = next;
+	}
 }
 
 void dtf_plan_deinit(struct dtf_plan *plan)

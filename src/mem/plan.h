@@ -18,9 +18,12 @@
  *    multiply (first input), dropout, identity, leaky_relu, elu, gelu,
  *    tanh, sigmoid, softmax, and the elementwise gradients (relu_grad,
  *    dropout_grad, leaky_relu_grad, elu_grad, gelu_grad, tanh_grad,
- *    sigmoid_grad: dx over dy).  The inputs (fed by
- *    the pipeline), the logits and the loss stay live for the whole step,
- *    because the trainer reads them after the backward pass.
+ *    sigmoid_grad: dx over dy).  The inputs are placed before any other
+ *    node and live for the whole step, wherever they sit in node order:
+ *    the pipeline fills them before the first node runs (the labels input
+ *    comes after the layers).  The logits and the loss stay live from
+ *    their node to the end of the step, because the trainer reads them
+ *    after the backward pass.
  *  - naive: one buffer per node, all live for the whole step (the
  *    baseline the liveness planner is measured against; job key
  *    memory.planner: naive).
@@ -68,6 +71,17 @@ int dtf_plan_graph_with(struct dtf_graph *g, enum dtf_planner_kind kind,
  * gradient vector, as in training).  Errors: DTF_ERR_NOMEM. */
 int dtf_plan_measure(const struct dtf_graph *g, enum dtf_planner_kind kind,
 		     int with_grads, struct dtf_plan_stats *st);
+
+/*
+ * Debugging aid (job key memory.poison, and the planner tests): fill the
+ * whole arena - activations, gradients, workspace - with quiet NaN, except
+ * the buffers of the INPUT nodes (which the pipeline has already filled).
+ * Called after the batch is fed and before dtf_exec_forward, it makes a
+ * node that reads a buffer before any node of this step wrote it (a
+ * planner or kernel bug) turn the loss or a gradient into NaN instead of
+ * silently reading the previous step's values.
+ */
+void dtf_plan_poison(const struct dtf_graph *g, struct dtf_plan *plan);
 
 void dtf_plan_deinit(struct dtf_plan *plan);
 

@@ -233,6 +233,8 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		if (rc < 0 || count == 0)
 			break;
 		ctx.valid = count;
+		if (job->memory.poison)
+			dtf_plan_poison(g, &r->plan);
 		dtf_exec_forward(g, &ctx);
 		local[0] += ctx.loss_sum;
 		local[1] += dtf_graph_count_correct(g, count, 1);
@@ -492,6 +494,8 @@ static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
 				     step, result)) < 0)
 			return rc;
 		t2 = now_seconds();
+		if (job->memory.poison)
+			dtf_plan_poison(g, &r->plan);
 		dtf_exec_forward(g, ctx);
 		t3 = now_seconds();
 		dtf_strategy_backward(strat, ctx, micro, k, lr);
@@ -554,6 +558,8 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		if ((rc = agree(comm, rc, "computing", step, result)) < 0)
 			return rc;
 	} else {
+		if (job->memory.poison)
+			dtf_plan_poison(g, &r->plan);
 		dtf_exec_forward(g, ctx);
 	}
 	double t3 = now_seconds();
