@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -332,6 +333,44 @@ START_TEST(tfr_cut_in_data)
 	make_corrupt_base(path, sizeof(path), "cut-dcrc.tfrecord");
 	tu_cut_file(path, 148 - 1);
 	expect_corrupt(path, 2, "truncated record data (33 of 34 bytes)", 1);
+}
+END_TEST
+
+/* A pipe is read through the input buffer (no mapping): the same records,
+ * in place where they fit in the buffer, copied where they do not. */
+START_TEST(tfr_pipe_reads_like_file)
+{
+	char path[8192], fifo[8192];
+	tu_path(path, sizeof(path), tmpdir, "pipe-src.tfrecord");
+	tu_path(fifo, sizeof(fifo), tmpdir, "pipe.fifo");
+	size_t sizes[] = {0, 5, 4096, 2u << 20, 700000, 3};
+	int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
+	write_records(path, sizes, n, NULL);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(tu_run("cat '%s' > '%s'", path, fifo) == 0 ? 0 : 1);
+	struct dtf_tfrecord_reader *r;
+	ck_assert_int_eq(dtf_tfrecord_reader_open(fifo, &r), 0);
+	ck_assert_int_eq(dtf_tfrecord_reader_size(r), -1);
+	uint8_t *want = malloc(2u << 20);
+	for (int i = 0; i < n; i++) {
+		const uint8_t *d;
+		size_t len;
+		ck_assert_int_eq(dtf_tfrecord_reader_next(r, &d, &len), 1);
+		ck_assert_uint_eq(len, sizes[i]);
+		fill_record(want, sizes[i], i);
+		ck_assert_int_eq(memcmp(d, want, len), 0);
+	}
+	const uint8_t *d;
+	size_t len;
+	ck_assert_int_eq(dtf_tfrecord_reader_next(r, &d, &len), 0);
+	dtf_tfrecord_reader_free(r);
+	free(want);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 END_TEST
 
@@ -1212,6 +1251,7 @@ static Suite *data_suite(void)
 	tcase_add_test(tc, tfr_cut_in_data);
 	tcase_add_test(tc, tfr_huge_length);
 	tcase_add_test(tc, tfr_shrinks_while_read);
+	tcase_add_test(tc, tfr_pipe_reads_like_file);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("example");

@@ -41,7 +41,6 @@
 #include "data/crc32c.h"
 #include "data/input.h"
 
-/* stdio buffer of readers and writers, bytes. */
 /* Input buffer of readers (plain files and compressed input), bytes: big
  * enough that most records are handed out in place and that read(2) calls
  * are few, small enough to stay in a core's L2 cache. */
@@ -51,9 +50,13 @@
 /* A byte source.  read returns bytes read (fewer than n only at end of
  * input) or -1 with errno set; skip moves forward n bytes, rewind goes back
  * to byte 0 (both 0 or -1 with errno).  size returns the total size in bytes
- * or -1 when unknown (a pipe, a compressed stream). */
+ * or -1 when unknown (a pipe, a compressed stream).  peek (NULL where the
+ * source cannot) returns the next n bytes in place without consuming them,
+ * valid until the next call, or NULL when it cannot (fewer left, an error:
+ * read then reports it). */
 struct source {
 	long long (*read)(void *ctx, void *buf, size_t n);
+	const uint8_t *(*peek)(void *ctx, size_t n);
 	int (*skip)(void *ctx, uint64_t n);
 	int (*rewind)(void *ctx);
 	long long (*size)(void *ctx);
@@ -112,14 +115,12 @@ static long long file_read(void *ctx, void *dst, size_t n)
 	return (long long)done;
 }
 
-/*
- * The next n (<= IO_BUFFER) bytes of the file, in the input buffer, or NULL
- * when fewer are left or read(2) failed (the caller then reads through
- * file_read, which reports either).  Nothing is consumed.  The pointer
- * stays valid until the next call on f.
- */
-static const uint8_t *file_peek(struct fin *f, size_t n)
+/* peek: the bytes are moved into the input buffer (at most IO_BUFFER). */
+static const uint8_t *file_peek(void *ctx, size_t n)
 {
+	struct fin *f = ctx;
+	if (n > IO_BUFFER)
+		return NULL;
 	if (f->end - f->pos >= n)
 		return f->buf + f->pos;
 	memmove(f->buf, f->buf + f->pos, f->end - f->pos);
@@ -174,7 +175,7 @@ static void file_close(void *ctx)
 }
 
 static const struct source file_source = {
-	file_read, file_skip, file_rewind, file_size, file_close,
+	file_read, file_peek, file_skip, file_rewind, file_size, file_close,
 };
 
 /*
@@ -277,6 +278,12 @@ static long long map_read(void *ctx, void *dst, size_t n)
 	return (long long)n;
 }
 
+static const uint8_t *map_peek(void *ctx, size_t n)
+{
+	struct fmap *m = ctx;
+	return n <= m->size - m->pos ? m->map + m->pos : NULL;
+}
+
 static int map_skip(void *ctx, uint64_t n)
 {
 	struct fmap *m = ctx;
@@ -306,7 +313,7 @@ static void map_close(void *ctx)
 }
 
 static const struct source map_source = {
-	map_read, map_skip, map_rewind, map_size, map_close,
+	map_read, map_peek, map_skip, map_rewind, map_size, map_close,
 };
 
 /* Inflate state of a compressed reader (kept across files). */
@@ -414,7 +421,7 @@ static void z_close(void *ctx)
 }
 
 static const struct source zlib_source = {
-	z_read, z_skip, z_rewind, z_size, z_close,
+	z_read, NULL, z_skip, z_rewind, z_size, z_close,
 };
 
 struct dtf_tfrecord_reader {
@@ -726,21 +733,13 @@ int dtf_tfrecord_reader_next(struct dtf_tfrecord_reader *r,
 				 REC_ARGS(r), n);
 	uint8_t c[4];
 	long long got = 0;
-	const uint8_t *rec = NULL;
-	if (r->src == &map_source) {
-		if (n + 4 <= r->m.size - r->m.pos) {
-			rec = r->m.map + r->m.pos;
-			memcpy(c, rec + n, 4);
-			r->m.pos += n + 4;
-			got = (long long)n + 4;
-		}
-	}
+	const uint8_t *rec =
+		r->src->peek ? r->src->peek(r->ctx, (size_t)n + 4) : NULL;
 	if (rec) {
-	} else if (r->src == &file_source && n + 4 <= IO_BUFFER &&
-	    (rec = file_peek(&r->f, (size_t)n + 4))) {
-		/* in place: the data and its CRC are in the input buffer */
+		/* in place: the data and its CRC, mapped or buffered (the
+		 * skip stays inside what peek made available) */
 		memcpy(c, rec + n, 4);
-		r->f.pos += (size_t)n + 4;
+		r->src->skip(r->ctx, n + 4);
 		got = (long long)n + 4;
 	} else if (r->size >= 0 || n <= r->cap || n <= STREAM_CHUNK) {
 		/* Never zero-size: a 0-byte record needs a valid pointer. */
