@@ -2,7 +2,11 @@
  * fast_conv.c - conv2d forward, backprop-input and backprop-filter split
  * over a thread pool, with bias and relu fused into the forward pass.
  *
- * Three kinds of kernel, chosen by geometry and CPU:
+ * Four kinds of kernel, chosen by geometry and CPU:
+ *  - Winograd F(m x m, r x r) on 6 x 6 tiles (winograd.c) for stride-1
+ *    square 3x3, 4x4 and 5x5 filters with c and o multiples of 16 on
+ *    AVX-512 CPUs: 2.8 to 4 times fewer multiplications than any direct
+ *    sum; the other kernels below handle everything else.
  *  - AVX-512 direct (where the CPU has AVX-512F; use_fwd512/use_bwf512/
  *    use_bwi512): each image is copied into a zero-padded buffer and the
  *    sums run in 512-bit register tiles, inputs broadcast from memory:
@@ -41,6 +45,7 @@
 #include <string.h>
 
 #include "ops/cpu/simd.h"
+#include "ops/cpu/winograd.h"
 
 #if defined(DTF_T512)
 #include <immintrin.h>
@@ -108,6 +113,8 @@ size_t dtf_fast_conv2d_workspace(const struct dtf_window_geom *g,
 {
 	/* after the threads' areas: the transposed filter of the AVX-512
 	 * input gradient */
+	if (dtf_wino_applies(g))
+		return dtf_wino_workspace(g, nthreads);
 	return thread_ws(g) * (size_t)(nthreads > 1 ? nthreads : 1) +
 	       (use_bwi512(g) ? round16(kwidth(g) * g->o) : 0);
 }
@@ -764,6 +771,10 @@ void dtf_fast_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
 {
 	if (g->n <= 0)
 		return;
+	if (dtf_wino_applies(g)) {
+		dtf_wino_conv2d(p, g, x, w, bias, relu, y, NULL, NULL, ws);
+		return;
+	}
 	struct conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
 			     .ws = ws, .relu = relu};
 	dtf_pool_run(p, fwd_task, &j);
@@ -776,6 +787,10 @@ void dtf_fast_conv2d_pool(struct dtf_pool *p, const struct dtf_window_geom *g,
 {
 	if (g->n <= 0)
 		return;
+	if (dtf_wino_applies(g)) {
+		dtf_wino_conv2d(p, g, x, w, bias, relu, y, pg, q, ws);
+		return;
+	}
 	struct conv_job j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
 			     .ws = ws, .relu = relu, .pg = pg, .q = q};
 	dtf_pool_run(p, fwd_task, &j);
@@ -820,6 +835,10 @@ void dtf_fast_conv2d_backprop_input(struct dtf_pool *p,
 {
 	if (g->n <= 0)
 		return;
+	if (dtf_wino_applies(g)) {
+		dtf_wino_backprop_input(p, g, dy, w, dx, ws);
+		return;
+	}
 	struct conv_job j = {.g = g, .dy = dy, .w = w, .dx = dx, .ws = ws};
 	if (use_bwi512(g)) {
 		/* wt (kh, kw, o, c): each filter position's (c, o) transposed */
@@ -901,6 +920,10 @@ void dtf_fast_conv2d_backprop_filter(struct dtf_pool *p,
 				     const float *x, const float *dy, float *dw,
 				     float *ws)
 {
+	if (dtf_wino_applies(g)) {
+		dtf_wino_backprop_filter(p, g, x, dy, dw, ws);
+		return;
+	}
 	struct conv_job j = {.g = g, .x = x, .dy = dy, .dw = dw, .ws = ws};
 	dtf_pool_run(p, bwf_task, &j);
 	dtf_pool_run(p, bwf_reduce_task, &j);

@@ -1,0 +1,744 @@
+/*
+ * winograd.c - conv2d by Winograd's minimal filtering on 6 x 6 tiles:
+ * F(4x4, 3x3), F(3x3, 4x4) and F(2x2, 5x5), for the forward pass, the input
+ * gradient and the filter gradient (AVX-512, 16 channels per vector).
+ *
+ * Source: A. Lavin and S. Gray, "Fast Algorithms for Convolutional Neural
+ * Networks", CVPR 2016.  Per m x m output tile and r x r filter (m + r = 7):
+ *
+ *     Y = A^T [ (G g G^T) .* (B^T d B) ] A
+ *
+ * with d the 6 x 6 input tile.  The matrices come from Toom-Cook
+ * interpolation at the points p = 0, 1, -1, 2, -2 and infinity, so B^T is
+ * the same for every (m, r) with m + r = 7 (it is the usual F(4x4, 3x3)
+ * one), and with s = (1/4, -1/6, -1/6, 1/24, 1/24):
+ *
+ *     G[j][k]   = s_j p_j^k (j < 5),   G[5][k]   = [k == r - 1]
+ *     A^T[i][j] = p_j^i     (j < 5),   A^T[i][5] = [i == m - 1]
+ *
+ * The products over input channels become 36 independent matrix products,
+ * one per point xi of the 6 x 6 transformed tile:
+ *     forward      M[xi] (tiles, o) = V[xi] (tiles, c) U[xi] (c, o)
+ * and 36 / m^2 multiplications per output and channel pair replace r^2
+ * (9 instead of 25 for 5x5, 2.25 instead of 9 for 3x3).  The gradients
+ * are the exact adjoints of that computation:
+ *     filter       dU[xi] = sum over tiles of V[xi]^T (A dY A^T)[xi],
+ *                  dg = G^T dU G
+ *     input        a Winograd forward pass of dy with the filter rotated
+ *                  by 180 degrees and its channels swapped, padding
+ *                  r - 1 - pad (stride 1).
+ * Rounding differs from the direct sums (the transforms add and scale
+ * inputs before multiplying); tests/test_fast.c checks every geometry
+ * against the reference kernels.
+ *
+ * Work: images are split across threads (a static split, so a thread
+ * count always gives the same bits).  Per image: pad, transform every
+ * tile (V, 36 x tiles x c), multiply per xi in 512-bit register tiles
+ * (rows x 64, 32 or 16 outputs), transform back with bias and relu; about
+ * 1 MB per image for a 14 x 14 x 32 -> 64 layer, in the L2 cache.  The
+ * filter gradient sums into one partial dU per thread; the partials are
+ * added and transformed back once.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+#include "ops/cpu/winograd.h"
+
+#include <string.h>
+
+#include "ops/cpu/simd.h"
+
+#if defined(DTF_T512)
+#include <immintrin.h>
+
+#define WX 36 /* points of the transformed tile */
+
+/* Tiling of one (forward-like) geometry. */
+struct wgeo {
+	int r, m;         /* filter size, output tile size (m + r = 7) */
+	int th, tw, T;    /* tiles down, across, per image */
+	int hp, wp;       /* padded input extent */
+	int pt, pl;       /* padding before */
+	int h, w, c, o, oh, ow;
+};
+
+static size_t r16(size_t n) { return (n + 15) / 16 * 16; }
+
+static void wgeo_init(struct wgeo *q, const struct dtf_window_geom *g)
+{
+	q->r = g->kh;
+	q->m = 7 - g->kh;
+	q->th = (g->oh + q->m - 1) / q->m;
+	q->tw = (g->ow + q->m - 1) / q->m;
+	q->T = q->th * q->tw;
+	q->hp = q->th * q->m + q->r - 1;
+	q->wp = q->tw * q->m + q->r - 1;
+	q->pt = g->pad_top;
+	q->pl = g->pad_left;
+	q->h = g->h;
+	q->w = g->w;
+	q->c = g->c;
+	q->o = g->o;
+	q->oh = g->oh;
+	q->ow = g->ow;
+}
+
+/* The input gradient's geometry: a stride-1 conv of dy (oh, ow, o) giving
+ * dx (h, w, c) with the rotated filter and padding r - 1 - pad. */
+static void wgeo_bwi(struct wgeo *q, const struct dtf_window_geom *g)
+{
+	struct dtf_window_geom b = *g;
+	b.h = g->oh;
+	b.w = g->ow;
+	b.c = g->o;
+	b.o = g->c;
+	b.oh = g->h;
+	b.ow = g->w;
+	b.pad_top = g->kh - 1 - g->pad_top;
+	b.pad_left = g->kw - 1 - g->pad_left;
+	wgeo_init(q, &b);
+}
+
+/* Floats of one thread's area for geometry q: padded image, V, M (or dM). */
+static size_t area(const struct wgeo *q)
+{
+	return r16((size_t)q->hp * q->wp * q->c) +
+	       r16((size_t)WX * q->T * q->c) + r16((size_t)WX * q->T * q->o);
+}
+
+static size_t thread_floats(const struct dtf_window_geom *g)
+{
+	struct wgeo f, b;
+	wgeo_init(&f, g);
+	wgeo_bwi(&b, g);
+	size_t a = area(&f) > area(&b) ? area(&f) : area(&b);
+	return a + r16((size_t)WX * g->c * g->o); /* + the partial dU */
+}
+
+/* ---- the 1-D transforms, 16 channels per vector ---------------------------- */
+
+#define V512 __m512
+#define ADD _mm512_add_ps
+#define SUB _mm512_sub_ps
+#define MUL(a, s) _mm512_mul_ps(a, _mm512_set1_ps(s))
+#define FMA(a, s, c) _mm512_fmadd_ps(a, _mm512_set1_ps(s), c)
+
+/* out = B^T d (6 points) */
+static inline __attribute__((always_inline)) DTF_T512 void
+bt6(const V512 *d, V512 *out)
+{
+	V512 d4 = d[4];
+	out[0] = FMA(d[0], 4.0f, FMA(d[2], -5.0f, d4));
+	out[1] = FMA(ADD(d[1], d[2]), -4.0f, ADD(d[3], d4));
+	out[2] = FMA(SUB(d[1], d[2]), 4.0f, SUB(d4, d[3]));
+	out[3] = FMA(SUB(d[3], d[1]), 2.0f, SUB(d4, d[2]));
+	out[4] = FMA(SUB(d[1], d[3]), 2.0f, SUB(d4, d[2]));
+	out[5] = FMA(d[1], 4.0f, FMA(d[3], -5.0f, d[5]));
+}
+
+/* out (m) = A^T z (6) */
+static inline __attribute__((always_inline)) DTF_T512 void
+at6(const V512 *z, V512 *out, const int m)
+{
+	V512 a = ADD(z[1], z[2]), b = SUB(z[1], z[2]);
+	V512 c = ADD(z[3], z[4]), d = SUB(z[3], z[4]);
+	for (int i = 0; i < m; i++) {
+		float p2 = (float)(1 << i);
+		V512 v = i % 2 == 0 ? FMA(c, p2, a) : FMA(d, p2, b);
+		if (i == 0)
+			v = ADD(v, z[0]);
+		if (i == m - 1)
+			v = ADD(v, z[5]);
+		out[i] = v;
+	}
+}
+
+/* out (6) = A y (m): the adjoint of at6 */
+static inline __attribute__((always_inline)) DTF_T512 void
+a6(const V512 *y, V512 *out, const int m)
+{
+	V512 e = y[0], od = _mm512_setzero_ps();
+	V512 e2 = y[0], o2 = _mm512_setzero_ps();
+	for (int i = 1; i < m; i++) {
+		float p2 = (float)(1 << i);
+		if (i % 2 == 0) {
+			e = ADD(e, y[i]);
+			e2 = FMA(y[i], p2, e2);
+		} else {
+			od = ADD(od, y[i]);
+			o2 = FMA(y[i], p2, o2);
+		}
+	}
+	out[0] = y[0];
+	out[1] = ADD(e, od);
+	out[2] = SUB(e, od);
+	out[3] = ADD(e2, o2);
+	out[4] = SUB(e2, o2);
+	out[5] = y[m - 1];
+}
+
+/* out (6) = G g (r) */
+static inline __attribute__((always_inline)) DTF_T512 void
+g6(const V512 *g, V512 *out, const int r)
+{
+	V512 e = g[0], od = _mm512_setzero_ps();
+	V512 e2 = g[0], o2 = _mm512_setzero_ps();
+	for (int k = 1; k < r; k++) {
+		float p2 = (float)(1 << k);
+		if (k % 2 == 0) {
+			e = ADD(e, g[k]);
+			e2 = FMA(g[k], p2, e2);
+		} else {
+			od = ADD(od, g[k]);
+			o2 = FMA(g[k], p2, o2);
+		}
+	}
+	out[0] = MUL(g[0], 0.25f);
+	out[1] = MUL(ADD(e, od), -1.0f / 6.0f);
+	out[2] = MUL(SUB(e, od), -1.0f / 6.0f);
+	out[3] = MUL(ADD(e2, o2), 1.0f / 24.0f);
+	out[4] = MUL(SUB(e2, o2), 1.0f / 24.0f);
+	out[5] = g[r - 1];
+}
+
+/* out (r) = G^T u (6): the adjoint of g6 */
+static inline __attribute__((always_inline)) DTF_T512 void
+gt6(const V512 *u, V512 *out, const int r)
+{
+	V512 s12 = ADD(u[1], u[2]), d12 = SUB(u[1], u[2]);
+	V512 s34 = ADD(u[3], u[4]), d34 = SUB(u[3], u[4]);
+	for (int k = 0; k < r; k++) {
+		float p2 = (float)(1 << k) / 24.0f;
+		V512 v = k % 2 == 0 ? FMA(s34, p2, MUL(s12, -1.0f / 6.0f))
+				    : FMA(d34, p2, MUL(d12, -1.0f / 6.0f));
+		if (k == 0)
+			v = FMA(u[0], 0.25f, v);
+		if (k == r - 1)
+			v = ADD(v, u[5]);
+		out[k] = v;
+	}
+}
+
+/* ---- tile transforms ------------------------------------------------------------ */
+
+/* xp (hp, wp, c) = the image at (pt, pl), zeros elsewhere. */
+static void pad_in(const struct wgeo *q, const float *x, float *xp)
+{
+	const size_t row = (size_t)q->wp * q->c;
+	for (int i = 0; i < q->hp; i++) {
+		float *d = xp + (size_t)i * row;
+		int si = i - q->pt;
+		if (si < 0 || si >= q->h) {
+			memset(d, 0, row * sizeof *d);
+			continue;
+		}
+		int j0 = q->pl > 0 ? q->pl : 0;           /* first column with data */
+		int s0 = j0 - q->pl;                       /* its source column */
+		int n = q->w - s0;
+		if (n > q->wp - j0)
+			n = q->wp - j0;
+		if (n < 0)
+			n = 0;
+		memset(d, 0, (size_t)j0 * q->c * sizeof *d);
+		memcpy(d + (size_t)j0 * q->c, x + ((size_t)si * q->w + s0) * q->c,
+		       (size_t)n * q->c * sizeof *d);
+		memset(d + (size_t)(j0 + n) * q->c, 0,
+		       (size_t)(q->wp - j0 - n) * q->c * sizeof *d);
+	}
+}
+
+/* V[xi][t][c] = B^T d B for every tile t of padded image xp. */
+static DTF_T512 void in_transform(const struct wgeo *q, const float *xp,
+				  float *restrict V)
+{
+	const int C = q->c, T = q->T;
+	const size_t vs = (size_t)T * C; /* V's stride between points */
+	for (int ty = 0; ty < q->th; ty++)
+		for (int tx = 0; tx < q->tw; tx++) {
+			const int t = ty * q->tw + tx;
+			const float *base = xp + ((size_t)ty * q->m * q->wp + (size_t)tx * q->m) * C;
+			for (int c0 = 0; c0 < C; c0 += 16) {
+				V512 tmp[6][6], d[6], col[6];
+				for (int j = 0; j < 6; j++) {
+					for (int i = 0; i < 6; i++)
+						d[i] = _mm512_loadu_ps(base + ((size_t)i * q->wp + j) * C + c0);
+					bt6(d, col);
+					for (int i = 0; i < 6; i++)
+						tmp[i][j] = col[i];
+				}
+				float *v = V + (size_t)t * C + c0;
+				for (int i = 0; i < 6; i++) {
+					V512 out[6];
+					bt6(tmp[i], out);
+					for (int k = 0; k < 6; k++)
+						_mm512_storeu_ps(v + (size_t)(i * 6 + k) * vs, out[k]);
+				}
+			}
+		}
+}
+
+/* y (oh, ow, o) = act(A^T M A + bias) for every tile; outputs past oh/ow
+ * are dropped. */
+static inline __attribute__((always_inline)) DTF_T512 void
+out_transform_m(const struct wgeo *q, const float *restrict M,
+		const float *restrict bias, int relu, float *restrict y,
+		const int m)
+{
+	const int O = q->o, T = q->T;
+	const size_t ms = (size_t)T * O;
+	const V512 zero = _mm512_setzero_ps();
+	for (int ty = 0; ty < q->th; ty++)
+		for (int tx = 0; tx < q->tw; tx++) {
+			const int t = ty * q->tw + tx;
+			const int nr = q->oh - ty * m < m ? q->oh - ty * m : m;
+			const int nc = q->ow - tx * m < m ? q->ow - tx * m : m;
+			for (int o0 = 0; o0 < O; o0 += 16) {
+				const float *z = M + (size_t)t * O + o0;
+				V512 tmp[6][6], col[6], out[6];
+				for (int k = 0; k < 6; k++) {
+					V512 zz[6];
+					for (int j = 0; j < 6; j++)
+						zz[j] = _mm512_loadu_ps(z + (size_t)(j * 6 + k) * ms);
+					at6(zz, col, m);
+					for (int i = 0; i < m; i++)
+						tmp[i][k] = col[i];
+				}
+				V512 b = bias ? _mm512_loadu_ps(bias + o0) : zero;
+				for (int i = 0; i < nr; i++) {
+					at6(tmp[i], out, m);
+					float *yr = y + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m) * O + o0;
+					for (int k = 0; k < nc; k++) {
+						V512 v = ADD(out[k], b);
+						if (relu)
+							v = _mm512_max_ps(v, zero);
+						_mm512_storeu_ps(yr + (size_t)k * O, v);
+					}
+				}
+			}
+		}
+}
+
+static DTF_T512 void out_transform(const struct wgeo *q, const float *M,
+				   const float *bias, int relu, float *y)
+{
+	switch (q->m) {
+	case 2: out_transform_m(q, M, bias, relu, y, 2); break;
+	case 3: out_transform_m(q, M, bias, relu, y, 3); break;
+	default: out_transform_m(q, M, bias, relu, y, 4); break;
+	}
+}
+
+/* dM[xi][t][o] = A dy A^T for every tile of one image's dy (oh, ow, o),
+ * zeros past oh/ow. */
+static inline __attribute__((always_inline)) DTF_T512 void
+dy_transform_m(const struct wgeo *q, const float *restrict dy,
+	       float *restrict dM, const int m)
+{
+	const int O = q->o, T = q->T;
+	const size_t ms = (size_t)T * O;
+	const V512 zero = _mm512_setzero_ps();
+	for (int ty = 0; ty < q->th; ty++)
+		for (int tx = 0; tx < q->tw; tx++) {
+			const int t = ty * q->tw + tx;
+			const int nr = q->oh - ty * m < m ? q->oh - ty * m : m;
+			const int nc = q->ow - tx * m < m ? q->ow - tx * m : m;
+			for (int o0 = 0; o0 < O; o0 += 16) {
+				V512 tmp[6][4], in[4], col[6];
+				for (int k = 0; k < m; k++) {
+					for (int i = 0; i < m; i++)
+						in[i] = i < nr && k < nc
+							? _mm512_loadu_ps(dy + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m + k) * O + o0)
+							: zero;
+					a6(in, col, m);
+					for (int j = 0; j < 6; j++)
+						tmp[j][k] = col[j];
+				}
+				float *d = dM + (size_t)t * O + o0;
+				for (int j = 0; j < 6; j++) {
+					V512 out[6];
+					a6(tmp[j], out, m);
+					for (int l = 0; l < 6; l++)
+						_mm512_storeu_ps(d + (size_t)(j * 6 + l) * ms, out[l]);
+				}
+			}
+		}
+}
+
+static DTF_T512 void dy_transform(const struct wgeo *q, const float *dy,
+				  float *dM)
+{
+	switch (q->m) {
+	case 2: dy_transform_m(q, dy, dM, 2); break;
+	case 3: dy_transform_m(q, dy, dM, 3); break;
+	default: dy_transform_m(q, dy, dM, 4); break;
+	}
+}
+
+/* U[xi][c][o] = G g G^T for input channels [c_lo, c_hi) of filter
+ * w (r, r, C, O) (vectors along o). */
+static inline __attribute__((always_inline)) DTF_T512 void
+filter_transform_r(const float *restrict w, int C, int O, int c_lo, int c_hi,
+		   float *restrict U, const int r)
+{
+	const size_t us = (size_t)C * O;
+	for (int c = c_lo; c < c_hi; c++)
+		for (int o0 = 0; o0 < O; o0 += 16) {
+			V512 tmp[6][5], in[5], col[6];
+			for (int b = 0; b < r; b++) {
+				for (int a = 0; a < r; a++)
+					in[a] = _mm512_loadu_ps(w + (((size_t)a * r + b) * C + c) * O + o0);
+				g6(in, col, r);
+				for (int j = 0; j < 6; j++)
+					tmp[j][b] = col[j];
+			}
+			float *u = U + (size_t)c * O + o0;
+			for (int j = 0; j < 6; j++) {
+				V512 out[6];
+				g6(tmp[j], out, r);
+				for (int k = 0; k < 6; k++)
+					_mm512_storeu_ps(u + (size_t)(j * 6 + k) * us, out[k]);
+			}
+		}
+}
+
+static DTF_T512 void filter_transform(const float *w, int r, int C, int O,
+				      int c_lo, int c_hi, float *U)
+{
+	switch (r) {
+	case 3: filter_transform_r(w, C, O, c_lo, c_hi, U, 3); break;
+	case 4: filter_transform_r(w, C, O, c_lo, c_hi, U, 4); break;
+	default: filter_transform_r(w, C, O, c_lo, c_hi, U, 5); break;
+	}
+}
+
+/* dw (r, r, C, O) = G^T dU G for input channels [c_lo, c_hi), dU the sum
+ * of the nparts partials at `part` (stride pstride floats). */
+static inline __attribute__((always_inline)) DTF_T512 void
+filter_inverse_r(const float *part, size_t pstride, int nparts, int C, int O,
+		 int c_lo, int c_hi, float *restrict dw, const int r)
+{
+	const size_t us = (size_t)C * O;
+	for (int c = c_lo; c < c_hi; c++)
+		for (int o0 = 0; o0 < O; o0 += 16) {
+			V512 tmp[6][5], in[6], col[5];
+			const float *u = part + (size_t)c * O + o0;
+			for (int j = 0; j < 6; j++) {
+				for (int k = 0; k < 6; k++) {
+					V512 s = _mm512_loadu_ps(u + (size_t)(j * 6 + k) * us);
+					for (int p = 1; p < nparts; p++)
+						s = ADD(s, _mm512_loadu_ps(u + (size_t)p * pstride +
+									   (size_t)(j * 6 + k) * us));
+					in[k] = s;
+				}
+				gt6(in, col, r);
+				for (int b = 0; b < r; b++)
+					tmp[j][b] = col[b];
+			}
+			for (int b = 0; b < r; b++) {
+				V512 cin[6], out[5];
+				for (int j = 0; j < 6; j++)
+					cin[j] = tmp[j][b];
+				gt6(cin, out, r);
+				for (int a = 0; a < r; a++)
+					_mm512_storeu_ps(dw + (((size_t)a * r + b) * C + c) * O + o0, out[a]);
+			}
+		}
+}
+
+static DTF_T512 void filter_inverse(const float *part, size_t pstride,
+				    int nparts, int r, int C, int O, int c_lo,
+				    int c_hi, float *dw)
+{
+	switch (r) {
+	case 3: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 3); break;
+	case 4: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 4); break;
+	default: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 5); break;
+	}
+}
+
+/* ---- the products in the transformed domain ----------------------------------- */
+
+/* c[R rows][16 OV] (=|+=) sum over k < K of a(row, k) b[k][..]; a(row, k)
+ * = a[row * ars + k * aks].  R and OV are literals at every call. */
+static inline __attribute__((always_inline)) DTF_T512 void
+mm_tile(const float *restrict a, size_t ars, size_t aks,
+	const float *restrict b, size_t ldb, float *restrict c, size_t ldc,
+	int K, int add, const int R, const int OV)
+{
+	V512 acc[12][4];
+	for (int i = 0; i < R; i++)
+		for (int v = 0; v < OV; v++)
+			acc[i][v] = _mm512_setzero_ps();
+	for (int k = 0; k < K; k++) {
+		V512 bv[4];
+		for (int v = 0; v < OV; v++)
+			bv[v] = _mm512_loadu_ps(b + (size_t)k * ldb + 16 * v);
+		const float *ak = a + (size_t)k * aks;
+		for (int i = 0; i < R; i++) {
+			V512 av = _mm512_set1_ps(ak[(size_t)i * ars]);
+			for (int v = 0; v < OV; v++)
+				acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+		}
+	}
+	for (int i = 0; i < R; i++)
+		for (int v = 0; v < OV; v++) {
+			float *cp = c + (size_t)i * ldc + 16 * v;
+			V512 s = add ? ADD(_mm512_loadu_ps(cp), acc[i][v]) : acc[i][v];
+			_mm512_storeu_ps(cp, s);
+		}
+}
+
+#define MM4(n) case n: mm_tile(ap, ars, aks, bp, ldb, cp, ldc, K, add, n, 4); break;
+#define MM2(n) case n: mm_tile(ap, ars, aks, bp, ldb, cp, ldc, K, add, n, 2); break;
+#define MM1(n) case n: mm_tile(ap, ars, aks, bp, ldb, cp, ldc, K, add, n, 1); break;
+
+/* c (rows, O) (=|+=) a (rows, K) b (K, O), O % 16 == 0. */
+static DTF_T512 void mm(int rows, int K, int O, const float *a, size_t ars,
+			size_t aks, const float *b, size_t ldb, float *c,
+			size_t ldc, int add)
+{
+	const int ov = O % 64 == 0 ? 4 : O % 32 == 0 ? 2 : 1;
+	const int R = ov == 4 ? 6 : 12;
+	for (int o0 = 0; o0 < O; o0 += 16 * ov)
+		for (int r0 = 0; r0 < rows; r0 += R) {
+			const int n = rows - r0 < R ? rows - r0 : R;
+			const float *ap = a + (size_t)r0 * ars, *bp = b + o0;
+			float *cp = c + (size_t)r0 * ldc + o0;
+			if (ov == 4) {
+				switch (n) { MM4(1) MM4(2) MM4(3) MM4(4) MM4(5) MM4(6) }
+			} else if (ov == 2) {
+				switch (n) {
+				MM2(1) MM2(2) MM2(3) MM2(4) MM2(5) MM2(6)
+				MM2(7) MM2(8) MM2(9) MM2(10) MM2(11) MM2(12)
+				}
+			} else {
+				switch (n) {
+				MM1(1) MM1(2) MM1(3) MM1(4) MM1(5) MM1(6)
+				MM1(7) MM1(8) MM1(9) MM1(10) MM1(11) MM1(12)
+				}
+			}
+		}
+}
+
+/* ---- drivers ------------------------------------------------------------------- */
+
+struct wjob {
+	const struct dtf_window_geom *g;
+	struct wgeo q;              /* the geometry the images run in */
+	const float *x, *w, *bias;  /* forward input (x or dy), filter */
+	float *y;                   /* forward output (y or dx) */
+	const struct dtf_window_geom *pg;
+	float *q_out;               /* fused max pool output */
+	const float *dy;            /* filter gradient */
+	float *dw;
+	float *ws, *U;              /* per-thread areas; transformed filter */
+	size_t tstride;             /* floats per thread area */
+	int relu;
+};
+
+/* the filter transform, input channels split across threads */
+static void filter_task(void *arg, int tid, int nt)
+{
+	const struct wjob *j = arg;
+	size_t lo, hi;
+	dtf_pool_split((size_t)j->q.c, 1, tid, nt, &lo, &hi);
+	filter_transform(j->w, j->q.r, j->q.c, j->q.o, (int)lo, (int)hi, j->U);
+}
+
+static void fwd_task(void *arg, int tid, int nt)
+{
+	const struct wjob *j = arg;
+	const struct wgeo *q = &j->q;
+	const size_t in_img = (size_t)q->h * q->w * q->c;
+	const size_t out_img = (size_t)q->oh * q->ow * q->o;
+	float *xp = j->ws + (size_t)tid * j->tstride;
+	float *V = xp + r16((size_t)q->hp * q->wp * q->c);
+	float *M = V + r16((size_t)WX * q->T * q->c);
+	size_t lo, hi;
+	dtf_pool_split((size_t)j->g->n, 1, tid, nt, &lo, &hi);
+	for (size_t b = lo; b < hi; b++) {
+		pad_in(q, j->x + b * in_img, xp);
+		in_transform(q, xp, V);
+		for (int xi = 0; xi < WX; xi++)
+			mm(q->T, q->c, q->o, V + (size_t)xi * q->T * q->c, (size_t)q->c, 1,
+			   j->U + (size_t)xi * q->c * q->o, (size_t)q->o,
+			   M + (size_t)xi * q->T * q->o, (size_t)q->o, 0);
+		out_transform(q, M, j->bias, j->relu, j->y + b * out_img);
+		if (j->pg) {
+			const struct dtf_window_geom *pg = j->pg;
+			dtf_fast_max_pool2d_images(pg, 1, j->y + b * out_img,
+						   j->q_out + b * (size_t)pg->oh * pg->ow * pg->c);
+		}
+	}
+}
+
+static void run_forward(struct dtf_pool *p, struct wjob *j)
+{
+	dtf_pool_run(p, filter_task, j);
+	dtf_pool_run(p, fwd_task, j);
+}
+
+static float *shared_area(const struct dtf_window_geom *g, float *ws,
+			  int nthreads)
+{
+	return ws + thread_floats(g) * (size_t)(nthreads > 1 ? nthreads : 1);
+}
+
+int dtf_wino_applies(const struct dtf_window_geom *g)
+{
+	return g->kh == g->kw && g->kh >= 3 && g->kh <= 5 &&
+	       g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
+	       g->dilation_w == 1 && g->c % 16 == 0 && g->o % 16 == 0 &&
+	       g->c > 0 && g->o > 0 && g->pad_top < g->kh &&
+	       g->pad_left < g->kw && __builtin_cpu_supports("avx512f");
+}
+
+size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads)
+{
+	size_t rr = (size_t)g->kh * g->kw;
+	return thread_floats(g) * (size_t)(nthreads > 1 ? nthreads : 1) +
+	       r16((size_t)WX * g->c * g->o) + r16(rr * g->c * g->o);
+}
+
+void dtf_wino_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
+		     const float *x, const float *w, const float *bias,
+		     int relu, float *y, const struct dtf_window_geom *pg,
+		     float *q, float *ws)
+{
+	struct wjob j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
+			 .pg = pg, .q_out = q, .ws = ws, .relu = relu};
+	wgeo_init(&j.q, g);
+	j.tstride = thread_floats(g);
+	j.U = shared_area(g, ws, dtf_pool_size(p));
+	run_forward(p, &j);
+}
+
+/* wt (r, r, o, c) = w (r, r, c, o) rotated by 180 degrees, channels
+ * swapped; rows of the output split across threads */
+struct rot_job {
+	const struct dtf_window_geom *g;
+	const float *w;
+	float *wt;
+};
+
+static void rot_task(void *arg, int tid, int nt)
+{
+	const struct rot_job *j = arg;
+	const int r = j->g->kh, C = j->g->c, O = j->g->o;
+	size_t lo, hi;
+	dtf_pool_split((size_t)r * r * O, 1, tid, nt, &lo, &hi);
+	for (size_t i = lo; i < hi; i++) {
+		size_t ab = i / (size_t)O, o = i % (size_t)O;
+		size_t src = (size_t)r * r - 1 - ab; /* (r-1-a, r-1-b) */
+		const float *s = j->w + src * C * O + o;
+		float *d = j->wt + i * C;
+		for (int c = 0; c < C; c++)
+			d[c] = s[(size_t)c * O];
+	}
+}
+
+void dtf_wino_backprop_input(struct dtf_pool *p,
+			     const struct dtf_window_geom *g, const float *dy,
+			     const float *w, float *dx, float *ws)
+{
+	float *U = shared_area(g, ws, dtf_pool_size(p));
+	float *wt = U + r16((size_t)WX * g->c * g->o);
+	struct rot_job rj = {.g = g, .w = w, .wt = wt};
+	dtf_pool_run(p, rot_task, &rj);
+	struct wjob j = {.g = g, .x = dy, .w = wt, .y = dx, .ws = ws, .U = U};
+	wgeo_bwi(&j.q, g);
+	j.tstride = thread_floats(g);
+	run_forward(p, &j);
+}
+
+static float *part_of(const struct wjob *j, int tid)
+{
+	return j->ws + (size_t)tid * j->tstride + j->tstride -
+	       r16((size_t)WX * j->q.c * j->q.o);
+}
+
+static void bwf_task(void *arg, int tid, int nt)
+{
+	const struct wjob *j = arg;
+	const struct wgeo *q = &j->q;
+	const size_t in_img = (size_t)q->h * q->w * q->c;
+	const size_t out_img = (size_t)q->oh * q->ow * q->o;
+	float *xp = j->ws + (size_t)tid * j->tstride;
+	float *V = xp + r16((size_t)q->hp * q->wp * q->c);
+	float *dM = V + r16((size_t)WX * q->T * q->c);
+	float *part = part_of(j, tid);
+	memset(part, 0, (size_t)WX * q->c * q->o * sizeof *part);
+	size_t lo, hi;
+	dtf_pool_split((size_t)j->g->n, 1, tid, nt, &lo, &hi);
+	for (size_t b = lo; b < hi; b++) {
+		pad_in(q, j->x + b * in_img, xp);
+		in_transform(q, xp, V);
+		dy_transform(q, j->dy + b * out_img, dM);
+		/* dU[xi] (c, o) += V[xi]^T (c, T) dM[xi] (T, o) */
+		for (int xi = 0; xi < WX; xi++)
+			mm(q->c, q->T, q->o, V + (size_t)xi * q->T * q->c, 1, (size_t)q->c,
+			   dM + (size_t)xi * q->T * q->o, (size_t)q->o,
+			   part + (size_t)xi * q->c * q->o, (size_t)q->o, 1);
+	}
+}
+
+static void bwf_inverse_task(void *arg, int tid, int nt)
+{
+	const struct wjob *j = arg;
+	size_t lo, hi;
+	dtf_pool_split((size_t)j->q.c, 1, tid, nt, &lo, &hi);
+	filter_inverse(part_of(j, 0), j->tstride, nt, j->q.r, j->q.c, j->q.o,
+		       (int)lo, (int)hi, j->dw);
+}
+
+void dtf_wino_backprop_filter(struct dtf_pool *p,
+			      const struct dtf_window_geom *g, const float *x,
+			      const float *dy, float *dw, float *ws)
+{
+	struct wjob j = {.g = g, .x = x, .dy = dy, .dw = dw, .ws = ws};
+	wgeo_init(&j.q, g);
+	j.tstride = thread_floats(g);
+	dtf_pool_run(p, bwf_task, &j);
+	dtf_pool_run(p, bwf_inverse_task, &j);
+}
+
+#else /* no AVX-512 build support: never applies */
+
+int dtf_wino_applies(const struct dtf_window_geom *g)
+{
+	(void)g;
+	return 0;
+}
+
+size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads)
+{
+	(void)g;
+	(void)nthreads;
+	return 0;
+}
+
+void dtf_wino_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
+		     const float *x, const float *w, const float *bias,
+		     int relu, float *y, const struct dtf_window_geom *pg,
+		     float *q, float *ws)
+{
+	(void)p; (void)g; (void)x; (void)w; (void)bias; (void)relu; (void)y;
+	(void)pg; (void)q; (void)ws;
+}
+
+void dtf_wino_backprop_input(struct dtf_pool *p,
+			     const struct dtf_window_geom *g, const float *dy,
+			     const float *w, float *dx, float *ws)
+{
+	(void)p; (void)g; (void)dy; (void)w; (void)dx; (void)ws;
+}
+
+void dtf_wino_backprop_filter(struct dtf_pool *p,
+			      const struct dtf_window_geom *g, const float *x,
+			      const float *dy, float *dw, float *ws)
+{
+	(void)p; (void)g; (void)x; (void)dy; (void)dw; (void)ws;
+}
+
+#endif
