@@ -382,7 +382,7 @@ static inline DTF_BODY void pool_grad_2x2_16(const float *restrict img,
 /* Channels a window pass keeps partial sums for on the stack. */
 #define CMAX 1024
 
-static inline DTF_BODY void pool_grad_body(const struct dtf_window_geom *g,
+static inline DTF_BODY void pool_grad_any_body(const struct dtf_window_geom *g,
 					   size_t nb, const float *restrict x,
 					   const float *restrict dy, int relu,
 					   float *restrict dx, float *sum)
@@ -433,10 +433,96 @@ static inline DTF_BODY void pool_grad_body(const struct dtf_window_geom *g,
 				sum[c0 + t] = (float)(acc[t] + part[t]);
 	}
 }
-DTF_ISA_FN(pool_grad,
+DTF_ISA_FN(pool_grad_any,
 	   (const struct dtf_window_geom *g, size_t nb, const float *restrict x,
 	    const float *restrict dy, int relu, float *restrict dx, float *sum),
 	   (g, nb, x, dy, relu, dx, sum))
+
+#if defined(DTF_T512)
+/* pool_grad_body for 2x2 windows and c % 16 == 0 in AVX-512 intrinsics:
+ * the same comparisons in the same order, the same sums (float within
+ * runs of RUN windows, double across), so the same bits; GCC's code for
+ * the generic vector types above builds masks lane by lane. */
+DTF_T512 static void pool_grad_2x2_512(const struct dtf_window_geom *g,
+				       size_t nb, const float *restrict x,
+				       const float *restrict dy, int relu,
+				       float *restrict dx, float *sum)
+{
+	const int c = g->c, w = g->w;
+	const __m512 zero = _mm512_setzero_ps();
+	for (int c0 = 0; c0 < c; c0 += CMAX) {
+		const int cw = c - c0 < CMAX ? c - c0 : CMAX;
+		double acc[CMAX];
+		float part[CMAX];
+		for (int t = 0; t < cw; t++) {
+			acc[t] = 0.0;
+			part[t] = 0.0f;
+		}
+		size_t in_run = 0;
+		for (size_t b = 0; b < nb; b++) {
+			const float *img = x + b * g->h * w * c;
+			float *dimg = dx + b * g->h * w * c;
+			for (int oy = 0; oy < g->oh; oy++) {
+				for (int ox = 0; ox < g->ow; ox++) {
+					size_t base = ((size_t)oy * 2 * w + (size_t)ox * 2) * c + c0;
+					const float *gy = dy + ((b * g->oh + oy) * g->ow + ox) * c + c0;
+					const float *x0 = img + base, *x1 = x0 + c;
+					const float *x2 = x0 + (size_t)w * c, *x3 = x2 + c;
+					float *d0 = dimg + base, *d1 = d0 + c;
+					float *d2 = d0 + (size_t)w * c, *d3 = d2 + c;
+					for (int t = 0; t < cw; t += 16) {
+						__m512 best = _mm512_loadu_ps(x0 + t);
+						__m512 a1 = _mm512_loadu_ps(x1 + t);
+						__m512 a2 = _mm512_loadu_ps(x2 + t);
+						__m512 a3 = _mm512_loadu_ps(x3 + t);
+						__mmask16 m1 = _mm512_cmp_ps_mask(a1, best, _CMP_GT_OQ);
+						best = _mm512_mask_mov_ps(best, m1, a1);
+						__mmask16 m2 = _mm512_cmp_ps_mask(a2, best, _CMP_GT_OQ);
+						best = _mm512_mask_mov_ps(best, m2, a2);
+						__mmask16 m3 = _mm512_cmp_ps_mask(a3, best, _CMP_GT_OQ);
+						best = _mm512_mask_mov_ps(best, m3, a3);
+						__mmask16 w3 = m3, w2 = m2 & ~m3;
+						__mmask16 w1 = m1 & ~m2 & ~m3;
+						__mmask16 w0 = (__mmask16)~(m1 | m2 | m3);
+						__mmask16 keep = relu ? _mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ)
+								      : (__mmask16)0xffff;
+						__m512 val = _mm512_maskz_mov_ps(keep, _mm512_loadu_ps(gy + t));
+						_mm512_storeu_ps(part + t, _mm512_add_ps(_mm512_loadu_ps(part + t), val));
+						_mm512_storeu_ps(d0 + t, _mm512_maskz_mov_ps(w0, val));
+						_mm512_storeu_ps(d1 + t, _mm512_maskz_mov_ps(w1, val));
+						_mm512_storeu_ps(d2 + t, _mm512_maskz_mov_ps(w2, val));
+						_mm512_storeu_ps(d3 + t, _mm512_maskz_mov_ps(w3, val));
+					}
+					if (++in_run == RUN) {
+						for (int t = 0; t < cw; t++) {
+							acc[t] += part[t];
+							part[t] = 0.0f;
+						}
+						in_run = 0;
+					}
+				}
+			}
+		}
+		if (sum)
+			for (int t = 0; t < cw; t++)
+				sum[c0 + t] = (float)(acc[t] + part[t]);
+	}
+}
+#endif
+
+static void pool_grad(const struct dtf_window_geom *g, size_t nb,
+		      const float *x, const float *dy, int relu, float *dx,
+		      float *sum)
+{
+#if defined(DTF_T512)
+	if (g->kh == 2 && g->kw == 2 && g->c % 16 == 0 &&
+	    __builtin_cpu_supports("avx512f")) {
+		pool_grad_2x2_512(g, nb, x, dy, relu, dx, sum);
+		return;
+	}
+#endif
+	pool_grad_any(g, nb, x, dy, relu, dx, sum);
+}
 
 void dtf_fast_max_pool2d_grad_images(const struct dtf_window_geom *g,
 				     size_t nb, const float *x,
