@@ -494,6 +494,31 @@ START_TEST(batch_norm_modes_through_the_graph)
 }
 END_TEST
 
+/* A matmul whose node is the one that outgrows the node array: the
+ * shapes it reads from its operands must not come from the moved array
+ * (a use after free the job fuzzer found; fails under the sanitizers). */
+START_TEST(matmul_survives_node_array_growth)
+{
+	for (int filler = 0; filler < 80; filler++) {
+		struct dtf_graph gg, *g = &gg;
+		OK(dtf_graph_init(g, 4));
+		struct dtf_feature_spec fx = {.name = "x", .rank = 1, .shape = {5}};
+		int x = OK(dtf_graph_input(g, "x", 0, &fx));
+		int w = var(g, "kernel", 2, 5, 7, 0, 0);
+		for (int k = 0; k < filler; k++) {
+			char name[32];
+			snprintf(name, sizeof name, "relu_%d", k);
+			x = OK(dtf_graph_relu(g, name, x));
+		}
+		int y = OK(dtf_graph_matmul(g, "dense", x, w));
+		ck_assert_int_eq(g->nodes[y].shape.rank, 2);
+		ck_assert_int_eq(g->nodes[y].shape.d[0], 4);
+		ck_assert_int_eq(g->nodes[y].shape.d[1], 7);
+		dtf_graph_deinit(g);
+	}
+}
+END_TEST
+
 /* x (4, 5) -> dense -> gelu (tanh form) -> dense -> [softmax] -> loss,
  * for the three dense losses with float labels. */
 static void build_dense_loss(struct tu_model *m, enum dtf_op loss)
@@ -760,6 +785,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(tc, dense_losses_gradient_matches_finite_differences);
 	tcase_add_test(tc, count_correct_follows_the_loss);
 	tcase_add_test(tc, node_flops);
+	tcase_add_test(tc, matmul_survives_node_array_growth);
 	tcase_add_test(tc, new_op_errors);
 	tcase_add_test(tc, shared_gradient_gets_a_copy);
 	suite_add_tcase(s, tc);

@@ -274,11 +274,12 @@ int dtf_graph_matmul(struct dtf_graph *g, const char *name, int x, int w)
 				   x, -1);
 	if (nw->shape.rank != 2 || nw->shape.d[0] != nx->shape.d[1])
 		return shape_error(g, "matmul inner dimensions differ", x, w);
+	/* add_node may move g->nodes: nx and nw are not read after it */
+	const int64_t rows = nx->shape.d[0], cols = nw->shape.d[1];
 	int id = add_node(g, DTF_OP_MATMUL, name, x, w);
 	if (id < 0)
 		return id;
-	g->nodes[id].shape =
-		(struct dtf_shape){2, {nx->shape.d[0], nw->shape.d[1]}};
+	g->nodes[id].shape = (struct dtf_shape){2, {rows, cols}};
 	return id;
 }
 
