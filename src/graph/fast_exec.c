@@ -252,6 +252,13 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 			int first = nd->op == DTF_OP_CONV2D ? A_CONV
 				    : nd->op == DTF_OP_MATMUL ? A_MATMUL
 							       : A_BIAS_ACT;
+			if (nd->op == DTF_OP_MATMUL) {
+				const struct dtf_shape *sa = &g->nodes[nd->inputs[0]].shape;
+				int mk = (int)(nd->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+				ws = max_sz(ws, dtf_fast_matmul_workspace(
+						(int)nd->shape.d[0], (int)nd->shape.d[1], mk,
+						nd->a.mm.trans_a, nd->a.mm.trans_b));
+			}
 			if (nd->op == DTF_OP_MATMUL &&
 			    (nd->a.mm.trans_a || nd->a.mm.trans_b)) {
 				fp->action[i] = A_MATMUL;
@@ -457,7 +464,7 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 		int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
 		int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
 		dtf_fast_matmul(p, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
-				n->a.mm.trans_b, F(g, out));
+				n->a.mm.trans_b, F(g, out), ws);
 		if (bias >= 0 || relu)
 			dtf_fast_bias_act(p, (size_t)m, cols, F(g, out),
 					  bias >= 0 ? F(g, bias) : NULL, relu,

@@ -123,6 +123,8 @@ static int run_ops(int threads, int reps, int B)
 	if (dtf_fast_conv2d_workspace(&c1, threads) > ws_fast)
 		ws_fast = dtf_fast_conv2d_workspace(&c1, threads);
 	ws_fast += dtf_fast_bias_grad_workspace(1024, threads);
+	if (dtf_fast_matmul_workspace(B, 3136, 1024, 0, 1) > ws_fast)
+		ws_fast = dtf_fast_matmul_workspace(B, 3136, 1024, 0, 1);
 	float *wsr = buf(ws_ref, 9), *wsf = buf(ws_fast, 9);
 	size_t a0 = (size_t)B * 784, a1 = a0 * 32, a1p = a1 / 4;
 	size_t a2 = a1p * 2, a2p = a2 / 4;
@@ -164,7 +166,7 @@ static int run_ops(int threads, int reps, int B)
 	row("max_pool2", r, f, 0);
 	REF((dtf_cpu_matmul(B, 1024, 3136, q2, 0, w3, 0, tmp),
 	     dtf_cpu_bias_add((size_t)B, 1024, tmp, b3, tmp), dtf_cpu_relu((size_t)B * 1024, tmp, h)));
-	FAST((dtf_fast_matmul(pool, B, 1024, 3136, q2, 0, w3, 0, hf),
+	FAST((dtf_fast_matmul(pool, B, 1024, 3136, q2, 0, w3, 0, hf, wsf),
 	      dtf_fast_bias_act(pool, (size_t)B, 1024, hf, b3, 1, hf)));
 	row("dense1 3136x1024 + bias + relu", r, f, 2.0 * B * 3136 * 1024);
 	REF((dtf_cpu_relu_grad((size_t)B * 1024, dh, h, tmp),
@@ -172,10 +174,10 @@ static int run_ops(int threads, int reps, int B)
 	FAST(dtf_fast_relu_grad_bias(pool, (size_t)B, 1024, dh, h, tmp, db, wsf));
 	row("dense1 relu_grad + bias_grad", r, f, 0);
 	REF(dtf_cpu_matmul(3136, 1024, B, q2, 1, dh, 0, dw3));
-	FAST(dtf_fast_matmul(pool, 3136, 1024, B, q2, 1, dh, 0, dw3));
+	FAST(dtf_fast_matmul(pool, 3136, 1024, B, q2, 1, dh, 0, dw3, wsf));
 	row("dense1 grad_kernel", r, f, 2.0 * B * 3136 * 1024);
 	REF(dtf_cpu_matmul(B, 3136, 1024, dh, 0, w3, 1, dq2));
-	FAST(dtf_fast_matmul(pool, B, 3136, 1024, dh, 0, w3, 1, dq2));
+	FAST(dtf_fast_matmul(pool, B, 3136, 1024, dh, 0, w3, 1, dq2, wsf));
 	row("dense1 grad_input", r, f, 2.0 * B * 3136 * 1024);
 	REF((dtf_cpu_max_pool2d_grad(&p2, y2, dq2, tmp),
 	     dtf_cpu_relu_grad(a2, tmp, y2, dy2),

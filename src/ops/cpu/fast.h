@@ -98,9 +98,20 @@ void dtf_fast_conv2d_backprop_filter(struct dtf_pool *p,
 /* ---- dense --------------------------------------------------------------- */
 
 /* dtf_cpu_matmul split over the pool: the larger of m and n is cut into
- * one slice per thread, each a single-threaded sgemm. */
+ * one slice per thread, each a single-threaded sgemm; except a b^T with m
+ * (the batch of a dense layer's input gradient) a multiple of 16 and at
+ * most 256 on a CPU with AVX-512: that runs as c^T = b a^T in the unpacked
+ * register-tile product of gemm512.h, the rows of b split across threads.
+ * ws holds dtf_fast_matmul_workspace() floats (may be NULL when that is
+ * 0). */
 void dtf_fast_matmul(struct dtf_pool *p, int m, int n, int k, const float *a,
-		     int trans_a, const float *b, int trans_b, float *c);
+		     int trans_a, const float *b, int trans_b, float *c,
+		     float *ws);
+
+/* Floats of workspace dtf_fast_matmul needs for these operands (a
+ * transposed copy of a for the a b^T product on the unpacked path). */
+size_t dtf_fast_matmul_workspace(int m, int n, int k, int trans_a,
+				 int trans_b);
 
 /* y (rows, c) = act(x + bias): bias may be NULL, relu != 0 applies
  * max(., 0).  In place (y == x) allowed. */

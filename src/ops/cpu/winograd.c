@@ -48,6 +48,7 @@
 #include <string.h>
 
 #include "ops/cpu/simd.h"
+#include "ops/cpu/gemm512.h"
 
 #if defined(DTF_T512)
 #include <immintrin.h>
@@ -457,69 +458,10 @@ static DTF_T512 void filter_inverse(const float *part, size_t pstride,
 	}
 }
 
-/* ---- the products in the transformed domain ----------------------------------- */
+/* ---- the products in the transformed domain: gemm512.h's dtf_mm512 ---- */
 
-/* c[R rows][16 OV] (=|+=) sum over k < K of a(row, k) b[k][..]; a(row, k)
- * = a[row * ars + k * aks].  R and OV are literals at every call. */
-static inline __attribute__((always_inline)) DTF_T512 void
-mm_tile(const float *restrict a, size_t ars, size_t aks,
-	const float *restrict b, size_t ldb, float *restrict c, size_t ldc,
-	int K, int add, const int R, const int OV)
-{
-	V512 acc[12][4];
-	for (int i = 0; i < R; i++)
-		for (int v = 0; v < OV; v++)
-			acc[i][v] = _mm512_setzero_ps();
-	for (int k = 0; k < K; k++) {
-		V512 bv[4];
-		for (int v = 0; v < OV; v++)
-			bv[v] = _mm512_loadu_ps(b + (size_t)k * ldb + 16 * v);
-		const float *ak = a + (size_t)k * aks;
-		for (int i = 0; i < R; i++) {
-			V512 av = _mm512_set1_ps(ak[(size_t)i * ars]);
-			for (int v = 0; v < OV; v++)
-				acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
-		}
-	}
-	for (int i = 0; i < R; i++)
-		for (int v = 0; v < OV; v++) {
-			float *cp = c + (size_t)i * ldc + 16 * v;
-			V512 s = add ? ADD(_mm512_loadu_ps(cp), acc[i][v]) : acc[i][v];
-			_mm512_storeu_ps(cp, s);
-		}
-}
-
-#define MM4(n) case n: mm_tile(ap, ars, aks, bp, ldb, cp, ldc, K, add, n, 4); break;
-#define MM2(n) case n: mm_tile(ap, ars, aks, bp, ldb, cp, ldc, K, add, n, 2); break;
-#define MM1(n) case n: mm_tile(ap, ars, aks, bp, ldb, cp, ldc, K, add, n, 1); break;
-
-/* c (rows, O) (=|+=) a (rows, K) b (K, O), O % 16 == 0. */
-static DTF_T512 void mm(int rows, int K, int O, const float *a, size_t ars,
-			size_t aks, const float *b, size_t ldb, float *c,
-			size_t ldc, int add)
-{
-	const int ov = O % 64 == 0 ? 4 : O % 32 == 0 ? 2 : 1;
-	const int R = ov == 4 ? 6 : 12;
-	for (int o0 = 0; o0 < O; o0 += 16 * ov)
-		for (int r0 = 0; r0 < rows; r0 += R) {
-			const int n = rows - r0 < R ? rows - r0 : R;
-			const float *ap = a + (size_t)r0 * ars, *bp = b + o0;
-			float *cp = c + (size_t)r0 * ldc + o0;
-			if (ov == 4) {
-				switch (n) { MM4(1) MM4(2) MM4(3) MM4(4) MM4(5) MM4(6) }
-			} else if (ov == 2) {
-				switch (n) {
-				MM2(1) MM2(2) MM2(3) MM2(4) MM2(5) MM2(6)
-				MM2(7) MM2(8) MM2(9) MM2(10) MM2(11) MM2(12)
-				}
-			} else {
-				switch (n) {
-				MM1(1) MM1(2) MM1(3) MM1(4) MM1(5) MM1(6)
-				MM1(7) MM1(8) MM1(9) MM1(10) MM1(11) MM1(12)
-				}
-			}
-		}
-}
+#define mm(rows, K, O, a, ars, aks, b, ldb, c, ldc, add) \
+	dtf_mm512(rows, K, O, a, ars, aks, b, ldb, c, ldc, add, 0)
 
 /* ---- drivers ------------------------------------------------------------------- */
 
