@@ -69,8 +69,12 @@ DTF_T512 void dtf_mm512(int rows, int K, int O, const float *a, size_t ars,
 	for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
 		const int kn = K - k0 < KC ? K - k0 : KC;
 		add = add0 || k0 > 0;
-		for (int r0 = 0; r0 < rows; r0 += R) {
-			const int n = rows - r0 < R ? rows - r0 : R;
+		/* rows in tiles of near-equal height (49 rows: 6,6,6,6,5,5,5,
+		 * 5,5 rather than eight of 6 and a 1-row tail) */
+		const int nt = (rows + R - 1) / R;
+		const int base = nt ? rows / nt : 0, extra = nt ? rows % nt : 0;
+		for (int ti = 0, r0 = 0; ti < nt; ti++) {
+			const int n = base + (ti < extra);
 			const float *ap = a + (size_t)r0 * ars + (size_t)k0 * aks;
 			const float *bp = b + (size_t)k0 * ldb + o0;
 			float *cp = ct ? c + (size_t)o0 * ldc + r0
@@ -93,6 +97,7 @@ DTF_T512 void dtf_mm512(int rows, int K, int O, const float *a, size_t ars,
 				MMC(11, 1) MMC(12, 1)
 				}
 			}
+			r0 += n;
 		}
 	}
 }
