@@ -2314,6 +2314,13 @@ static const struct enum_name grad_compressions[] = {
 	{NULL, 0},
 };
 
+static const struct enum_name comm_implementations[] = {
+	{"auto", DTF_COMM_IMPL_AUTO},
+	{"mpi", DTF_COMM_IMPL_MPI},
+	{"shared_memory", DTF_COMM_IMPL_SHARED_MEMORY},
+	{NULL, 0},
+};
+
 static const struct field communication_fields[] = {
 	{.key = "bucket_mb", .type = T_DOUBLE, .flags = F_POS,
 	 .off = JOB(strategy.bucket_mb), .def = 25},
@@ -2323,6 +2330,9 @@ static const struct field communication_fields[] = {
 	 .def = 1},
 	{.key = "hierarchical", .type = T_BOOL,
 	 .off = JOB(strategy.hierarchical), .def = 0},
+	{.key = "implementation", .type = T_ENUM,
+	 .off = JOB(strategy.implementation), .def = DTF_COMM_IMPL_AUTO,
+	 .names = comm_implementations},
 };
 
 static const struct section communication_section = {

@@ -207,6 +207,14 @@ enum dtf_grad_compression {
 	DTF_GRAD_COMPRESSION_BF16,
 };
 
+/* strategy.communication.implementation (TF's CommunicationImplementation,
+ * Horovod's CPU operations): auto takes shared memory where it applies */
+enum dtf_comm_implementation {
+	DTF_COMM_IMPL_AUTO = 0,
+	DTF_COMM_IMPL_MPI,
+	DTF_COMM_IMPL_SHARED_MEMORY,
+};
+
 enum dtf_device_kind {
 	DTF_DEVICE_AUTO = 0, /* CUDA when this rank sees a GPU, else CPU */
 	DTF_DEVICE_CPU,
@@ -296,6 +304,7 @@ struct dtf_job {
 		int compression;     /* enum dtf_grad_compression, default none */
 		int overlap;         /* default 1 */
 		int hierarchical;    /* default 0 */
+		int implementation;  /* enum dtf_comm_implementation, auto */
 	} strategy;
 
 	struct {

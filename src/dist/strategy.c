@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "dist/comm_impl.h"
+#include "dist/shm.h"
 
 /* floats per collective call: Open MPI's shared-memory allreduce slows
  * about 5x above ~24 MB per call (DESIGN.md section 7; tests/bench) */
@@ -59,6 +60,7 @@ struct bucket {
 	int packed;        /* buf is a fusion region (gather/scatter) */
 	uint16_t *half;    /* compression: wire values */
 	int first_unit, nunits;
+	MPI_Request sh_req; /* shared memory: the phase's barrier */
 };
 
 struct unit {
@@ -91,6 +93,14 @@ struct dtf_strategy {
 	int hierarchical, overlap, is_leader;
 	enum dtf_grad_compression compression;
 	MPI_Op op16;
+	/* shared memory (dist/shm.h): shm_comm is the replicas' node
+	 * communicator when they may reduce through a window (all on one
+	 * node, flat mirrored strategy, no compression); shm, once
+	 * dtf_strategy_share_grads made it, holds the gradient vectors */
+	MPI_Comm shm_comm;
+	struct dtf_shm *shm;
+	const char *shm_why;        /* why the window could not be had */
+	int sh_red, sh_gather;      /* next bucket to reduce / to gather */
 
 	const struct dtf_graph *g;
 	float *params, *grads;
@@ -327,6 +337,28 @@ static int check_strategy(const struct dtf_job *job, struct dtf_comm *world)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "strategy.communication.hierarchical applies to multi_worker_mirrored only, not %s",
 				 dtf_strategy_name(job->strategy.type));
+	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY)
+		return 0;
+	/* asked for by name: every case it cannot serve is a job error (the
+	 * same on every rank: num_nodes is the world's) */
+	const char *why = NULL;
+	if (job->strategy.type != DTF_STRATEGY_MIRRORED &&
+	    job->strategy.type != DTF_STRATEGY_MULTI_WORKER_MIRRORED &&
+	    job->strategy.type != DTF_STRATEGY_ONE_DEVICE)
+		why = dtf_strategy_name(job->strategy.type);
+	else if (job->strategy.compression != DTF_GRAD_COMPRESSION_NONE)
+		why = "compression";
+	else if (job->strategy.hierarchical)
+		why = "hierarchical";
+	else if (job->device.kind == DTF_DEVICE_CUDA)
+		why = "device cuda";
+	else if (world->num_nodes > 1)
+		why = "ranks on several nodes";
+	if (why)
+		return dtf_error(DTF_ERR_CONFIG,
+				 "strategy.communication.implementation: shared_memory reduces the gradients of mirrored or multi_worker_mirrored replicas on one node, on the CPU, without compression or hierarchical; not with %s\n"
+				 "HINT: use implementation auto (shared memory where it applies, MPI elsewhere) or mpi",
+				 why);
 	return 0;
 }
 
@@ -345,6 +377,34 @@ static void free_comm(MPI_Comm *c)
 	if (!fin && *c != MPI_COMM_NULL)
 		MPI_Comm_free(c);
 	*c = MPI_COMM_NULL;
+}
+
+/* Set s->shm_comm when the gradients may be reduced through shared
+ * memory: implementation auto or shared_memory, a flat mirrored strategy
+ * of more than one replica without compression, not on CUDA, and every
+ * replica on this node (MPI_Comm_split_type SHARED of the replicas has
+ * them all).  A collective over the replicas. */
+static int shm_candidate(struct dtf_strategy *s)
+{
+	const struct dtf_job *job = s->job;
+	if (!s->replicas || s->nreplicas < 2 ||
+	    s->replicas->local_size != s->replicas->size ||
+	    job->strategy.implementation == DTF_COMM_IMPL_MPI ||
+	    (s->kind != DTF_STRATEGY_MIRRORED &&
+	     s->kind != DTF_STRATEGY_MULTI_WORKER_MIRRORED) ||
+	    s->compression != DTF_GRAD_COMPRESSION_NONE || s->hierarchical ||
+	    job->device.kind == DTF_DEVICE_CUDA)
+		return 0;
+	MPI_Comm node;
+	MPI_TRY(MPI_Comm_split_type(s->replicas->comm, MPI_COMM_TYPE_SHARED,
+				    s->replicas->rank, MPI_INFO_NULL, &node));
+	int n = 0;
+	MPI_Comm_size(node, &n);
+	if (n == s->replicas->size)
+		s->shm_comm = node;
+	else
+		MPI_Comm_free(&node);
+	return 0;
 }
 
 int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
@@ -382,6 +442,7 @@ int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 	s->hierarchical = job->strategy.hierarchical;
 	s->bcomm = s->node_red = s->node_bc = s->leaders = MPI_COMM_NULL;
 	s->pscomm = s->ps_only = MPI_COMM_NULL;
+	s->shm_comm = MPI_COMM_NULL;
 	s->op16 = MPI_OP_NULL;
 	dtf_cluster_deinit(&own);
 
@@ -409,6 +470,8 @@ int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 		MPI_Comm_split(s->replicas->comm, s->is_leader ? 0 : MPI_UNDEFINED,
 			       s->rank, &s->leaders);
 	}
+	if ((rc = shm_candidate(s)) < 0)
+		goto fail;
 	if (s->compression != DTF_GRAD_COMPRESSION_NONE)
 		MPI_Op_create(s->compression == DTF_GRAD_COMPRESSION_FP16 ? sum_f16
 								     : sum_bf16,
@@ -430,6 +493,8 @@ void dtf_strategy_free(struct dtf_strategy *s)
 	MPI_Finalized(&fin);
 	if (!fin && s->op16 != MPI_OP_NULL)
 		MPI_Op_free(&s->op16);
+	dtf_shm_free(s->shm);
+	free_comm(&s->shm_comm);
 	free_comm(&s->bcomm);
 	free_comm(&s->node_red);
 	free_comm(&s->node_bc);
@@ -530,7 +595,8 @@ static int make_buckets(struct dtf_strategy *s)
 			if (s->vars[i].off + s->vars[i].n > hi)
 				hi = s->vars[i].off + s->vars[i].n;
 		}
-		b->packed = hi - lo != b->n;
+		/* shared memory reduces each variable where it lies */
+		b->packed = !s->shm && hi - lo != b->n;
 		b->buf = b->packed ? NULL : s->grads + lo;
 		packed_total += b->packed ? b->n : 0;
 		b->nunits = (int)((b->n + CHUNK - 1) / CHUNK);
@@ -564,6 +630,7 @@ static int make_buckets(struct dtf_strategy *s)
 			u->n = b->n - off < CHUNK ? b->n - off : CHUNK;
 			u->req = MPI_REQUEST_NULL;
 		}
+		b->sh_req = MPI_REQUEST_NULL;
 	}
 	return 0;
 }
@@ -658,6 +725,33 @@ static int setup_ps(struct dtf_strategy *s)
 	return 0;
 }
 
+int dtf_strategy_wants_shared_grads(const struct dtf_strategy *s)
+{
+	return s && s->shm_comm != MPI_COMM_NULL;
+}
+
+int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads)
+{
+	*grads = NULL;
+	if (!dtf_strategy_wants_shared_grads(s))
+		return 0;
+	int rc = dtf_shm_new(s->shm_comm, n, &s->shm, &s->shm_why);
+	if (rc < 0)
+		return rc;
+	if (!s->shm) {
+		if (s->job->strategy.implementation == DTF_COMM_IMPL_SHARED_MEMORY)
+			return dtf_error(DTF_ERR_MPI,
+					 "strategy.communication.implementation shared_memory: %s",
+					 s->shm_why);
+		if (s->replicas->rank == 0)
+			dtf_warn("shared-memory gradient reduction unavailable (%s): using MPI_Iallreduce",
+				 s->shm_why);
+		return 0;
+	}
+	*grads = s->shm->seg[s->shm->rank];
+	return 0;
+}
+
 int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 		       float *params, float *grads, struct dtf_optimizer *opt)
 {
@@ -687,6 +781,8 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 	return 0;
 }
 
+static int comm_active(const struct dtf_strategy *s);
+
 void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 			   size_t size)
 {
@@ -699,15 +795,24 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 				      ps_owned(s, p));
 		return;
 	}
+	if (s->shm) {
+		snprintf(buf, size,
+			 "%d bucket%s (cap %.3g MB), overlap %s, compression none, implementation shared_memory (%d replicas, one window)",
+			 s->nbuckets, s->nbuckets == 1 ? "" : "s",
+			 (double)s->bucket_cap * 4 / 1e6,
+			 s->overlap ? "on" : "off", s->nreplicas);
+		return;
+	}
 	snprintf(buf, size,
-		 "%d bucket%s (cap %.3g MB, %d call%s), overlap %s, compression %s%s",
+		 "%d bucket%s (cap %.3g MB, %d call%s), overlap %s, compression %s%s%s",
 		 s->nbuckets, s->nbuckets == 1 ? "" : "s",
 		 (double)s->bucket_cap * 4 / 1e6, s->nunits,
 		 s->nunits == 1 ? "" : "s", s->overlap ? "on" : "off",
 		 s->compression == DTF_GRAD_COMPRESSION_FP16	  ? "fp16"
 		 : s->compression == DTF_GRAD_COMPRESSION_BF16 ? "bf16"
 							  : "none",
-		 s->hierarchical ? ", hierarchical" : "");
+		 s->hierarchical ? ", hierarchical" : "",
+		 comm_active(s) ? ", implementation mpi" : "");
 }
 
 /* ---- buckets ----------------------------------------------------------------- */
@@ -763,6 +868,95 @@ static int start_stage(struct dtf_strategy *s, struct unit *u, enum stage st)
 	return err == MPI_SUCCESS ? 0 : dtf_comm_mpi_fail(err, "starting a gradient reduction");
 }
 
+/* ---- buckets through shared memory (dist/shm.h) ------------------------------- */
+
+/* Sum (gather 0) or copy in (gather 1) slice `part` of bucket b: the
+ * slice is of the bucket's floats in variable order, each variable where
+ * it lies in the gradient vector. */
+static void shm_slice(struct dtf_strategy *s, const struct bucket *b,
+		      int part, int gather)
+{
+	size_t lo, hi, off = 0;
+	dtf_shm_slice(b->n, part, s->shm->size, &lo, &hi);
+	for (int i = b->first; i < b->first + b->nvars && off < hi; i++) {
+		const struct var *v = &s->vars[i];
+		size_t a = lo > off ? lo - off : 0;
+		size_t e = hi - off < v->n ? hi - off : v->n;
+		if (a < e) {
+			if (gather)
+				dtf_shm_copy_from(s->shm, part, v->off + a,
+						  e - a);
+			else
+				dtf_shm_sum(s->shm, v->off + a, e - a);
+		}
+		off += v->n;
+	}
+}
+
+static int shm_test(MPI_Request *req, int block, int *done)
+{
+	int err = block ? MPI_Wait(req, MPI_STATUS_IGNORE)
+			: MPI_Test(req, done, MPI_STATUS_IGNORE);
+	if (err != MPI_SUCCESS)
+		return dtf_comm_mpi_fail(err, block ? "MPI_Wait" : "MPI_Test");
+	if (block)
+		*done = 1;
+	return 0;
+}
+
+/* Move the launched buckets on: a bucket every replica has reached is
+ * summed (this rank's slice), one every replica has summed is gathered.
+ * block: until every bucket is gathered (all must have been launched). */
+static int shm_progress(struct dtf_strategy *s, int block)
+{
+	struct dtf_shm *sh = s->shm;
+	for (;;) {
+		int moved = 0, done, rc, err;
+		while (s->sh_gather < s->sh_red) {
+			struct bucket *b = &s->buckets[s->sh_gather];
+			done = 0;
+			if ((rc = shm_test(&b->sh_req, 0, &done)) < 0)
+				return rc;
+			if (!done)
+				break;
+			MPI_Win_sync(sh->win);
+			for (int q = 0; q < sh->size; q++)
+				if (q != sh->rank)
+					shm_slice(s, b, q, 1);
+			s->sh_gather++;
+			moved = 1;
+		}
+		while (s->sh_red < s->next_bucket) {
+			struct bucket *b = &s->buckets[s->sh_red];
+			done = 0;
+			if ((rc = shm_test(&b->sh_req, 0, &done)) < 0)
+				return rc;
+			if (!done)
+				break;
+			MPI_Win_sync(sh->win);
+			shm_slice(s, b, sh->rank, 0);
+			MPI_Win_sync(sh->win);
+			err = MPI_Ibarrier(sh->reduced, &b->sh_req);
+			if (err != MPI_SUCCESS)
+				return dtf_comm_mpi_fail(err, "MPI_Ibarrier");
+			s->sh_red++;
+			moved = 1;
+		}
+		if (!block || s->sh_gather == s->nbuckets)
+			return 0;
+		if (moved)
+			continue;
+		/* nothing ready: wait for the oldest barrier */
+		struct bucket *b = &s->buckets[s->sh_red < s->nbuckets
+						       ? s->sh_red
+						       : s->sh_gather];
+		if ((rc = shm_test(&b->sh_req, 1, &done)) < 0)
+			return rc;
+		/* the request is now MPI_REQUEST_NULL: MPI_Test on it
+		 * answers done at once */
+	}
+}
+
 static int launch(struct dtf_strategy *s, int bi)
 {
 	struct bucket *b = &s->buckets[bi];
@@ -772,6 +966,11 @@ static int launch(struct dtf_strategy *s, int bi)
 			add_acc(s, &v0[i]);
 	if (!comm_active(s))
 		return 0;
+	if (s->shm) { /* this rank's gradients of the bucket are final */
+		MPI_Win_sync(s->shm->win);
+		int err = MPI_Ibarrier(s->shm->arrive, &b->sh_req);
+		return err == MPI_SUCCESS ? 0 : dtf_comm_mpi_fail(err, "MPI_Ibarrier");
+	}
 	if (b->half || b->packed) {
 		size_t off = 0;
 		float scale = 1.0f / (float)s->nreplicas;
@@ -831,6 +1030,8 @@ static int advance(struct dtf_strategy *s)
 /* Let MPI move data: test every active request once. */
 static int progress(struct dtf_strategy *s)
 {
+	if (s->shm)
+		return shm_progress(s, 0);
 	int any = 0;
 	for (int i = 0; i < s->nunits; i++) {
 		struct unit *u = &s->units[i];
@@ -891,6 +1092,7 @@ void dtf_strategy_backward(struct dtf_strategy *s, struct dtf_exec_ctx *ctx,
 	}
 	s->next_bucket = 0;
 	s->cur_lead = s->cur_bcast = 0;
+	s->sh_red = s->sh_gather = 0;
 	for (int i = 0; i < s->nunits; i++)
 		s->units[i].stage = ST_IDLE;
 	for (int p = 0; s->ps && p < s->nps; p++)
@@ -935,6 +1137,8 @@ static void note_skip(struct dtf_strategy *s, int64_t step)
 static int wait_all(struct dtf_strategy *s)
 {
 	int rc;
+	if (s->shm)
+		return shm_progress(s, 1);
 	for (;;) {
 		int i = 0;
 		while (i < s->nunits && s->units[i].stage == ST_DONE)
@@ -1007,7 +1211,11 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	if (comm_active(s)) {
 		if ((rc = wait_all(s)) < 0)
 			return rc;
-		if (!central || s->rank == 0)
+		if (s->shm) /* the peers' segments are read: the statistics'
+			     * allreduce below is the synchronization after
+			     * which a replica may overwrite its own */
+			MPI_Win_sync(s->shm->win);
+		else if (!central || s->rank == 0)
 			unpack(s);
 	}
 	s->in_step = 0;

@@ -33,6 +33,10 @@
  * as its last gradient is written and is progressed (MPI_Test) after every
  * later backward node.  Calls are cut into chunks of at most 16 MB, where
  * Open MPI's shared-memory collectives are fastest (DESIGN.md section 7).
+ * With every replica on one node (implementation auto or shared_memory),
+ * the gradient vectors live in one shared-memory window and a bucket is
+ * reduced by loads and stores between two barriers instead of
+ * MPI_Iallreduce (dist/shm.h), the same bits on every replica.
  * Compression fp16/bf16 sends 16-bit values pre-divided by the number of
  * replicas (so the sum stays in range) with a reduction operator that adds
  * in float32, and multiplies back after.
@@ -94,6 +98,30 @@ int dtf_strategy_num_replicas(const struct dtf_strategy *s);
  * `base` without scaling. */
 double dtf_strategy_learning_rate(const struct dtf_strategy *s, double base,
 				  int64_t step);
+
+/*
+ * Shared-memory gradients (dist/shm.h; strategy.communication.implementation
+ * auto or shared_memory): 1 when the replicas reduce through one window,
+ * so the trainer must take its gradient vector from
+ * dtf_strategy_share_grads (mirrored or multi_worker_mirrored, more than
+ * one replica, all on this node, no compression, not hierarchical, device
+ * not cuda).  The same on every replica; 0 for s == NULL.
+ */
+int dtf_strategy_wants_shared_grads(const struct dtf_strategy *s);
+
+/*
+ * The replica's flat gradient vector of n floats (g->nparams plus the
+ * statistics), zeroed, as its segment of a shared-memory window
+ * (MPI_Win_allocate_shared); *grads = NULL when the strategy does not
+ * share (then the caller allocates), or when the window cannot be had
+ * under implementation auto (logged once; MPI_Iallreduce is used).
+ * Owned by s: valid until dtf_strategy_free, never freed by the caller.
+ * A collective over the replicas when dtf_strategy_wants_shared_grads;
+ * call it before dtf_strategy_setup, only after the replicas agreed that
+ * every one got this far.  Errors: DTF_ERR_MPI (implementation
+ * shared_memory and no window), DTF_ERR_NOMEM.
+ */
+int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads);
 
 /*
  * Prepare a replica (or a ps) for graph g: buckets from g->var_grad, fusion

@@ -60,6 +60,7 @@ struct replica {
 	int *layer_out;
 	float *params;   /* g.nparams */
 	float *grads;    /* g.nparams + NSTATS */
+	int grads_shared; /* grads is the strategy's (shared memory) */
 	void **feed;     /* per feature: destination buffer of a batch */
 	void *scratch;   /* for features the graph does not use */
 	uint64_t *ids;   /* batch example ids */
@@ -80,7 +81,8 @@ static void replica_deinit(struct replica *r)
 	dtf_graph_deinit(&r->g);
 	dtf_free(r->layer_out);
 	dtf_free(r->params);
-	dtf_free(r->grads);
+	if (!r->grads_shared)
+		dtf_free(r->grads);
 	dtf_free(r->feed);
 	dtf_free(r->scratch);
 	dtf_free(r->ids);
@@ -108,7 +110,9 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	struct dtf_graph *g = &r->g;
 	int rc;
 	r->params = dtf_alloc_aligned(g->nparams * sizeof(float));
-	r->grads = dtf_alloc_aligned((g->nparams + NSTATS) * sizeof(float));
+	if (!r->grads) /* else the strategy's shared memory */
+		r->grads = dtf_alloc_aligned((g->nparams + NSTATS) *
+					     sizeof(float));
 	r->feed = dtf_calloc((size_t)job->data.nfeatures, sizeof(void *));
 	r->ids = dtf_calloc((size_t)g->batch, sizeof(uint64_t));
 	if (!r->params || !r->grads || !r->feed || !r->ids)
@@ -803,7 +807,17 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		dtf_strategy_free(strat);
 		return rc;
 	}
-	if ((rc = build(job, batch, 1, &r)) < 0)
+	rc = build(job, batch, 1, &r);
+	if (!opts->dry_run && dtf_strategy_wants_shared_grads(strat)) {
+		/* the gradient vector in the replicas' shared-memory window
+		 * (dist/strategy.h): a collective, so agree first */
+		if ((rc = agree(comm, rc, "building the graph before", 0,
+				result)) == 0 &&
+		    (rc = dtf_strategy_share_grads(strat, r.g.nparams + NSTATS,
+						   &r.grads)) == 0)
+			r.grads_shared = r.grads != NULL;
+	}
+	if (rc < 0)
 		goto out;
 	result->num_params = dtf_graph_num_params(&r.g);
 	if (opts->dry_run) {
