@@ -1,0 +1,232 @@
+/*
+ * test_shm.c - the shared-memory gradient reduction (dist/shm.h) against
+ * MPI_Iallreduce, end to end.
+ *
+ * Trains the tiny CNN of test_dist for 20 steps with
+ * strategy.communication.implementation mpi and shared_memory and compares
+ * the exported parameters:
+ *  - 2 ranks: bit for bit (a + b is commutative), with the default buckets
+ *    and overlap, and with small buckets (variables reduced where they lie,
+ *    not packed), overlap off and accumulate_steps 2;
+ *  - 3 ranks: within 1e-6 relative (the order of a three-way sum may
+ *    differ), and within 1e-4 of one_device at the same global batch;
+ *  - the start-up line names the implementation in force (auto: shared
+ *    memory on one node, MPI across "nodes");
+ *  - shared_memory where it cannot apply is a job error (exit 2) naming
+ *    the reason; a rank that hangs or exits inside the shared-memory path
+ *    ends the job (watchdog, mpirun), never a hang.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static char tmpdir[256];
+static const char *build_root;
+
+static const char job_text[] =
+	"name: tiny-cnn\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
+	TU_SYNTH_FEATURES_8X8
+	TU_TINY_CNN_MODEL
+	"train:\n"
+	"  batch_size: 24\n"
+	"  max_steps: 20\n"
+	"  epochs: 5\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"strategy: {type: multi_worker_mirrored}\n"
+	"logging: {every_steps: 10}\n";
+
+/* mpirun -np np dtf-train ... --export-variables NAME.bin 2>NAME.log;
+ * the exit status */
+static int train(int np, const char *name, const char *env, const char *sets)
+{
+	return tu_run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
+		      "--export-variables %s/%s.bin %s %s/job.yaml 2>%s/%s.log "
+		      ">/dev/null",
+		      env ? env : "", np, build_root, tmpdir, name,
+		      sets ? sets : "", tmpdir, tmpdir, name);
+}
+
+static const char *log_of(const char *name)
+{
+	char f[128];
+	snprintf(f, sizeof(f), "%s.log", name);
+	return tu_slurp(tmpdir, f);
+}
+
+/* train, expect exit 0 and `impl` named in the start-up line */
+static void train_ok(int np, const char *name, const char *env,
+		     const char *sets, const char *impl)
+{
+	int st = train(np, name, env, sets);
+	const char *log = log_of(name);
+	ck_assert_msg(st == 0, "%s: exit %d\n%s", name, st, log);
+	char want[64];
+	snprintf(want, sizeof(want), "implementation %s", impl);
+	ck_assert_msg(strstr(log, want) != NULL, "%s: no '%s'\n%s", name, want,
+		      log);
+}
+
+static double max_rel_diff(const char *a_name, const char *b_name,
+			   int *same_bits)
+{
+	char an[128], bn[128];
+	snprintf(an, sizeof(an), "%s.bin", a_name);
+	snprintf(bn, sizeof(bn), "%s.bin", b_name);
+	size_t na, nb;
+	float *a = tu_read_vars(tmpdir, an, &na);
+	float *b = tu_read_vars(tmpdir, bn, &nb);
+	ck_assert_uint_eq(na, nb);
+	ck_assert_uint_gt(na, 100);
+	double worst = tu_max_rel_diff(b, a, na, NULL);
+	if (same_bits)
+		*same_bits = memcmp(a, b, na * sizeof(float)) == 0;
+	free(a);
+	free(b);
+	return worst;
+}
+
+static void setup(void)
+{
+	build_root = tu_build_root();
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-shm-test");
+	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir);
+}
+
+static void teardown(void)
+{
+	tu_tmpdir_remove(tmpdir);
+}
+
+#define MPI_IMPL "--set strategy.communication.implementation=mpi "
+#define SHM_IMPL "--set strategy.communication.implementation=shared_memory "
+
+START_TEST(two_ranks_same_bits_as_mpi)
+{
+	int same = 0;
+	train_ok(2, "mpi2", NULL, MPI_IMPL, "mpi");
+	train_ok(2, "shm2", NULL, SHM_IMPL, "shared_memory");
+	double d = max_rel_diff("mpi2", "shm2", &same);
+	printf("2 ranks, shared_memory vs mpi: max relative difference %.3g\n", d);
+	ck_assert_msg(same && d == 0.0, "%g", d);
+	/* auto on one node is shared memory */
+	train_ok(2, "auto2", NULL, NULL, "shared_memory");
+	ck_assert(max_rel_diff("mpi2", "auto2", &same) == 0.0 && same);
+	/* the parameters moved: the comparison is not of two initial states */
+	train_ok(2, "mpi2_0", NULL, MPI_IMPL "--set train.max_steps=1", "mpi");
+	ck_assert(max_rel_diff("mpi2", "mpi2_0", NULL) > 1e-3);
+}
+END_TEST
+
+START_TEST(two_ranks_small_buckets_accumulation)
+{
+	/* buckets of a few variables each, non-contiguous in the gradient
+	 * vector; no overlap; two micro-batches per update */
+	const char *x = "--set strategy.communication.bucket_mb=0.0008 "
+			"--set strategy.communication.overlap=false "
+			"--set train.accumulate_steps=2 ";
+	char a[512], b[512];
+	snprintf(a, sizeof(a), MPI_IMPL "%s", x);
+	snprintf(b, sizeof(b), SHM_IMPL "%s", x);
+	train_ok(2, "mpi2s", NULL, a, "mpi");
+	train_ok(2, "shm2s", NULL, b, "shared_memory");
+	int same = 0;
+	double d = max_rel_diff("mpi2s", "shm2s", &same);
+	printf("2 ranks, small buckets, no overlap, accumulate 2: %.3g\n", d);
+	ck_assert_msg(same && d == 0.0, "%g", d);
+	ck_assert_msg(strstr(log_of("shm2s"), "1 bucket") == NULL,
+		      "%s", log_of("shm2s"));
+}
+END_TEST
+
+START_TEST(three_ranks_close_to_mpi)
+{
+	train_ok(3, "mpi3", NULL, MPI_IMPL, "mpi");
+	train_ok(3, "shm3", NULL, SHM_IMPL, "shared_memory");
+	ck_assert_int_eq(train(1, "one", NULL, "--set strategy.type=one_device"), 0);
+	double d = max_rel_diff("mpi3", "shm3", NULL);
+	double o = max_rel_diff("one", "shm3", NULL);
+	printf("3 ranks, shared_memory vs mpi: %.3g; vs one_device: %.3g\n", d, o);
+	ck_assert_msg(d <= 1e-6, "%g", d);
+	ck_assert_msg(o <= 1e-4, "%g", o);
+}
+END_TEST
+
+START_TEST(auto_across_nodes_is_mpi)
+{
+	train_ok(2, "auto_nodes", "DTF_TEST_RANKS_PER_NODE=1", NULL, "mpi");
+	train_ok(2, "auto_mirrored", NULL, "--set strategy.type=mirrored",
+		 "shared_memory");
+	train_ok(2, "auto_fp16", NULL,
+		 "--set strategy.communication.compression=fp16", "mpi");
+}
+END_TEST
+
+static const struct {
+	const char *env, *sets, *msg;
+} errors[] = {
+	{NULL, "--set strategy.communication.compression=fp16",
+	 "implementation: shared_memory reduces the gradients of mirrored or multi_worker_mirrored replicas on one node, on the CPU, without compression or hierarchical; not with compression"},
+	{NULL, "--set strategy.type=central_storage", "not with central_storage"},
+	{NULL, "--set strategy.type=parameter_server", "not with parameter_server"},
+	{NULL, "--set strategy.communication.hierarchical=true", "not with hierarchical"},
+	{"DTF_TEST_RANKS_PER_NODE=1", NULL, "not with ranks on several nodes"},
+	{NULL, "--set device=cuda", "not with device cuda"},
+};
+
+START_TEST(shared_memory_where_it_cannot_apply)
+{
+	int i = _i;
+	char sets[512];
+	snprintf(sets, sizeof(sets), SHM_IMPL "%s",
+		 errors[i].sets ? errors[i].sets : "");
+	int st = train(2, "err", errors[i].env, sets);
+	const char *log = log_of("err");
+	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, errors[i].msg) != NULL, "%s", log);
+	ck_assert_msg(strstr(log, "HINT: use implementation auto") != NULL,
+		      "%s", log);
+}
+END_TEST
+
+START_TEST(failing_rank_ends_job)
+{
+	/* hangs: the watchdog; exits without MPI_Finalize: mpirun */
+	int st = train(2, "hang", "DTF_FAULT=hang:rank=1:step=3",
+		       SHM_IMPL "--set fault.timeout_seconds=2");
+	const char *log = log_of("hang");
+	ck_assert_msg(st != 0 && st != 124, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "no progress for 2 s") != NULL, "%s", log);
+	st = train(2, "exit", "DTF_FAULT=exit:rank=0:step=3", SHM_IMPL);
+	log = log_of("exit");
+	ck_assert_msg(st != 0 && st != 124, "exit %d\n%s", st, log);
+}
+END_TEST
+
+static Suite *shm_suite(void)
+{
+	Suite *s = suite_create("shm");
+	TCase *tc = tcase_create("shared_memory");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_test(tc, two_ranks_same_bits_as_mpi);
+	tcase_add_test(tc, two_ranks_small_buckets_accumulation);
+	tcase_add_test(tc, three_ranks_close_to_mpi);
+	tcase_add_test(tc, auto_across_nodes_is_mpi);
+	tcase_add_loop_test(tc, shared_memory_where_it_cannot_apply, 0,
+			    (int)(sizeof(errors) / sizeof(errors[0])));
+	tcase_add_test(tc, failing_rank_ends_job);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run_suite(shm_suite(), 0);
+}
