@@ -1590,6 +1590,36 @@ out:
 
 /* ---- a whole buffer through the strategy's collectives (benchmarks) ---------- */
 
+/* One bucket of n floats at buf (inside this rank's segment) through the
+ * shared window, blocking, with the closing barrier a step's statistics
+ * allreduce would give. */
+static int shm_reduce_buffer(struct dtf_strategy *s, float *buf, size_t n)
+{
+	struct dtf_shm *sh = s->shm;
+	float *me = sh->seg[sh->rank];
+	if (buf < me || n > sh->n || (size_t)(buf - me) > sh->n - n)
+		return dtf_error(DTF_ERR_USAGE,
+				 "reducing through shared memory: the buffer is not in this rank's segment (dtf_strategy_share_grads)");
+	size_t base = (size_t)(buf - me), lo, hi;
+	MPI_Win_sync(sh->win);
+	MPI_TRY(MPI_Barrier(sh->arrive));
+	MPI_Win_sync(sh->win);
+	dtf_shm_slice(n, sh->rank, sh->size, &lo, &hi);
+	dtf_shm_sum(sh, base + lo, hi - lo);
+	MPI_Win_sync(sh->win);
+	MPI_TRY(MPI_Barrier(sh->reduced));
+	MPI_Win_sync(sh->win);
+	for (int q = 0; q < sh->size; q++) {
+		if (q == sh->rank)
+			continue;
+		dtf_shm_slice(n, q, sh->size, &lo, &hi);
+		dtf_shm_copy_from(sh, q, base + lo, hi - lo);
+	}
+	MPI_Win_sync(sh->win);
+	MPI_TRY(MPI_Barrier(sh->arrive));
+	return 0;
+}
+
 int dtf_strategy_reduce_buffer(struct dtf_strategy *s, float *buf,
 			       uint16_t *scratch, size_t n)
 {
@@ -1614,6 +1644,8 @@ int dtf_strategy_reduce_buffer(struct dtf_strategy *s, float *buf,
 	}
 	if (!s->replicas || s->nreplicas == 1)
 		return 0;
+	if (s->shm)
+		return shm_reduce_buffer(s, buf, n);
 	int half = s->compression != DTF_GRAD_COMPRESSION_NONE;
 	if (half)
 		compress(s->compression, buf, scratch, n,

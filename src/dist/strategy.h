@@ -197,8 +197,11 @@ int dtf_strategy_allreduce_compressed(struct dtf_comm *c, float *buf,
  * hierarchical reduce/allreduce/broadcast, central_storage reduce to
  * replica 0 then broadcast (what the update costs there), compression as
  * configured; parameter_server: one push and one pull through ps 0 (every
- * rank calls it; the ps answers each worker in turn).  scratch: n 16-bit
- * values for compression.  For benchmarks.  Errors: DTF_ERR_MPI.
+ * rank calls it; the ps answers each worker in turn); shared memory
+ * (after dtf_strategy_share_grads): buf must lie in the vector it gave,
+ * and a closing barrier stands for the statistics' allreduce of a step.
+ * scratch: n 16-bit values for compression.  For benchmarks.
+ * Errors: DTF_ERR_MPI, DTF_ERR_USAGE (buf outside the shared vector).
  */
 int dtf_strategy_reduce_buffer(struct dtf_strategy *s, float *buf,
 			       uint16_t *scratch, size_t n);

@@ -10,7 +10,10 @@
  * effective rate of the float32 gradients it carries).  Each cell is the
  * best of 3 timed batches of calls lasting >= 0.05 s each.  The plain MPI
  * call is the peer; "flat" is what multi_worker_mirrored/mirrored do
- * (16 MB chunks); central_storage is reduce to rank 0 + broadcast;
+ * (16 MB chunks, implementation mpi); "flat shm" is their shared-memory
+ * reduction (implementation shared_memory: the buffer lives in the
+ * window; sum of this rank's slice between two barriers, gather, and a
+ * closing barrier); central_storage is reduce to rank 0 + broadcast;
  * parameter_server is a push and a pull through one ps (so with 2 ranks:
  * 1 worker + 1 ps); hierarchical with 1 rank per "node"
  * (DTF_TEST_RANKS_PER_NODE=1 inside) and with one node.
@@ -46,13 +49,16 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-enum { NPATHS = 7 };
+enum { NPATHS = 8, SHM = 2 };
 static const char *const names[NPATHS] = {
-	"MPI_Allreduce", "flat", "flat+fp16", "hier(1 node)",
+	"MPI_Allreduce", "flat", "flat shm", "flat+fp16", "hier(1 node)",
 	"hier(2 nodes)", "central", "ps push+pull"};
 static const char *const sets[NPATHS][2] = {
 	{NULL, NULL},
-	{"strategy.type=multi_worker_mirrored", NULL},
+	{"strategy.type=multi_worker_mirrored",
+	 "strategy.communication.implementation=mpi"},
+	{"strategy.type=multi_worker_mirrored",
+	 "strategy.communication.implementation=shared_memory"},
 	{"strategy.type=multi_worker_mirrored",
 	 "strategy.communication.compression=fp16"},
 	{"strategy.type=multi_worker_mirrored",
@@ -77,12 +83,15 @@ int main(int argc, char **argv)
 	uint16_t *scratch = dtf_alloc_aligned(maxn * 2);
 	struct dtf_strategy *st[NPATHS] = {0};
 	struct dtf_job *jobs[NPATHS] = {0};
+	float *shbuf = NULL; /* the shm path's vector, in its window */
 	for (int p = 1; p < NPATHS; p++) {
 		int n = sets[p][1] ? 2 : 1;
 		if (dtf_job_load_string("bench.yaml", job_text, sets[p], n,
 					&jobs[p]) < 0 ||
-		    (p == 4 && setenv("DTF_TEST_RANKS_PER_NODE", "1", 1)) ||
-		    dtf_strategy_new(jobs[p], comm, NULL, &st[p]) < 0) {
+		    (p == 5 && setenv("DTF_TEST_RANKS_PER_NODE", "1", 1)) ||
+		    dtf_strategy_new(jobs[p], comm, NULL, &st[p]) < 0 ||
+		    (p == SHM && dtf_strategy_share_grads(st[p], maxn,
+							  &shbuf) < 0)) {
 			fprintf(stderr, "comm_bench: %s: %s\n", names[p],
 				dtf_error_msg());
 			return 1;
@@ -107,15 +116,18 @@ int main(int argc, char **argv)
 				MPI_Barrier(MPI_COMM_WORLD);
 				double t0 = now(), t;
 				int go = 1;
+				float *b = p == SHM && shbuf ? shbuf : buf;
+				if (p == SHM && !shbuf)
+					break; /* one rank: no window */
 				while (go) {
 					for (size_t i = 0; i < n; i += 1024)
-						buf[i] = 1.0f;
+						b[i] = 1.0f;
 					if (p == 0)
 						MPI_Allreduce(MPI_IN_PLACE, buf, (int)n,
 							      MPI_FLOAT, MPI_SUM,
 							      MPI_COMM_WORLD);
 					else
-						dtf_strategy_reduce_buffer(st[p], buf,
+						dtf_strategy_reduce_buffer(st[p], b,
 									   scratch, n);
 					calls++;
 					t = now() - t0;
