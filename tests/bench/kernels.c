@@ -17,6 +17,8 @@
  *
  * Taking the minimum over repeats makes the numbers usable on a busy
  * machine; they are still single-process figures, not training speed.
+ * GFLOP/s count the direct convolution's multiply-adds; the Winograd
+ * kernels (conv2 on AVX-512 CPUs) do fewer, so theirs are effective rates.
  */
 #include <cblas.h>
 #include <stdio.h>
