@@ -262,6 +262,58 @@ START_TEST(conv2d_forward_matches_reference)
 }
 END_TEST
 
+/* An output whose window holds only zeros is the bias exactly, as in a
+ * direct sum, also where the Winograd kernels run (they would otherwise
+ * leave rounding noise there, which a relu or a max pool turns into a
+ * different gradient): half of every image zero, zero and random biases,
+ * relu on and off, 3x3, 4x4 and 5x5 filters. */
+START_TEST(conv2d_keeps_exact_zeros)
+{
+	for (int k = 3; k <= 5; k++) {
+		struct dtf_window_geom g = geom(3, 12, 13, 16, k, k, 32, 1, 1,
+						DTF_PAD_SAME);
+		size_t nx = (size_t)g.n * g.h * g.w * g.c;
+		size_t nw = (size_t)g.kh * g.kw * g.c * g.o;
+		size_t ny = (size_t)g.n * g.oh * g.ow * g.o;
+		float *x = tu_frandom(nx, -1, 1), *w = tu_frandom(nw, -1, 1);
+		for (size_t i = 0; i < nx; i++) /* columns 6.. are zero */
+			if ((i / (size_t)g.c) % (size_t)g.w >= 6)
+				x[i] = 0.0f;
+		float *zb = tu_falloc((size_t)g.o), *rb = tu_frandom((size_t)g.o, -0.5f, 0.5f);
+		memset(zb, 0, (size_t)g.o * sizeof *zb);
+		float *ref = tu_fnan(ny), *rws = tu_fnan(dtf_cpu_conv2d_workspace(&g));
+		float *y = tu_fnan(ny), *fws = tu_fnan(dtf_fast_conv2d_workspace(&g, 2));
+		struct dtf_pool *p;
+		ck_assert_int_eq(dtf_pool_new(2, &p), 0);
+		dtf_cpu_conv2d(&g, x, w, ref, rws);
+		int exact = 0;
+		for (int bi = 0; bi < 2; bi++) {
+			const float *b = bi ? rb : zb;
+			for (int relu = 0; relu < 2; relu++) {
+				dtf_fast_conv2d(p, &g, x, w, b, relu, y, fws);
+				for (size_t i = 0; i < ny; i++) {
+					int ox = (int)((i / (size_t)g.o) % (size_t)g.ow);
+					/* window columns ox-pad .. ox-pad+k-1 all >= 6 */
+					if (ox - g.pad_left < 6)
+						continue;
+					float want = ref[i] + b[i % (size_t)g.o];
+					if (relu && want < 0.0f)
+						want = 0.0f;
+					ck_assert_msg(memcmp(&want, &y[i], sizeof want) == 0,
+						      "k %d bias %d relu %d [%zu]: %.9g, want %.9g",
+						      k, bi, relu, i, y[i], want);
+					exact++;
+				}
+			}
+		}
+		ck_assert_int_gt(exact, 0);
+		dtf_pool_free(p);
+		free(x); free(w); free(zb); free(rb); free(ref); free(rws);
+		free(y); free(fws);
+	}
+}
+END_TEST
+
 START_TEST(conv2d_backward_matches_reference)
 {
 	for (int ci = 0; ci < NCONV; ci++) {
@@ -716,7 +768,8 @@ static Suite *fast_suite(void)
 	} cases[] = {
 		{"pool", {pool_runs_every_thread_once}},
 		{"conv2d", {conv2d_forward_matches_reference,
-			    conv2d_backward_matches_reference}},
+			    conv2d_backward_matches_reference,
+			    conv2d_keeps_exact_zeros}},
 		{"dense", {matmul_matches_reference,
 			   bias_act_and_relu_grad_match_reference}},
 		{"max_pool2d", {max_pool_matches_reference,

@@ -101,11 +101,19 @@ static void wgeo_bwi(struct wgeo *q, const struct dtf_window_geom *g)
 	wgeo_init(q, &b);
 }
 
-/* Floats of one thread's area for geometry q: padded image, V, M (or dM). */
+/* Floats of the exact-zero masks (bytes): padded pixels, then outputs. */
+static size_t zmask_floats(const struct wgeo *q)
+{
+	return r16(((size_t)q->hp * q->wp + (size_t)q->oh * q->ow + 3) / 4);
+}
+
+/* Floats of one thread's area for geometry q: padded image, V, M (or dM),
+ * the exact-zero masks. */
 static size_t area(const struct wgeo *q)
 {
 	return r16((size_t)q->hp * q->wp * q->c) +
-	       r16((size_t)WX * q->T * q->c) + r16((size_t)WX * q->T * q->o);
+	       r16((size_t)WX * q->T * q->c) + r16((size_t)WX * q->T * q->o) +
+	       zmask_floats(q);
 }
 
 static size_t thread_floats(const struct dtf_window_geom *g)
@@ -249,6 +257,60 @@ static void pad_in(const struct wgeo *q, const float *x, float *xp)
 	}
 }
 
+/*
+ * Exact zeros.  Winograd's transforms mix the whole 6 x 6 input tile into
+ * every output of the tile, so an output whose own window holds only
+ * zeros comes out as the bias plus rounding noise (about 1e-9 of the
+ * tile's other values) instead of the bias exactly, as a direct sum gives.
+ * Where that bias is 0 (freshly initialised layers) a following relu then
+ * lets the gradient through where TF's ReluGrad blocks it (y > 0), and a
+ * max pool breaks ties elsewhere: zero backgrounds (padding, MNIST-like
+ * images, dead relu maps) would train differently.  So the forward pass
+ * marks the outputs whose window is all zeros (every channel of every
+ * pixel) and writes the bias there exactly.
+ *
+ * wz (oh, ow) = 1 where output (oy, ox)'s r x r window in padded image xp
+ * is all zeros; pz (hp, wp) is scratch.  Returns the number of such
+ * outputs (0: wz need not be read).
+ */
+static size_t zero_windows(const struct wgeo *q, const float *xp,
+			   unsigned char *pz, unsigned char *wz)
+{
+	const int C = q->c, r = q->r;
+	size_t zeros = 0, found = 0;
+	for (size_t p = 0; p < (size_t)q->hp * q->wp; p++) {
+		const float *v = xp + p * C;
+		int z = 1;
+		for (int c = 0; c < C && z; c++)
+			z = v[c] == 0.0f;
+		pz[p] = (unsigned char)z;
+		zeros += (size_t)z;
+	}
+	/* padding alone is never a whole window (pad < r) */
+	if (zeros == (size_t)q->hp * q->wp - (size_t)q->h * q->w)
+		return 0;
+	/* rows of r pixels, in place (each row's first wp - r + 1 entries),
+	 * then columns of r rows */
+	for (int i = 0; i < q->hp; i++) {
+		unsigned char *row = pz + (size_t)i * q->wp;
+		for (int j = 0; j + r <= q->wp; j++) {
+			unsigned char z = 1;
+			for (int b = 0; b < r; b++)
+				z &= row[j + b];
+			row[j] = z;
+		}
+	}
+	for (int oy = 0; oy < q->oh; oy++)
+		for (int ox = 0; ox < q->ow; ox++) {
+			unsigned char z = 1;
+			for (int a = 0; a < r; a++)
+				z &= pz[(size_t)(oy + a) * q->wp + ox];
+			wz[(size_t)oy * q->ow + ox] = z;
+			found += z;
+		}
+	return found;
+}
+
 /* V[xi][t][c] = B^T d B for every tile t of padded image xp. */
 static DTF_T512 void in_transform(const struct wgeo *q, const float *xp,
 				  float *restrict V)
@@ -283,7 +345,8 @@ static DTF_T512 void in_transform(const struct wgeo *q, const float *xp,
  * are dropped. */
 static inline __attribute__((always_inline)) DTF_T512 void
 out_transform_m(const struct wgeo *q, const float *restrict M,
-		const float *restrict bias, int relu, float *restrict y,
+		const float *restrict bias, int relu,
+		const unsigned char *restrict wz, float *restrict y,
 		const int m)
 {
 	const int O = q->o, T = q->T;
@@ -309,8 +372,9 @@ out_transform_m(const struct wgeo *q, const float *restrict M,
 				for (int i = 0; i < nr; i++) {
 					at6(tmp[i], out, m);
 					float *yr = y + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m) * O + o0;
+					const unsigned char *zr = wz ? wz + (size_t)(ty * m + i) * q->ow + (size_t)tx * m : NULL;
 					for (int k = 0; k < nc; k++) {
-						V512 v = ADD(out[k], b);
+						V512 v = zr && zr[k] ? b : ADD(out[k], b);
 						if (relu)
 							v = _mm512_max_ps(v, zero);
 						_mm512_storeu_ps(yr + (size_t)k * O, v);
@@ -321,12 +385,13 @@ out_transform_m(const struct wgeo *q, const float *restrict M,
 }
 
 static DTF_T512 void out_transform(const struct wgeo *q, const float *M,
-				   const float *bias, int relu, float *y)
+				   const float *bias, int relu,
+				   const unsigned char *wz, float *y)
 {
 	switch (q->m) {
-	case 2: out_transform_m(q, M, bias, relu, y, 2); break;
-	case 3: out_transform_m(q, M, bias, relu, y, 3); break;
-	default: out_transform_m(q, M, bias, relu, y, 4); break;
+	case 2: out_transform_m(q, M, bias, relu, wz, y, 2); break;
+	case 3: out_transform_m(q, M, bias, relu, wz, y, 3); break;
+	default: out_transform_m(q, M, bias, relu, wz, y, 4); break;
 	}
 }
 
@@ -477,6 +542,7 @@ struct wjob {
 	float *ws, *U;              /* per-thread areas; transformed filter */
 	size_t tstride;             /* floats per thread area */
 	int relu;
+	int exact_zeros;            /* forward: all-zero windows give the bias */
 };
 
 /* the filter transform, input channels split across threads */
@@ -497,16 +563,20 @@ static void fwd_task(void *arg, int tid, int nt)
 	float *xp = j->ws + (size_t)tid * j->tstride;
 	float *V = xp + r16((size_t)q->hp * q->wp * q->c);
 	float *M = V + r16((size_t)WX * q->T * q->c);
+	unsigned char *pz = (unsigned char *)(M + r16((size_t)WX * q->T * q->o));
+	unsigned char *wz = pz + (size_t)q->hp * q->wp;
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->g->n, 1, tid, nt, &lo, &hi);
 	for (size_t b = lo; b < hi; b++) {
 		pad_in(q, j->x + b * in_img, xp);
+		size_t zw = j->exact_zeros ? zero_windows(q, xp, pz, wz) : 0;
 		in_transform(q, xp, V);
 		for (int xi = 0; xi < WX; xi++)
 			mm(q->T, q->c, q->o, V + (size_t)xi * q->T * q->c, (size_t)q->c, 1,
 			   j->U + (size_t)xi * q->c * q->o, (size_t)q->o,
 			   M + (size_t)xi * q->T * q->o, (size_t)q->o, 0);
-		out_transform(q, M, j->bias, j->relu, j->y + b * out_img);
+		out_transform(q, M, j->bias, j->relu, zw ? wz : NULL,
+			      j->y + b * out_img);
 		if (j->pg) {
 			const struct dtf_window_geom *pg = j->pg;
 			dtf_fast_max_pool2d_images(pg, 1, j->y + b * out_img,
@@ -533,7 +603,8 @@ int dtf_wino_applies(const struct dtf_window_geom *g)
 	       g->stride_h == 1 && g->stride_w == 1 && g->dilation_h == 1 &&
 	       g->dilation_w == 1 && g->c % 16 == 0 && g->o % 16 == 0 &&
 	       g->c > 0 && g->o > 0 && g->pad_top < g->kh &&
-	       g->pad_left < g->kw && __builtin_cpu_supports("avx512f");
+	       g->pad_left < g->kw && g->pad_bottom < g->kh &&
+	       g->pad_right < g->kw && __builtin_cpu_supports("avx512f");
 }
 
 size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads)
@@ -549,7 +620,8 @@ void dtf_wino_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
 		     float *q, float *ws)
 {
 	struct wjob j = {.g = g, .x = x, .w = w, .bias = bias, .y = y,
-			 .pg = pg, .q_out = q, .ws = ws, .relu = relu};
+			 .pg = pg, .q_out = q, .ws = ws, .relu = relu,
+			 .exact_zeros = 1};
 	wgeo_init(&j.q, g);
 	j.tstride = thread_floats(g);
 	j.U = shared_area(g, ws, dtf_pool_size(p));

@@ -18,7 +18,8 @@
 
 /* 1 when the functions below handle conv geometry g (forward and both
  * gradients): kh == kw in 3..5, strides and dilations 1, c and o multiples
- * of 16, padding before smaller than the filter, and a CPU with AVX-512F;
+ * of 16, padding on every side smaller than the filter, and a CPU with
+ * AVX-512F;
  * 0 otherwise (and always in a build without AVX-512 support). */
 int dtf_wino_applies(const struct dtf_window_geom *g);
 
