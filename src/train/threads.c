@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "ops/cpu/fast.h"
 #if defined(__SSE__)
 #include <xmmintrin.h>
@@ -80,6 +81,9 @@ int dtf_threads_setup_fast(int threads, int *use_fast, struct dtf_pool **pool)
 	const char *k = getenv("DTF_CPU_KERNELS");
 	*pool = NULL;
 	*use_fast = !(k && strcmp(k, "reference") == 0);
+	if (k && *k && strcmp(k, "reference") != 0 && strcmp(k, "fast") != 0)
+		dtf_warn("DTF_CPU_KERNELS=%s: unknown value (known: fast, reference); using the fast kernels",
+			 k);
 	if (!*use_fast) {
 		dtf_threads_set(threads);
 		return 0;

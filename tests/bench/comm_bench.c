@@ -3,7 +3,7 @@
  * paths (dtf_strategy_reduce_buffer) beside one plain MPI_Allreduce call of
  * the same size, in the same run.
  *
- *   mpirun -np 2 build/tests/comm_bench [MAX_MIB]   (default 64)
+ *   mpirun -np 2 build/tests/bench/comm_bench [MAX_MIB]   (default 64)
  *
  * Prints one row per size: bytes, then GB/s for each path, where GB/s is
  * the float32 payload (bytes) / seconds per call (so fp16 shows the
