@@ -576,6 +576,23 @@ START_TEST(test_cross_references)
 			 "sparse_softmax_cross_entropy.labels: no feature "
 			 "named 'labels' in data.features (did you mean "
 			 "'label'?)");
+	/* shared-memory reduction where the job alone rules it out: at the
+	 * key, so --dry-run finds it too */
+	ck_assert_msg_is(load_fail(edit("  type: multi_worker_mirrored\n",
+					"  type: parameter_server\n"
+					"  communication: {implementation: shared_memory}\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:28:35: strategy.communication."
+			 "implementation: shared_memory reduces the gradients "
+			 "of mirrored or multi_worker_mirrored replicas on one "
+			 "node, on the CPU, without compression or "
+			 "hierarchical; not with parameter_server\n"
+			 "HINT: use implementation auto (shared memory where "
+			 "it applies, MPI elsewhere) or mpi");
+	const char *fp16[] = {"strategy.communication.compression=fp16",
+			      "strategy.communication.implementation=shared_memory"};
+	ck_assert_ptr_nonnull(strstr(load_fail(SKETCH, fp16, 2, DTF_ERR_CONFIG),
+					 "not with compression"));
 }
 END_TEST
 

@@ -2447,8 +2447,40 @@ static const struct section model_section = {
 static const struct section train_section = {
 	train_fields, NFIELDS(train_fields), (long)JOB(train.where),
 	check_train};
+/* strategy.communication.implementation shared_memory where the job alone
+ * rules it out (dist/strategy.c checks the rest, which depends on the
+ * ranks: several nodes, device cuda): a job error at the key, caught by
+ * --dry-run as well. */
+static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
+			  const yaml_node_t *map, const char *path)
+{
+	const struct dtf_job *job = base;
+	(void)key;
+	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY || !map)
+		return 0;
+	const char *why = NULL;
+	if (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE)
+		why = "central_storage";
+	else if (job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER)
+		why = "parameter_server";
+	else if (job->strategy.compression != DTF_GRAD_COMPRESSION_NONE)
+		why = "compression";
+	else if (job->strategy.hierarchical)
+		why = "hierarchical";
+	if (!why)
+		return 0;
+	const yaml_node_t *comm = dtf_ytree_get(c->t, map, "communication");
+	const yaml_node_t *n = comm ? dtf_ytree_get(c->t, comm, "implementation") : NULL;
+	char sub[PATH_MAX_];
+	path_fmt(sub, "%s.communication.implementation", path);
+	return fail(c, n ? n : key, sub,
+		    "shared_memory reduces the gradients of mirrored or multi_worker_mirrored replicas on one node, on the CPU, without compression or hierarchical; not with %s\n"
+		    "HINT: use implementation auto (shared memory where it applies, MPI elsewhere) or mpi",
+		    why);
+}
+
 static const struct section strategy_section = {
-	strategy_fields, NFIELDS(strategy_fields), -1, NULL};
+	strategy_fields, NFIELDS(strategy_fields), -1, check_strategy};
 static const struct section memory_section = {
 	memory_fields, NFIELDS(memory_fields), -1, NULL};
 static const struct section logging_section = {
