@@ -48,21 +48,24 @@ static void apply_mask(size_t rows, size_t cols, float rate,
 		return;
 	}
 	const float scale = 1.0f / (1.0f - rate);
-	for (size_t r = 0; r < rows; r++) {
-		const uint64_t id = example_id[r];
-		const float *xr = x + r * cols;
-		float *yr = y + r * cols;
-		for (size_t j0 = 0; j0 < cols; j0 += 4) {
-			uint32_t ctr[4] = {(uint32_t)(j0 / 4), (uint32_t)id,
-					   (uint32_t)(id >> 32), salt};
-			uint32_t word[4];
-			dtf_philox4x32(key, ctr, word);
-			size_t jn = cols - j0 < 4 ? cols - j0 : 4;
-			for (size_t t = 0; t < jn; t++)
-				yr[j0 + t] = dtf_rng_u01(word[t]) >= rate
-						     ? xr[j0 + t] * scale
-						     : 0.0f;
-		}
+	for (size_t r = 0; r < rows; r++)
+		dtf_cpu_dropout_span(0, cols, example_id[r], rate, scale, key,
+				     salt, x + r * cols, y + r * cols);
+}
+
+void dtf_cpu_dropout_span(size_t j0, size_t j1, uint64_t id, float rate,
+			  float scale, struct dtf_philox_key key, uint32_t salt,
+			  const float *x, float *y)
+{
+	for (; j0 < j1; j0 += 4) {
+		uint32_t ctr[4] = {(uint32_t)(j0 / 4), (uint32_t)id,
+				   (uint32_t)(id >> 32), salt};
+		uint32_t word[4];
+		dtf_philox4x32(key, ctr, word);
+		size_t jn = j1 - j0 < 4 ? j1 - j0 : 4;
+		for (size_t t = 0; t < jn; t++)
+			y[j0 + t] = dtf_rng_u01(word[t]) >= rate ? x[j0 + t] * scale
+								 : 0.0f;
 	}
 }
 

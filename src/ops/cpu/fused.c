@@ -470,13 +470,55 @@ static inline DTF_BODY void pool_grad_2x2_16(const float *restrict img,
 	VSTORE(d3, o);
 }
 
+#if defined(DTF_T512)
+/* pool_grad_2x2_16 in AVX-512 intrinsics: the same comparisons in the
+ * same order, so the same bits (GCC's code for the generic vector types
+ * builds the masks lane by lane, about 5x slower).  Not always_inline:
+ * the copies of pool_grad_walk for other ISAs hold a dead call to it,
+ * which GCC removes; the AVX-512 copy inlines it. */
+static inline DTF_T512 void
+pool_grad_2x2_16_512(const float *restrict img, float *restrict dimg,
+		     const float *restrict gy, size_t base, int w, int c,
+		     int relu, float *restrict part)
+{
+	const float *x0 = img + base, *x1 = x0 + c;
+	const float *x2 = x0 + (size_t)w * c, *x3 = x2 + c;
+	float *d0 = dimg + base, *d1 = d0 + c;
+	float *d2 = d0 + (size_t)w * c, *d3 = d2 + c;
+	__m512 best = _mm512_loadu_ps(x0);
+	__m512 a1 = _mm512_loadu_ps(x1);
+	__m512 a2 = _mm512_loadu_ps(x2);
+	__m512 a3 = _mm512_loadu_ps(x3);
+	__mmask16 m1 = _mm512_cmp_ps_mask(a1, best, _CMP_GT_OQ);
+	best = _mm512_mask_mov_ps(best, m1, a1);
+	__mmask16 m2 = _mm512_cmp_ps_mask(a2, best, _CMP_GT_OQ);
+	best = _mm512_mask_mov_ps(best, m2, a2);
+	__mmask16 m3 = _mm512_cmp_ps_mask(a3, best, _CMP_GT_OQ);
+	best = _mm512_mask_mov_ps(best, m3, a3);
+	/* one-hot masks of the winner: the last cell that beat the best */
+	__mmask16 w3 = m3, w2 = m2 & ~m3, w1 = m1 & ~m2 & ~m3;
+	__mmask16 w0 = (__mmask16)~(m1 | m2 | m3);
+	__mmask16 keep = relu ? _mm512_cmp_ps_mask(best, _mm512_setzero_ps(),
+						   _CMP_GT_OQ)
+			      : (__mmask16)0xffff;
+	__m512 val = _mm512_maskz_mov_ps(keep, _mm512_loadu_ps(gy));
+	_mm512_storeu_ps(part, _mm512_add_ps(_mm512_loadu_ps(part), val));
+	_mm512_storeu_ps(d0, _mm512_maskz_mov_ps(w0, val));
+	_mm512_storeu_ps(d1, _mm512_maskz_mov_ps(w1, val));
+	_mm512_storeu_ps(d2, _mm512_maskz_mov_ps(w2, val));
+	_mm512_storeu_ps(d3, _mm512_maskz_mov_ps(w3, val));
+}
+#endif
+
 /* Channels a window pass keeps partial sums for on the stack. */
 #define CMAX 1024
 
-static inline DTF_BODY void pool_grad_any_body(const struct dtf_window_geom *g,
-					   size_t nb, const float *restrict x,
-					   const float *restrict dy, int relu,
-					   float *restrict dx, float *sum)
+/* The pass over windows; isa512 (a literal) picks the intrinsics for 2x2
+ * windows, in the AVX-512 copy only. */
+static inline __attribute__((always_inline)) void
+pool_grad_walk(const struct dtf_window_geom *g, size_t nb,
+	       const float *restrict x, const float *restrict dy, int relu,
+	       float *restrict dx, float *sum, const int isa512)
 {
 	const int c = g->c, w = g->w, kh = g->kh, kw = g->kw;
 	/* windows outer, channels inner: x and dx are walked once, in
@@ -499,9 +541,17 @@ static inline DTF_BODY void pool_grad_any_body(const struct dtf_window_geom *g,
 					const float *gy = dy + ((b * g->oh + oy) * g->ow + ox) * c;
 					int t0 = c0;
 					if (kh == 2 && kw == 2)
-						for (; t0 + 16 <= c0 + cw; t0 += 16)
+						for (; t0 + 16 <= c0 + cw; t0 += 16) {
+#if defined(DTF_T512)
+							if (isa512) {
+								pool_grad_2x2_16_512(img, dimg, gy + t0, base + t0, w,
+										     c, relu, part + (t0 - c0));
+								continue;
+							}
+#endif
 							pool_grad_2x2_16(img, dimg, gy + t0, base + t0, w,
 									 c, relu, part + (t0 - c0));
+						}
 					for (; t0 + 16 <= c0 + cw; t0 += 16)
 						pool_grad_chunk(img, dimg, gy + t0, base + t0, w, c,
 								kh, kw, relu, part + (t0 - c0), 16);
@@ -524,96 +574,30 @@ static inline DTF_BODY void pool_grad_any_body(const struct dtf_window_geom *g,
 				sum[c0 + t] = (float)(acc[t] + part[t]);
 	}
 }
-DTF_ISA_FN(pool_grad_any,
-	   (const struct dtf_window_geom *g, size_t nb, const float *restrict x,
-	    const float *restrict dy, int relu, float *restrict dx, float *sum),
-	   (g, nb, x, dy, relu, dx, sum))
+
+static inline DTF_BODY void pool_grad_body(const struct dtf_window_geom *g,
+					   size_t nb, const float *restrict x,
+					   const float *restrict dy, int relu,
+					   float *restrict dx, float *sum)
+{
+	pool_grad_walk(g, nb, x, dy, relu, dx, sum, 0);
+}
 
 #if defined(DTF_T512)
-/* pool_grad_body for 2x2 windows and c % 16 == 0 in AVX-512 intrinsics:
- * the same comparisons in the same order, the same sums (float within
- * runs of RUN windows, double across), so the same bits; GCC's code for
- * the generic vector types above builds masks lane by lane. */
-DTF_T512 static void pool_grad_2x2_512(const struct dtf_window_geom *g,
-				       size_t nb, const float *restrict x,
-				       const float *restrict dy, int relu,
-				       float *restrict dx, float *sum)
+/* The AVX-512 copy: intrinsics for 2x2 windows. */
+DTF_T512 static void pool_grad_512(const struct dtf_window_geom *g, size_t nb,
+				   const float *restrict x,
+				   const float *restrict dy, int relu,
+				   float *restrict dx, float *sum)
 {
-	const int c = g->c, w = g->w;
-	const __m512 zero = _mm512_setzero_ps();
-	for (int c0 = 0; c0 < c; c0 += CMAX) {
-		const int cw = c - c0 < CMAX ? c - c0 : CMAX;
-		double acc[CMAX];
-		float part[CMAX];
-		for (int t = 0; t < cw; t++) {
-			acc[t] = 0.0;
-			part[t] = 0.0f;
-		}
-		size_t in_run = 0;
-		for (size_t b = 0; b < nb; b++) {
-			const float *img = x + b * g->h * w * c;
-			float *dimg = dx + b * g->h * w * c;
-			for (int oy = 0; oy < g->oh; oy++) {
-				for (int ox = 0; ox < g->ow; ox++) {
-					size_t base = ((size_t)oy * 2 * w + (size_t)ox * 2) * c + c0;
-					const float *gy = dy + ((b * g->oh + oy) * g->ow + ox) * c + c0;
-					const float *x0 = img + base, *x1 = x0 + c;
-					const float *x2 = x0 + (size_t)w * c, *x3 = x2 + c;
-					float *d0 = dimg + base, *d1 = d0 + c;
-					float *d2 = d0 + (size_t)w * c, *d3 = d2 + c;
-					for (int t = 0; t < cw; t += 16) {
-						__m512 best = _mm512_loadu_ps(x0 + t);
-						__m512 a1 = _mm512_loadu_ps(x1 + t);
-						__m512 a2 = _mm512_loadu_ps(x2 + t);
-						__m512 a3 = _mm512_loadu_ps(x3 + t);
-						__mmask16 m1 = _mm512_cmp_ps_mask(a1, best, _CMP_GT_OQ);
-						best = _mm512_mask_mov_ps(best, m1, a1);
-						__mmask16 m2 = _mm512_cmp_ps_mask(a2, best, _CMP_GT_OQ);
-						best = _mm512_mask_mov_ps(best, m2, a2);
-						__mmask16 m3 = _mm512_cmp_ps_mask(a3, best, _CMP_GT_OQ);
-						best = _mm512_mask_mov_ps(best, m3, a3);
-						__mmask16 w3 = m3, w2 = m2 & ~m3;
-						__mmask16 w1 = m1 & ~m2 & ~m3;
-						__mmask16 w0 = (__mmask16)~(m1 | m2 | m3);
-						__mmask16 keep = relu ? _mm512_cmp_ps_mask(best, zero, _CMP_GT_OQ)
-								      : (__mmask16)0xffff;
-						__m512 val = _mm512_maskz_mov_ps(keep, _mm512_loadu_ps(gy + t));
-						_mm512_storeu_ps(part + t, _mm512_add_ps(_mm512_loadu_ps(part + t), val));
-						_mm512_storeu_ps(d0 + t, _mm512_maskz_mov_ps(w0, val));
-						_mm512_storeu_ps(d1 + t, _mm512_maskz_mov_ps(w1, val));
-						_mm512_storeu_ps(d2 + t, _mm512_maskz_mov_ps(w2, val));
-						_mm512_storeu_ps(d3 + t, _mm512_maskz_mov_ps(w3, val));
-					}
-					if (++in_run == RUN) {
-						for (int t = 0; t < cw; t++) {
-							acc[t] += part[t];
-							part[t] = 0.0f;
-						}
-						in_run = 0;
-					}
-				}
-			}
-		}
-		if (sum)
-			for (int t = 0; t < cw; t++)
-				sum[c0 + t] = (float)(acc[t] + part[t]);
-	}
+	pool_grad_walk(g, nb, x, dy, relu, dx, sum, 1);
 }
 #endif
-
-static void pool_grad(const struct dtf_window_geom *g, size_t nb,
-		      const float *x, const float *dy, int relu, float *dx,
-		      float *sum)
-{
-#if defined(DTF_T512)
-	if (g->kh == 2 && g->kw == 2 && g->c % 16 == 0 &&
-	    __builtin_cpu_supports("avx512f")) {
-		pool_grad_2x2_512(g, nb, x, dy, relu, dx, sum);
-		return;
-	}
-#endif
-	pool_grad_any(g, nb, x, dy, relu, dx, sum);
-}
+DTF_ISA_FN_OWN512(pool_grad,
+		  (const struct dtf_window_geom *g, size_t nb,
+		   const float *restrict x, const float *restrict dy, int relu,
+		   float *restrict dx, float *sum),
+		  (g, nb, x, dy, relu, dx, sum))
 
 void dtf_fast_max_pool2d_grad_images(const struct dtf_window_geom *g,
 				     size_t nb, const float *x,
@@ -652,24 +636,6 @@ void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
 }
 
 /* ---- dropout -------------------------------------------------------------------- */
-
-/* The reference's mask for blocks [blk0, ...) of one row: elements
- * [j0, j1) of the row, j0 = 4 * blk0 (the scalar path and the tails). */
-static void dropout_scalar(size_t j0, size_t j1, uint64_t id, float rate,
-			   float scale, struct dtf_philox_key key,
-			   uint32_t salt, const float *x, float *y)
-{
-	for (; j0 < j1; j0 += 4) {
-		uint32_t ctr[4] = {(uint32_t)(j0 / 4), (uint32_t)id,
-				   (uint32_t)(id >> 32), salt};
-		uint32_t word[4];
-		dtf_philox4x32(key, ctr, word);
-		size_t jn = j1 - j0 < 4 ? j1 - j0 : 4;
-		for (size_t t = 0; t < jn; t++)
-			y[j0 + t] = dtf_rng_u01(word[t]) >= rate ? x[j0 + t] * scale
-								 : 0.0f;
-	}
-}
 
 #if defined(DTF_T512)
 /* High 32 bits of the 32x32-bit products, per lane. */
@@ -736,7 +702,7 @@ DTF_T512 static void dropout_row_512(size_t cols, uint64_t id, float rate,
 			_mm512_storeu_ps(y + j0 + 16 * q, v);
 		}
 	}
-	dropout_scalar(j0, cols, id, rate, scale, key, salt, x, y);
+	dtf_cpu_dropout_span(j0, cols, id, rate, scale, key, salt, x, y);
 }
 #endif
 
@@ -767,7 +733,7 @@ static void dropout_task(void *arg, int tid, int nt)
 			continue;
 		}
 #endif
-		dropout_scalar(0, j->cols, j->ids[r], j->rate, scale, j->key,
+		dtf_cpu_dropout_span(0, j->cols, j->ids[r], j->rate, scale, j->key,
 			       j->salt, x, y);
 	}
 }

@@ -293,6 +293,15 @@ void dtf_cpu_dropout(size_t rows, size_t cols, float rate,
 		     struct dtf_philox_key key, const uint64_t *example_id,
 		     uint32_t salt, const float *x, float *y);
 
+/* Elements [j0, j1) of one row of dtf_cpu_dropout, j0 a multiple of 4
+ * (one Philox block per 4 elements): y[j] = x[j] * scale where kept, else
+ * 0, for the row of example `id`; scale = 1 / (1 - rate), 0 < rate < 1.
+ * The building block of dtf_cpu_dropout, and of the fast kernels' scalar
+ * path and tails. */
+void dtf_cpu_dropout_span(size_t j0, size_t j1, uint64_t id, float rate,
+			  float scale, struct dtf_philox_key key, uint32_t salt,
+			  const float *x, float *y);
+
 /* dx = dy / (1 - rate) where the same mask kept, else 0. */
 void dtf_cpu_dropout_grad(size_t rows, size_t cols, float rate,
 			  struct dtf_philox_key key, const uint64_t *example_id,

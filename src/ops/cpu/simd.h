@@ -7,6 +7,7 @@
  * name params` that calls a copy of the body compiled for AVX-512
  * (512-bit vectors), AVX2+FMA, or the build's baseline, whichever the CPU
  * supports (__builtin_cpu_supports reads a table filled at load time).
+ * DTF_ISA_FN_OWN512 does the same with a hand-written name##_512.
  * Off x86 or off GCC/clang the body is called directly.
  */
 #ifndef DTF_OPS_CPU_SIMD_H
@@ -25,6 +26,10 @@
 #define DTF_T256 __attribute__((target("avx2,fma")))
 #define DTF_ISA_FN(name, params, args)                                  \
 	DTF_T512 static void name##_512 params { name##_body args; }    \
+	DTF_ISA_FN_OWN512(name, params, args)
+/* The same, with name##_512 written by hand (e.g. in intrinsics) rather
+ * than compiled from the body. */
+#define DTF_ISA_FN_OWN512(name, params, args)                           \
 	DTF_T256 static void name##_256 params { name##_body args; }    \
 	static void name##_base params { name##_body args; }            \
 	static void name params                                         \
@@ -43,6 +48,7 @@
 #else
 #define DTF_ISA_FN(name, params, args) \
 	static void name params { name##_body args; }
+#define DTF_ISA_FN_OWN512(name, params, args) DTF_ISA_FN(name, params, args)
 #endif
 
 #endif

@@ -187,28 +187,18 @@ a6(const V512 *y, V512 *out, const int m)
 	out[5] = y[m - 1];
 }
 
-/* out (6) = G g (r) */
+/* out (6) = G g (r): G is A (the Vandermonde rows at the five finite
+ * points, and the last element for infinity) with row j < 5 scaled by
+ * s_j */
 static inline __attribute__((always_inline)) DTF_T512 void
 g6(const V512 *g, V512 *out, const int r)
 {
-	V512 e = g[0], od = _mm512_setzero_ps();
-	V512 e2 = g[0], o2 = _mm512_setzero_ps();
-	for (int k = 1; k < r; k++) {
-		float p2 = (float)(1 << k);
-		if (k % 2 == 0) {
-			e = ADD(e, g[k]);
-			e2 = FMA(g[k], p2, e2);
-		} else {
-			od = ADD(od, g[k]);
-			o2 = FMA(g[k], p2, o2);
-		}
-	}
-	out[0] = MUL(g[0], 0.25f);
-	out[1] = MUL(ADD(e, od), -1.0f / 6.0f);
-	out[2] = MUL(SUB(e, od), -1.0f / 6.0f);
-	out[3] = MUL(ADD(e2, o2), 1.0f / 24.0f);
-	out[4] = MUL(SUB(e2, o2), 1.0f / 24.0f);
-	out[5] = g[r - 1];
+	a6(g, out, r);
+	out[0] = MUL(out[0], 0.25f);
+	out[1] = MUL(out[1], -1.0f / 6.0f);
+	out[2] = MUL(out[2], -1.0f / 6.0f);
+	out[3] = MUL(out[3], 1.0f / 24.0f);
+	out[4] = MUL(out[4], 1.0f / 24.0f);
 }
 
 /* out (r) = G^T u (6): the adjoint of g6 */
@@ -226,6 +216,31 @@ gt6(const V512 *u, V512 *out, const int r)
 		if (k == r - 1)
 			v = ADD(v, u[5]);
 		out[k] = v;
+	}
+}
+
+/* out (6 x 6) = F in F^T for an n x n block `in` (in[a][b], n = m or r):
+ * F = A (the dy tiles of the filter gradient) or, with gscale, F = G (the
+ * filter) */
+static inline __attribute__((always_inline)) DTF_T512 void
+spread6(const V512 in[5][5], V512 out[6][6], const int n, const int gscale)
+{
+	V512 tmp[6][5], col[5], c6[6];
+	for (int b = 0; b < n; b++) {
+		for (int a = 0; a < n; a++)
+			col[a] = in[a][b];
+		if (gscale)
+			g6(col, c6, n);
+		else
+			a6(col, c6, n);
+		for (int j = 0; j < 6; j++)
+			tmp[j][b] = c6[j];
+	}
+	for (int j = 0; j < 6; j++) {
+		if (gscale)
+			g6(tmp[j], out[j], n);
+		else
+			a6(tmp[j], out[j], n);
 	}
 }
 
@@ -410,23 +425,17 @@ dy_transform_m(const struct wgeo *q, const float *restrict dy,
 			const int nr = q->oh - ty * m < m ? q->oh - ty * m : m;
 			const int nc = q->ow - tx * m < m ? q->ow - tx * m : m;
 			for (int o0 = 0; o0 < O; o0 += 16) {
-				V512 tmp[6][4], in[4], col[6];
-				for (int k = 0; k < m; k++) {
-					for (int i = 0; i < m; i++)
-						in[i] = i < nr && k < nc
+				V512 in[5][5], out[6][6];
+				for (int i = 0; i < m; i++)
+					for (int k = 0; k < m; k++)
+						in[i][k] = i < nr && k < nc
 							? _mm512_loadu_ps(dy + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m + k) * O + o0)
 							: zero;
-					a6(in, col, m);
-					for (int j = 0; j < 6; j++)
-						tmp[j][k] = col[j];
-				}
+				spread6(in, out, m, 0);
 				float *d = dM + (size_t)t * O + o0;
-				for (int j = 0; j < 6; j++) {
-					V512 out[6];
-					a6(tmp[j], out, m);
+				for (int j = 0; j < 6; j++)
 					for (int l = 0; l < 6; l++)
-						_mm512_storeu_ps(d + (size_t)(j * 6 + l) * ms, out[l]);
-				}
+						_mm512_storeu_ps(d + (size_t)(j * 6 + l) * ms, out[j][l]);
 			}
 		}
 }
@@ -450,21 +459,15 @@ filter_transform_r(const float *restrict w, int C, int O, int c_lo, int c_hi,
 	const size_t us = (size_t)C * O;
 	for (int c = c_lo; c < c_hi; c++)
 		for (int o0 = 0; o0 < O; o0 += 16) {
-			V512 tmp[6][5], in[5], col[6];
-			for (int b = 0; b < r; b++) {
-				for (int a = 0; a < r; a++)
-					in[a] = _mm512_loadu_ps(w + (((size_t)a * r + b) * C + c) * O + o0);
-				g6(in, col, r);
-				for (int j = 0; j < 6; j++)
-					tmp[j][b] = col[j];
-			}
+			V512 in[5][5], out[6][6];
+			for (int a = 0; a < r; a++)
+				for (int b = 0; b < r; b++)
+					in[a][b] = _mm512_loadu_ps(w + (((size_t)a * r + b) * C + c) * O + o0);
+			spread6(in, out, r, 1);
 			float *u = U + (size_t)c * O + o0;
-			for (int j = 0; j < 6; j++) {
-				V512 out[6];
-				g6(tmp[j], out, r);
+			for (int j = 0; j < 6; j++)
 				for (int k = 0; k < 6; k++)
-					_mm512_storeu_ps(u + (size_t)(j * 6 + k) * us, out[k]);
-			}
+					_mm512_storeu_ps(u + (size_t)(j * 6 + k) * us, out[j][k]);
 		}
 }
 
