@@ -3,9 +3,9 @@
  * over a thread pool, with bias and relu fused into the forward pass.
  *
  * Four kinds of kernel, chosen by geometry and CPU:
- *  - Winograd F(m x m, r x r) on 6 x 6 tiles (winograd.c) for stride-1
- *    square 3x3, 4x4 and 5x5 filters with c and o multiples of 16 on
- *    AVX-512 CPUs: 2.8 to 4 times fewer multiplications than any direct
+ *  - Winograd F(m x m, r x r) on 6 x 6 or 8 x 8 tiles (winograd.c) for
+ *    stride-1 square 3x3, 4x4 and 5x5 filters with c and o multiples of 16
+ *    on AVX-512 CPUs: 4 to 6 times fewer multiplications than any direct
  *    sum; the other kernels below handle everything else.
  *  - AVX-512 direct (where the CPU has AVX-512F; use_fwd512/use_bwf512/
  *    use_bwi512): each image is copied into a zero-padded buffer and the

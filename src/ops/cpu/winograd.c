@@ -1,26 +1,34 @@
 /*
- * winograd.c - conv2d by Winograd's minimal filtering on 6 x 6 tiles:
- * F(4x4, 3x3), F(3x3, 4x4) and F(2x2, 5x5), for the forward pass, the input
- * gradient and the filter gradient (AVX-512, 16 channels per vector).
+ * winograd.c - conv2d by Winograd's minimal filtering: F(4x4, 3x3) and
+ * F(3x3, 4x4) on 6 x 6 tiles, F(4x4, 5x5) on 8 x 8 tiles, for the forward
+ * pass, the input gradient and the filter gradient (AVX-512, 16 channels
+ * per vector).
  *
  * Source: A. Lavin and S. Gray, "Fast Algorithms for Convolutional Neural
- * Networks", CVPR 2016.  Per m x m output tile and r x r filter (m + r = 7):
+ * Networks", CVPR 2016.  Per m x m output tile and r x r filter, on an
+ * n x n input tile d (n = m + r - 1):
  *
  *     Y = A^T [ (G g G^T) .* (B^T d B) ] A
  *
- * with d the 6 x 6 input tile.  The matrices come from Toom-Cook
- * interpolation at the points p = 0, 1, -1, 2, -2 and infinity, so B^T is
- * the same for every (m, r) with m + r = 7 (it is the usual F(4x4, 3x3)
- * one), and with s = (1/4, -1/6, -1/6, 1/24, 1/24):
+ * The matrices come from Toom-Cook interpolation at the points p = 0, 1,
+ * -1, 2, -2 and infinity (n = 6) or 0, 1, -1, 2, -2, 1/2, -1/2 and
+ * infinity (n = 8), so B^T depends on n only (for n = 6 it is the usual
+ * F(4x4, 3x3) one).  With s_j = 1 / prod over l != j of (p_j - p_l), over
+ * the finite points, (1/4, -1/6, -1/6, 1/24, 1/24) for n = 6:
  *
- *     G[j][k]   = s_j p_j^k (j < 5),   G[5][k]   = [k == r - 1]
- *     A^T[i][j] = p_j^i     (j < 5),   A^T[i][5] = [i == m - 1]
+ *     G[j][k]   = s_j p_j^k,   G[n-1][k]   = [k == r - 1]
+ *     A^T[i][j] = p_j^i,       A^T[i][n-1] = [i == m - 1]
  *
- * The products over input channels become 36 independent matrix products,
- * one per point xi of the 6 x 6 transformed tile:
+ * (j < n - 1).  5x5 filters take the 8-point tiles: 64 / 16 = 4
+ * multiplications per output and channel pair instead of 25 (36 / 4 = 9
+ * on 6 x 6 tiles), at about twice the rounding error, still about 1e-5
+ * of the outputs' magnitude (measured 2-3e-5 of their rms, tests/test_fast.c).
+ *
+ * The products over input channels become n^2 independent matrix products,
+ * one per point xi of the n x n transformed tile:
  *     forward      M[xi] (tiles, o) = V[xi] (tiles, c) U[xi] (c, o)
- * and 36 / m^2 multiplications per output and channel pair replace r^2
- * (9 instead of 25 for 5x5, 2.25 instead of 9 for 3x3).  The gradients
+ * and n^2 / m^2 multiplications per output and channel pair replace r^2
+ * (4 instead of 25 for 5x5, 2.25 instead of 9 for 3x3).  The gradients
  * are the exact adjoints of that computation:
  *     filter       dU[xi] = sum over tiles of V[xi]^T (A dY A^T)[xi],
  *                  dg = G^T dU G
@@ -33,9 +41,9 @@
  *
  * Work: images are split across threads (a static split, so a thread
  * count always gives the same bits).  Per image: pad, transform every
- * tile (V, 36 x tiles x c), multiply per xi in 512-bit register tiles
+ * tile (V, n^2 x tiles x c), multiply per xi in 512-bit register tiles
  * (rows x 64, 32 or 16 outputs), transform back with bias and relu; about
- * 1 MB per image for a 14 x 14 x 32 -> 64 layer, in the L2 cache.  The
+ * 0.4 MB per image for a 14 x 14 x 32 -> 64 layer, in the L2 cache.  The
  * filter gradient sums into one partial dU per thread; the partials are
  * added and transformed back once.
  */
@@ -53,11 +61,10 @@
 #if defined(DTF_T512)
 #include <immintrin.h>
 
-#define WX 36 /* points of the transformed tile */
-
 /* Tiling of one (forward-like) geometry. */
 struct wgeo {
-	int r, m;         /* filter size, output tile size (m + r = 7) */
+	int r, m;         /* filter size, output tile size */
+	int n, nx;        /* tile points per side (m + r - 1: 6 or 8), n^2 */
 	int th, tw, T;    /* tiles down, across, per image */
 	int hp, wp;       /* padded input extent */
 	int pt, pl;       /* padding before */
@@ -69,7 +76,9 @@ static size_t r16(size_t n) { return (n + 15) / 16 * 16; }
 static void wgeo_init(struct wgeo *q, const struct dtf_window_geom *g)
 {
 	q->r = g->kh;
-	q->m = 7 - g->kh;
+	q->m = g->kh == 5 ? 4 : 7 - g->kh;
+	q->n = q->m + q->r - 1;
+	q->nx = q->n * q->n;
 	q->th = (g->oh + q->m - 1) / q->m;
 	q->tw = (g->ow + q->m - 1) / q->m;
 	q->T = q->th * q->tw;
@@ -112,7 +121,7 @@ static size_t zmask_floats(const struct wgeo *q)
 static size_t area(const struct wgeo *q)
 {
 	return r16((size_t)q->hp * q->wp * q->c) +
-	       r16((size_t)WX * q->T * q->c) + r16((size_t)WX * q->T * q->o) +
+	       r16((size_t)q->nx * q->T * q->c) + r16((size_t)q->nx * q->T * q->o) +
 	       zmask_floats(q);
 }
 
@@ -122,7 +131,7 @@ static size_t thread_floats(const struct dtf_window_geom *g)
 	wgeo_init(&f, g);
 	wgeo_bwi(&b, g);
 	size_t a = area(&f) > area(&b) ? area(&f) : area(&b);
-	return a + r16((size_t)WX * g->c * g->o); /* + the partial dU */
+	return a + r16((size_t)f.nx * g->c * g->o); /* + the partial dU */
 }
 
 /* ---- the 1-D transforms, 16 channels per vector ---------------------------- */
@@ -219,28 +228,150 @@ gt6(const V512 *u, V512 *out, const int r)
 	}
 }
 
-/* out (6 x 6) = F in F^T for an n x n block `in` (in[a][b], n = m or r):
+/*
+ * The 8-point transforms of F(4x4, 5x5): points p = 0, 1, -1, 2, -2, 1/2,
+ * -1/2 and infinity (index order), the same Toom-Cook construction as
+ * above (see the top of this file), so with s = (-1, -2/9, -2/9, 1/90,
+ * 1/90, 32/45, 32/45):
+ *     B^T row j < 7 = the coefficients of prod over l != j of (x - p_l),
+ *     B^T row 7     = those of prod over all l of (x - p_l),
+ *     G[j][k] = s_j p_j^k,   A^T[i][j] = p_j^i   (j < 7).
+ * Rows for +a and -a share an even and an odd part: (x +- a) E_a(x).
+ */
+
+/* out = B^T d (8 points) */
+static inline __attribute__((always_inline)) DTF_T512 void
+bt8(const V512 *d, V512 *out)
+{
+	V512 e, o;
+	out[0] = FMA(SUB(d[2], d[4]), 5.25f, SUB(d[6], d[0]));
+	e = FMA(d[4], -4.25f, ADD(d[2], d[6]));
+	o = FMA(d[3], -4.25f, ADD(d[1], d[5]));
+	out[1] = ADD(e, o);
+	out[2] = SUB(e, o);
+	e = FMA(d[2], 0.25f, FMA(d[4], -1.25f, d[6]));
+	o = FMA(d[1], 0.5f, FMA(d[3], -2.5f, MUL(d[5], 2.0f)));
+	out[3] = ADD(e, o);
+	out[4] = SUB(e, o);
+	e = FMA(d[2], 4.0f, FMA(d[4], -5.0f, d[6]));
+	o = FMA(d[1], 2.0f, FMA(d[3], -2.5f, MUL(d[5], 0.5f)));
+	out[5] = ADD(e, o);
+	out[6] = SUB(e, o);
+	out[7] = FMA(SUB(d[3], d[5]), 5.25f, SUB(d[7], d[1]));
+}
+
+/* out (m) = A^T z (8) */
+static inline __attribute__((always_inline)) DTF_T512 void
+at8(const V512 *z, V512 *out, const int m)
+{
+	V512 s1 = ADD(z[1], z[2]), d1 = SUB(z[1], z[2]);
+	V512 s2 = ADD(z[3], z[4]), d2 = SUB(z[3], z[4]);
+	V512 s3 = ADD(z[5], z[6]), d3 = SUB(z[5], z[6]);
+	for (int i = 0; i < m; i++) {
+		const float p2 = (float)(1 << i), ph = 1.0f / p2;
+		V512 v = i % 2 == 0 ? FMA(s3, ph, FMA(s2, p2, s1))
+				    : FMA(d3, ph, FMA(d2, p2, d1));
+		if (i == 0)
+			v = ADD(v, z[0]);
+		if (i == m - 1)
+			v = ADD(v, z[7]);
+		out[i] = v;
+	}
+}
+
+/* out (8) = A y (m): the adjoint of at8 */
+static inline __attribute__((always_inline)) DTF_T512 void
+a8(const V512 *y, V512 *out, const int m)
+{
+	const V512 zero = _mm512_setzero_ps();
+	V512 e1 = y[0], o1 = zero, e2 = y[0], o2 = zero, e3 = y[0], o3 = zero;
+	for (int i = 1; i < m; i++) {
+		const float p2 = (float)(1 << i), ph = 1.0f / p2;
+		if (i % 2 == 0) {
+			e1 = ADD(e1, y[i]);
+			e2 = FMA(y[i], p2, e2);
+			e3 = FMA(y[i], ph, e3);
+		} else {
+			o1 = ADD(o1, y[i]);
+			o2 = FMA(y[i], p2, o2);
+			o3 = FMA(y[i], ph, o3);
+		}
+	}
+	out[0] = y[0];
+	out[1] = ADD(e1, o1);
+	out[2] = SUB(e1, o1);
+	out[3] = ADD(e2, o2);
+	out[4] = SUB(e2, o2);
+	out[5] = ADD(e3, o3);
+	out[6] = SUB(e3, o3);
+	out[7] = y[m - 1];
+}
+
+/* out (8) = G g (r): A's rows j < 7 scaled by s_j */
+static inline __attribute__((always_inline)) DTF_T512 void
+g8(const V512 *g, V512 *out, const int r)
+{
+	a8(g, out, r);
+	out[0] = MUL(out[0], -1.0f);
+	out[1] = MUL(out[1], -2.0f / 9.0f);
+	out[2] = MUL(out[2], -2.0f / 9.0f);
+	out[3] = MUL(out[3], 1.0f / 90.0f);
+	out[4] = MUL(out[4], 1.0f / 90.0f);
+	out[5] = MUL(out[5], 32.0f / 45.0f);
+	out[6] = MUL(out[6], 32.0f / 45.0f);
+}
+
+/* out (r) = G^T u (8): the adjoint of g8 */
+static inline __attribute__((always_inline)) DTF_T512 void
+gt8(const V512 *u, V512 *out, const int r)
+{
+	V512 s1 = ADD(u[1], u[2]), d1 = SUB(u[1], u[2]);
+	V512 s2 = ADD(u[3], u[4]), d2 = SUB(u[3], u[4]);
+	V512 s3 = ADD(u[5], u[6]), d3 = SUB(u[5], u[6]);
+	for (int k = 0; k < r; k++) {
+		const float p2 = (float)(1 << k), ph = 1.0f / p2;
+		V512 v = k % 2 == 0
+			? FMA(s3, ph * (32.0f / 45.0f), FMA(s2, p2 / 90.0f, MUL(s1, -2.0f / 9.0f)))
+			: FMA(d3, ph * (32.0f / 45.0f), FMA(d2, p2 / 90.0f, MUL(d1, -2.0f / 9.0f)));
+		if (k == 0)
+			v = SUB(v, u[0]);
+		if (k == r - 1)
+			v = ADD(v, u[7]);
+		out[k] = v;
+	}
+}
+
+/* The N-point transform of each kind (N = 6 or 8, a literal at every
+ * call once inlined). */
+#define BT_N(N, d, o) ((N) == 8 ? bt8(d, o) : bt6(d, o))
+#define AT_N(N, z, o, m) ((N) == 8 ? at8(z, o, m) : at6(z, o, m))
+#define A_N(N, y, o, m) ((N) == 8 ? a8(y, o, m) : a6(y, o, m))
+#define G_N(N, g, o, r) ((N) == 8 ? g8(g, o, r) : g6(g, o, r))
+#define GT_N(N, u, o, r) ((N) == 8 ? gt8(u, o, r) : gt6(u, o, r))
+
+/* out (N x N) = F in F^T for an n x n block `in` (in[a][b], n = m or r):
  * F = A (the dy tiles of the filter gradient) or, with gscale, F = G (the
  * filter) */
 static inline __attribute__((always_inline)) DTF_T512 void
-spread6(const V512 in[5][5], V512 out[6][6], const int n, const int gscale)
+spread(const V512 in[5][5], V512 out[8][8], const int n, const int gscale,
+       const int N)
 {
-	V512 tmp[6][5], col[5], c6[6];
+	V512 tmp[8][5], col[5], cN[8];
 	for (int b = 0; b < n; b++) {
 		for (int a = 0; a < n; a++)
 			col[a] = in[a][b];
 		if (gscale)
-			g6(col, c6, n);
+			G_N(N, col, cN, n);
 		else
-			a6(col, c6, n);
-		for (int j = 0; j < 6; j++)
-			tmp[j][b] = c6[j];
+			A_N(N, col, cN, n);
+		for (int j = 0; j < N; j++)
+			tmp[j][b] = cN[j];
 	}
-	for (int j = 0; j < 6; j++) {
+	for (int j = 0; j < N; j++) {
 		if (gscale)
-			g6(tmp[j], out[j], n);
+			G_N(N, tmp[j], out[j], n);
 		else
-			a6(tmp[j], out[j], n);
+			A_N(N, tmp[j], out[j], n);
 	}
 }
 
@@ -273,7 +404,7 @@ static void pad_in(const struct wgeo *q, const float *x, float *xp)
 }
 
 /*
- * Exact zeros.  Winograd's transforms mix the whole 6 x 6 input tile into
+ * Exact zeros.  Winograd's transforms mix the whole n x n input tile into
  * every output of the tile, so an output whose own window holds only
  * zeros comes out as the bias plus rounding noise (about 1e-9 of the
  * tile's other values) instead of the bias exactly, as a direct sum gives.
@@ -327,8 +458,9 @@ static size_t zero_windows(const struct wgeo *q, const float *xp,
 }
 
 /* V[xi][t][c] = B^T d B for every tile t of padded image xp. */
-static DTF_T512 void in_transform(const struct wgeo *q, const float *xp,
-				  float *restrict V)
+static inline __attribute__((always_inline)) DTF_T512 void
+in_transform_n(const struct wgeo *q, const float *xp, float *restrict V,
+	       const int N)
 {
 	const int C = q->c, T = q->T;
 	const size_t vs = (size_t)T * C; /* V's stride between points */
@@ -337,23 +469,32 @@ static DTF_T512 void in_transform(const struct wgeo *q, const float *xp,
 			const int t = ty * q->tw + tx;
 			const float *base = xp + ((size_t)ty * q->m * q->wp + (size_t)tx * q->m) * C;
 			for (int c0 = 0; c0 < C; c0 += 16) {
-				V512 tmp[6][6], d[6], col[6];
-				for (int j = 0; j < 6; j++) {
-					for (int i = 0; i < 6; i++)
+				V512 tmp[8][8], d[8], col[8];
+				for (int j = 0; j < N; j++) {
+					for (int i = 0; i < N; i++)
 						d[i] = _mm512_loadu_ps(base + ((size_t)i * q->wp + j) * C + c0);
-					bt6(d, col);
-					for (int i = 0; i < 6; i++)
+					BT_N(N, d, col);
+					for (int i = 0; i < N; i++)
 						tmp[i][j] = col[i];
 				}
 				float *v = V + (size_t)t * C + c0;
-				for (int i = 0; i < 6; i++) {
-					V512 out[6];
-					bt6(tmp[i], out);
-					for (int k = 0; k < 6; k++)
-						_mm512_storeu_ps(v + (size_t)(i * 6 + k) * vs, out[k]);
+				for (int i = 0; i < N; i++) {
+					V512 out[8];
+					BT_N(N, tmp[i], out);
+					for (int k = 0; k < N; k++)
+						_mm512_storeu_ps(v + (size_t)(i * N + k) * vs, out[k]);
 				}
 			}
 		}
+}
+
+static DTF_T512 void in_transform(const struct wgeo *q, const float *xp,
+				  float *V)
+{
+	if (q->n == 8)
+		in_transform_n(q, xp, V, 8);
+	else
+		in_transform_n(q, xp, V, 6);
 }
 
 /* y (oh, ow, o) = act(A^T M A + bias) for every tile; outputs past oh/ow
@@ -362,7 +503,7 @@ static inline __attribute__((always_inline)) DTF_T512 void
 out_transform_m(const struct wgeo *q, const float *restrict M,
 		const float *restrict bias, int relu,
 		const unsigned char *restrict wz, float *restrict y,
-		const int m)
+		const int m, const int N)
 {
 	const int O = q->o, T = q->T;
 	const size_t ms = (size_t)T * O;
@@ -374,18 +515,18 @@ out_transform_m(const struct wgeo *q, const float *restrict M,
 			const int nc = q->ow - tx * m < m ? q->ow - tx * m : m;
 			for (int o0 = 0; o0 < O; o0 += 16) {
 				const float *z = M + (size_t)t * O + o0;
-				V512 tmp[6][6], col[6], out[6];
-				for (int k = 0; k < 6; k++) {
-					V512 zz[6];
-					for (int j = 0; j < 6; j++)
-						zz[j] = _mm512_loadu_ps(z + (size_t)(j * 6 + k) * ms);
-					at6(zz, col, m);
+				V512 tmp[8][8], col[8], out[8];
+				for (int k = 0; k < N; k++) {
+					V512 zz[8];
+					for (int j = 0; j < N; j++)
+						zz[j] = _mm512_loadu_ps(z + (size_t)(j * N + k) * ms);
+					AT_N(N, zz, col, m);
 					for (int i = 0; i < m; i++)
 						tmp[i][k] = col[i];
 				}
 				V512 b = bias ? _mm512_loadu_ps(bias + o0) : zero;
 				for (int i = 0; i < nr; i++) {
-					at6(tmp[i], out, m);
+					AT_N(N, tmp[i], out, m);
 					float *yr = y + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m) * O + o0;
 					const unsigned char *zr = wz ? wz + (size_t)(ty * m + i) * q->ow + (size_t)tx * m : NULL;
 					for (int k = 0; k < nc; k++) {
@@ -403,18 +544,19 @@ static DTF_T512 void out_transform(const struct wgeo *q, const float *M,
 				   const float *bias, int relu,
 				   const unsigned char *wz, float *y)
 {
-	switch (q->m) {
-	case 2: out_transform_m(q, M, bias, relu, wz, y, 2); break;
-	case 3: out_transform_m(q, M, bias, relu, wz, y, 3); break;
-	default: out_transform_m(q, M, bias, relu, wz, y, 4); break;
-	}
+	if (q->n == 8)
+		out_transform_m(q, M, bias, relu, wz, y, 4, 8);
+	else if (q->m == 3)
+		out_transform_m(q, M, bias, relu, wz, y, 3, 6);
+	else
+		out_transform_m(q, M, bias, relu, wz, y, 4, 6);
 }
 
 /* dM[xi][t][o] = A dy A^T for every tile of one image's dy (oh, ow, o),
  * zeros past oh/ow. */
 static inline __attribute__((always_inline)) DTF_T512 void
 dy_transform_m(const struct wgeo *q, const float *restrict dy,
-	       float *restrict dM, const int m)
+	       float *restrict dM, const int m, const int N)
 {
 	const int O = q->o, T = q->T;
 	const size_t ms = (size_t)T * O;
@@ -425,17 +567,17 @@ dy_transform_m(const struct wgeo *q, const float *restrict dy,
 			const int nr = q->oh - ty * m < m ? q->oh - ty * m : m;
 			const int nc = q->ow - tx * m < m ? q->ow - tx * m : m;
 			for (int o0 = 0; o0 < O; o0 += 16) {
-				V512 in[5][5], out[6][6];
+				V512 in[5][5], out[8][8];
 				for (int i = 0; i < m; i++)
 					for (int k = 0; k < m; k++)
 						in[i][k] = i < nr && k < nc
 							? _mm512_loadu_ps(dy + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m + k) * O + o0)
 							: zero;
-				spread6(in, out, m, 0);
+				spread(in, out, m, 0, N);
 				float *d = dM + (size_t)t * O + o0;
-				for (int j = 0; j < 6; j++)
-					for (int l = 0; l < 6; l++)
-						_mm512_storeu_ps(d + (size_t)(j * 6 + l) * ms, out[j][l]);
+				for (int j = 0; j < N; j++)
+					for (int l = 0; l < N; l++)
+						_mm512_storeu_ps(d + (size_t)(j * N + l) * ms, out[j][l]);
 			}
 		}
 }
@@ -443,31 +585,32 @@ dy_transform_m(const struct wgeo *q, const float *restrict dy,
 static DTF_T512 void dy_transform(const struct wgeo *q, const float *dy,
 				  float *dM)
 {
-	switch (q->m) {
-	case 2: dy_transform_m(q, dy, dM, 2); break;
-	case 3: dy_transform_m(q, dy, dM, 3); break;
-	default: dy_transform_m(q, dy, dM, 4); break;
-	}
+	if (q->n == 8)
+		dy_transform_m(q, dy, dM, 4, 8);
+	else if (q->m == 3)
+		dy_transform_m(q, dy, dM, 3, 6);
+	else
+		dy_transform_m(q, dy, dM, 4, 6);
 }
 
 /* U[xi][c][o] = G g G^T for input channels [c_lo, c_hi) of filter
  * w (r, r, C, O) (vectors along o). */
 static inline __attribute__((always_inline)) DTF_T512 void
 filter_transform_r(const float *restrict w, int C, int O, int c_lo, int c_hi,
-		   float *restrict U, const int r)
+		   float *restrict U, const int r, const int N)
 {
 	const size_t us = (size_t)C * O;
 	for (int c = c_lo; c < c_hi; c++)
 		for (int o0 = 0; o0 < O; o0 += 16) {
-			V512 in[5][5], out[6][6];
+			V512 in[5][5], out[8][8];
 			for (int a = 0; a < r; a++)
 				for (int b = 0; b < r; b++)
 					in[a][b] = _mm512_loadu_ps(w + (((size_t)a * r + b) * C + c) * O + o0);
-			spread6(in, out, r, 1);
+			spread(in, out, r, 1, N);
 			float *u = U + (size_t)c * O + o0;
-			for (int j = 0; j < 6; j++)
-				for (int k = 0; k < 6; k++)
-					_mm512_storeu_ps(u + (size_t)(j * 6 + k) * us, out[j][k]);
+			for (int j = 0; j < N; j++)
+				for (int k = 0; k < N; k++)
+					_mm512_storeu_ps(u + (size_t)(j * N + k) * us, out[j][k]);
 		}
 }
 
@@ -475,9 +618,9 @@ static DTF_T512 void filter_transform(const float *w, int r, int C, int O,
 				      int c_lo, int c_hi, float *U)
 {
 	switch (r) {
-	case 3: filter_transform_r(w, C, O, c_lo, c_hi, U, 3); break;
-	case 4: filter_transform_r(w, C, O, c_lo, c_hi, U, 4); break;
-	default: filter_transform_r(w, C, O, c_lo, c_hi, U, 5); break;
+	case 3: filter_transform_r(w, C, O, c_lo, c_hi, U, 3, 6); break;
+	case 4: filter_transform_r(w, C, O, c_lo, c_hi, U, 4, 6); break;
+	default: filter_transform_r(w, C, O, c_lo, c_hi, U, 5, 8); break;
 	}
 }
 
@@ -485,30 +628,31 @@ static DTF_T512 void filter_transform(const float *w, int r, int C, int O,
  * of the nparts partials at `part` (stride pstride floats). */
 static inline __attribute__((always_inline)) DTF_T512 void
 filter_inverse_r(const float *part, size_t pstride, int nparts, int C, int O,
-		 int c_lo, int c_hi, float *restrict dw, const int r)
+		 int c_lo, int c_hi, float *restrict dw, const int r,
+		 const int N)
 {
 	const size_t us = (size_t)C * O;
 	for (int c = c_lo; c < c_hi; c++)
 		for (int o0 = 0; o0 < O; o0 += 16) {
-			V512 tmp[6][5], in[6], col[5];
+			V512 tmp[8][5], in[8], col[5];
 			const float *u = part + (size_t)c * O + o0;
-			for (int j = 0; j < 6; j++) {
-				for (int k = 0; k < 6; k++) {
-					V512 s = _mm512_loadu_ps(u + (size_t)(j * 6 + k) * us);
+			for (int j = 0; j < N; j++) {
+				for (int k = 0; k < N; k++) {
+					V512 s = _mm512_loadu_ps(u + (size_t)(j * N + k) * us);
 					for (int p = 1; p < nparts; p++)
 						s = ADD(s, _mm512_loadu_ps(u + (size_t)p * pstride +
-									   (size_t)(j * 6 + k) * us));
+									   (size_t)(j * N + k) * us));
 					in[k] = s;
 				}
-				gt6(in, col, r);
+				GT_N(N, in, col, r);
 				for (int b = 0; b < r; b++)
 					tmp[j][b] = col[b];
 			}
 			for (int b = 0; b < r; b++) {
-				V512 cin[6], out[5];
-				for (int j = 0; j < 6; j++)
+				V512 cin[8], out[5];
+				for (int j = 0; j < N; j++)
 					cin[j] = tmp[j][b];
-				gt6(cin, out, r);
+				GT_N(N, cin, out, r);
 				for (int a = 0; a < r; a++)
 					_mm512_storeu_ps(dw + (((size_t)a * r + b) * C + c) * O + o0, out[a]);
 			}
@@ -520,9 +664,9 @@ static DTF_T512 void filter_inverse(const float *part, size_t pstride,
 				    int c_hi, float *dw)
 {
 	switch (r) {
-	case 3: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 3); break;
-	case 4: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 4); break;
-	default: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 5); break;
+	case 3: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 3, 6); break;
+	case 4: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 4, 6); break;
+	default: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 5, 8); break;
 	}
 }
 
@@ -565,8 +709,8 @@ static void fwd_task(void *arg, int tid, int nt)
 	const size_t out_img = (size_t)q->oh * q->ow * q->o;
 	float *xp = j->ws + (size_t)tid * j->tstride;
 	float *V = xp + r16((size_t)q->hp * q->wp * q->c);
-	float *M = V + r16((size_t)WX * q->T * q->c);
-	unsigned char *pz = (unsigned char *)(M + r16((size_t)WX * q->T * q->o));
+	float *M = V + r16((size_t)q->nx * q->T * q->c);
+	unsigned char *pz = (unsigned char *)(M + r16((size_t)q->nx * q->T * q->o));
 	unsigned char *wz = pz + (size_t)q->hp * q->wp;
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->g->n, 1, tid, nt, &lo, &hi);
@@ -574,7 +718,7 @@ static void fwd_task(void *arg, int tid, int nt)
 		pad_in(q, j->x + b * in_img, xp);
 		size_t zw = j->exact_zeros ? zero_windows(q, xp, pz, wz) : 0;
 		in_transform(q, xp, V);
-		for (int xi = 0; xi < WX; xi++)
+		for (int xi = 0; xi < q->nx; xi++)
 			mm(q->T, q->c, q->o, V + (size_t)xi * q->T * q->c, (size_t)q->c, 1,
 			   j->U + (size_t)xi * q->c * q->o, (size_t)q->o,
 			   M + (size_t)xi * q->T * q->o, (size_t)q->o, 0);
@@ -613,8 +757,10 @@ int dtf_wino_applies(const struct dtf_window_geom *g)
 size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads)
 {
 	size_t rr = (size_t)g->kh * g->kw;
+	struct wgeo f;
+	wgeo_init(&f, g);
 	return thread_floats(g) * (size_t)(nthreads > 1 ? nthreads : 1) +
-	       r16((size_t)WX * g->c * g->o) + r16(rr * g->c * g->o);
+	       r16((size_t)f.nx * g->c * g->o) + r16(rr * g->c * g->o);
 }
 
 void dtf_wino_conv2d(struct dtf_pool *p, const struct dtf_window_geom *g,
@@ -660,11 +806,12 @@ void dtf_wino_backprop_input(struct dtf_pool *p,
 			     const float *w, float *dx, float *ws)
 {
 	float *U = shared_area(g, ws, dtf_pool_size(p));
-	float *wt = U + r16((size_t)WX * g->c * g->o);
+	struct wjob j = {.g = g, .x = dy, .y = dx, .ws = ws, .U = U};
+	wgeo_bwi(&j.q, g);
+	float *wt = U + r16((size_t)j.q.nx * g->c * g->o);
 	struct rot_job rj = {.g = g, .w = w, .wt = wt};
 	dtf_pool_run(p, rot_task, &rj);
-	struct wjob j = {.g = g, .x = dy, .w = wt, .y = dx, .ws = ws, .U = U};
-	wgeo_bwi(&j.q, g);
+	j.w = wt;
 	j.tstride = thread_floats(g);
 	run_forward(p, &j);
 }
@@ -672,7 +819,7 @@ void dtf_wino_backprop_input(struct dtf_pool *p,
 static float *part_of(const struct wjob *j, int tid)
 {
 	return j->ws + (size_t)tid * j->tstride + j->tstride -
-	       r16((size_t)WX * j->q.c * j->q.o);
+	       r16((size_t)j->q.nx * j->q.c * j->q.o);
 }
 
 static void bwf_task(void *arg, int tid, int nt)
@@ -683,9 +830,9 @@ static void bwf_task(void *arg, int tid, int nt)
 	const size_t out_img = (size_t)q->oh * q->ow * q->o;
 	float *xp = j->ws + (size_t)tid * j->tstride;
 	float *V = xp + r16((size_t)q->hp * q->wp * q->c);
-	float *dM = V + r16((size_t)WX * q->T * q->c);
+	float *dM = V + r16((size_t)q->nx * q->T * q->c);
 	float *part = part_of(j, tid);
-	memset(part, 0, (size_t)WX * q->c * q->o * sizeof *part);
+	memset(part, 0, (size_t)q->nx * q->c * q->o * sizeof *part);
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->g->n, 1, tid, nt, &lo, &hi);
 	for (size_t b = lo; b < hi; b++) {
@@ -693,7 +840,7 @@ static void bwf_task(void *arg, int tid, int nt)
 		in_transform(q, xp, V);
 		dy_transform(q, j->dy + b * out_img, dM);
 		/* dU[xi] (c, o) += V[xi]^T (c, T) dM[xi] (T, o) */
-		for (int xi = 0; xi < WX; xi++)
+		for (int xi = 0; xi < q->nx; xi++)
 			mm(q->c, q->T, q->o, V + (size_t)xi * q->T * q->c, 1, (size_t)q->c,
 			   dM + (size_t)xi * q->T * q->o, (size_t)q->o,
 			   part + (size_t)xi * q->c * q->o, (size_t)q->o, 1);

@@ -7,7 +7,7 @@
  * caller-owned buffers, never allocate, never fail; images split across
  * the pool's threads, so a given thread count always gives the same bits.
  * Results equal the reference kernels' up to float rounding (Lavin and
- * Gray, CVPR 2016; tile sizes F(4x4, 3x3), F(3x3, 4x4), F(2x2, 5x5)).
+ * Gray, CVPR 2016; tile sizes F(4x4, 3x3), F(3x3, 4x4), F(4x4, 5x5)).
  */
 #ifndef DTF_OPS_CPU_WINOGRAD_H
 #define DTF_OPS_CPU_WINOGRAD_H
@@ -24,9 +24,9 @@
 int dtf_wino_applies(const struct dtf_window_geom *g);
 
 /* Floats of workspace the three functions need with `nthreads` threads:
- * per thread a padded image and its transformed tiles (36 points x tiles x
- * channels, about 1 MB for 14 x 14 x 32 -> 64) and a partial filter
- * gradient; shared, the transformed filter (36 x c x o) and a rotated copy
+ * per thread a padded image and its transformed tiles (36 or 64 points x
+ * tiles x channels, about 0.4 MB for 14 x 14 x 32 -> 64) and a partial
+ * filter gradient; shared, the transformed filter (36 or 64 x c x o) and a rotated copy
  * of the filter. */
 size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads);
 
