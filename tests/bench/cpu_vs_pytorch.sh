@@ -10,7 +10,10 @@
 #   B. 2 ranks x 1 thread (mpirun -np 2; PyTorch DDP over gloo), global batch 64
 #   C. the same at global batch 128
 # For each: steady-state samples/s of both (the first WARMUP steps are not
-# timed), the ratio, the peak resident memory of every process (ru_maxrss,
+# timed) over ROUNDS alternating runs (dtf-train, PyTorch, dtf-train, ...,
+# so that a slow spell of a shared machine falls on both), the median and
+# the best of each and the ratios of medians (the RESULT line's ratio) and
+# of bests, the peak resident memory of every process (ru_maxrss,
 # by tests/bench/maxrss.py), and dtf-train's achieved GFLOP/s (82.05 MFLOP
 # per example per training step, computed below from the layer shapes) as a
 # fraction of the sgemm ceiling measured in the same run (build/tests/bench/
@@ -24,7 +27,7 @@
 #      (469 steps at global batch 64), both tools on that same schedule.
 #
 # Environment: STEPS (default 300) and WARMUP (default 60) steps per
-# throughput run; TTA=0 skips D, THROUGHPUT=0 skips A-C; TARGET (0.90); MAX_EPOCHS for D (10);
+# throughput run; ROUNDS (default 3) runs of each tool per configuration; TTA=0 skips D, THROUGHPUT=0 skips A-C; TARGET (0.90); MAX_EPOCHS for D (10);
 # MPIRUN_OPTS, given to every mpirun of both tools (default "--bind-to
 # none": with Open MPI's default core binding, any other process on one
 # core stalls that rank and, through the allreduce, the other; unbound, the
@@ -40,6 +43,7 @@ build=${1:-build}
 case $build in /*) ;; *) build=$root/$build ;; esac
 STEPS=${STEPS:-300}
 WARMUP=${WARMUP:-60}
+ROUNDS=${ROUNDS:-3}
 TTA=${TTA:-1}
 THROUGHPUT=${THROUGHPUT:-1}
 TARGET=${TARGET:-0.90}
@@ -115,34 +119,41 @@ dtf_rate() {
 rss_list() { sed -n '/^MAXRSS/s/.*peak_mb=\([0-9.]*\).*/\1/p' "$1" | tr '\n' ' ' | sed 's/ $//'; }
 rss_max() { sed -n '/^MAXRSS/s/.*peak_mb=\([0-9.]*\).*/\1/p' "$1" | sort -n | tail -1; }
 
+# median and best of a list of numbers
+med() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+best() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | tail -1; }
+
 # run NAME RANKS THREADS BATCH CEILING
 run() {
 	name=$1 ranks=$2 threads=$3 batch=$4 ceil=$5
 	echo
-	echo "== $name: $ranks process(es) x $threads thread(s), global batch $batch"
+	echo "== $name: $ranks process(es) x $threads thread(s), global batch $batch, $ROUNDS rounds"
 	sets="--set train.batch_size=$batch --set train.max_steps=$STEPS --set train.epochs=100 --set logging.every_steps=$WARMUP"
-	if [ "$ranks" = 1 ]; then
-		"$py" "$here/maxrss.py" "$build/dtf-train" --threads "$threads" $sets "$tmp/job.yaml" \
+	launch=
+	[ "$ranks" = 1 ] || launch="mpirun $MPIRUN_OPTS -np $ranks"
+	ds= ps= : >"$tmp/d.all"; : >"$tmp/p.all"
+	r=0
+	while [ "$r" -lt "$ROUNDS" ]; do
+		r=$((r + 1))
+		$launch "$py" "$here/maxrss.py" "$build/dtf-train" --threads "$threads" $sets "$tmp/job.yaml" \
 			>"$tmp/d.log" 2>&1 || { cat "$tmp/d.log"; die "dtf-train failed"; }
-		"$py" "$here/maxrss.py" "$py" "$here/pytorch_cnn.py" --threads "$threads" --batch "$batch" \
+		$launch "$py" "$here/maxrss.py" "$py" "$here/pytorch_cnn.py" --threads "$threads" --batch "$batch" \
 			--steps "$STEPS" --warmup "$WARMUP" >"$tmp/p.log" 2>&1 || { cat "$tmp/p.log"; die "pytorch_cnn.py failed"; }
-	else
-		mpirun $MPIRUN_OPTS -np "$ranks" "$py" "$here/maxrss.py" "$build/dtf-train" --threads "$threads" $sets \
-			"$tmp/job.yaml" >"$tmp/d.log" 2>&1 || { cat "$tmp/d.log"; die "dtf-train failed"; }
-		mpirun $MPIRUN_OPTS -np "$ranks" "$py" "$here/maxrss.py" "$py" "$here/pytorch_cnn.py" --threads "$threads" \
-			--batch "$batch" --steps "$STEPS" --warmup "$WARMUP" >"$tmp/p.log" 2>&1 ||
-			{ cat "$tmp/p.log"; die "pytorch_cnn.py failed"; }
-	fi
-	grep -m1 'thread(s) per rank' "$tmp/d.log" | sed 's/^/  dtf-train: /'
-	d=$(dtf_rate "$tmp/d.log")
-	p=$(sed -n 's/^RESULT samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/p.log")
-	dm=$(rss_max "$tmp/d.log") pm=$(rss_max "$tmp/p.log")
-	awk -v n="$name" -v d="$d" -v p="$p" -v f="$flop" -v c="$ceil" -v dm="$dm" -v pm="$pm" \
+		d=$(dtf_rate "$tmp/d.log")
+		p=$(sed -n 's/^RESULT samples_per_s=\([0-9.]*\).*/\1/p' "$tmp/p.log")
+		printf "  round %d: dtf-train %.0f, PyTorch %.0f samples/s\n" "$r" "$d" "$p"
+		ds="$ds $d" ps="$ps $p"
+		cat "$tmp/d.log" >>"$tmp/d.all"; cat "$tmp/p.log" >>"$tmp/p.all"
+	done
+	grep -m1 'thread(s) per rank' "$tmp/d.all" | sed 's/^/  dtf-train: /'
+	d=$(med "$ds") p=$(med "$ps") db=$(best "$ds") pb=$(best "$ps")
+	dm=$(rss_max "$tmp/d.all") pm=$(rss_max "$tmp/p.all")
+	awk -v n="$name" -v d="$d" -v p="$p" -v db="$db" -v pb="$pb" -v f="$flop" -v c="$ceil" -v dm="$dm" -v pm="$pm" \
 		-v dl="$(rss_list "$tmp/d.log")" -v pl="$(rss_list "$tmp/p.log")" 'BEGIN {
-		printf "  samples/s: dtf-train %.0f, PyTorch %.0f, ratio %.2fx\n", d, p, d / p
-		printf "  peak RSS per process (MB): dtf-train %s, PyTorch %s; largest dtf-train / PyTorch = %.2f\n", dl, pl, dm / pm
-		printf "  dtf-train: %.1f GFLOP/s achieved (effective: direct-convolution FLOPs) = %.0f%% of the %.1f GFLOP/s sgemm ceiling\n", d * f / 1e9, 100 * d * f / 1e9 / c, c
-		printf "RESULT %s dtf_sps=%.1f pytorch_sps=%.1f ratio=%.2f dtf_rss_mb=%.1f pytorch_rss_mb=%.1f rss_ratio=%.2f gflops=%.1f ceiling=%.1f\n", n, d, p, d / p, dm, pm, dm / pm, d * f / 1e9, c }'
+		printf "  samples/s, median: dtf-train %.0f, PyTorch %.0f, ratio %.2fx; best: %.0f, %.0f, ratio %.2fx\n", d, p, d / p, db, pb, db / pb
+		printf "  peak RSS per process (MB, last round): dtf-train %s, PyTorch %s; largest of all rounds dtf-train / PyTorch = %.2f\n", dl, pl, dm / pm
+		printf "  dtf-train: %.1f GFLOP/s achieved (median; effective: direct-convolution FLOPs) = %.0f%% of the %.1f GFLOP/s sgemm ceiling\n", d * f / 1e9, 100 * d * f / 1e9 / c, c
+		printf "RESULT %s dtf_sps=%.1f pytorch_sps=%.1f ratio=%.2f best_ratio=%.2f dtf_rss_mb=%.1f pytorch_rss_mb=%.1f rss_ratio=%.2f gflops=%.1f ceiling=%.1f\n", n, d, p, d / p, db / pb, dm, pm, dm / pm, d * f / 1e9, c }'
 }
 
 if [ "$THROUGHPUT" != 0 ]; then
