@@ -71,6 +71,11 @@ struct unit {
 	MPI_Request req;
 };
 
+struct shard_range {
+	size_t off, n;     /* floats in the parameter vector */
+	int owner;         /* the replica that updates them */
+};
+
 struct psbuf {                /* worker side, one per ps */
 	size_t n;             /* floats it owns */
 	int trigger;          /* gradients ready after this node */
@@ -101,6 +106,16 @@ struct dtf_strategy {
 	struct dtf_shm *shm;
 	const char *shm_why;        /* why the window could not be had */
 	int sh_red, sh_gather;      /* next bucket to reduce / to gather */
+	/* sharded update (ZeRO stage 1) through the window: each replica
+	 * updates the floats of its own slices (`mine`) and takes the
+	 * others' (`theirs`, with the owner) from the window's second half,
+	 * at seg[q] + xoff */
+	int sharded;
+	size_t xoff;
+	struct dtf_opt_range *mine;
+	int nmine;
+	struct shard_range *theirs;
+	int ntheirs;
 
 	const struct dtf_graph *g;
 	float *params, *grads;
@@ -494,6 +509,8 @@ void dtf_strategy_free(struct dtf_strategy *s)
 	if (!fin && s->op16 != MPI_OP_NULL)
 		MPI_Op_free(&s->op16);
 	dtf_shm_free(s->shm);
+	free(s->mine);
+	free(s->theirs);
 	free_comm(&s->shm_comm);
 	free_comm(&s->bcomm);
 	free_comm(&s->node_red);
@@ -735,7 +752,11 @@ int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads)
 	*grads = NULL;
 	if (!dtf_strategy_wants_shared_grads(s))
 		return 0;
-	int rc = dtf_shm_new(s->shm_comm, n, &s->shm, &s->shm_why);
+	/* a sharded update exchanges the updated variables through a second
+	 * half of the window */
+	int shard = s->job->train.clipnorm <= 0;
+	int rc = dtf_shm_new(s->shm_comm, shard ? 2 * n : n, &s->shm,
+			     &s->shm_why);
 	if (rc < 0)
 		return rc;
 	if (!s->shm) {
@@ -749,8 +770,12 @@ int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads)
 		return 0;
 	}
 	*grads = s->shm->seg[s->shm->rank];
+	s->sharded = shard;
+	s->xoff = n;
 	return 0;
 }
+
+static int make_shards(struct dtf_strategy *s);
 
 int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 		       float *params, float *grads, struct dtf_optimizer *opt)
@@ -771,6 +796,8 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 	    !(s->acc = dtf_alloc_aligned(s->np * sizeof(float) + 4)))
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for accumulation");
 	if ((rc = make_buckets(s)) < 0)
+		return rc;
+	if (s->shm && s->sharded && (rc = make_shards(s)) < 0)
 		return rc;
 	/* the state lives on replica 0; the others release theirs, except
 	 * with checkpoints, whose restore broadcasts the slots to every
@@ -797,10 +824,12 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 	}
 	if (s->shm) {
 		snprintf(buf, size,
-			 "%d bucket%s (cap %.3g MB), overlap %s, compression none, implementation shared_memory (%d replicas, one window)",
+			 "%d bucket%s (cap %.3g MB), overlap %s, compression none, implementation shared_memory (%d replicas, one window), update %s",
 			 s->nbuckets, s->nbuckets == 1 ? "" : "s",
 			 (double)s->bucket_cap * 4 / 1e6,
-			 s->overlap ? "on" : "off", s->nreplicas);
+			 s->overlap ? "on" : "off", s->nreplicas,
+			 s->sharded ? "sharded (each replica its slices)"
+				    : "whole on every replica (clipnorm)");
 		return;
 	}
 	snprintf(buf, size,
@@ -870,11 +899,14 @@ static int start_stage(struct dtf_strategy *s, struct unit *u, enum stage st)
 
 /* ---- buckets through shared memory (dist/shm.h) ------------------------------- */
 
-/* Sum (gather 0) or copy in (gather 1) slice `part` of bucket b: the
- * slice is of the bucket's floats in variable order, each variable where
- * it lies in the gradient vector. */
-static void shm_slice(struct dtf_strategy *s, const struct bucket *b,
-		      int part, int gather)
+/* Call fn(s, part, off, n, ctx) on each range of the gradient vector in
+ * slice `part` of bucket b: the slice is of the bucket's floats in
+ * variable order, each variable where it lies in the gradient vector. */
+static void each_slice_range(struct dtf_strategy *s, const struct bucket *b,
+			     int part,
+			     void (*fn)(struct dtf_strategy *s, int part,
+					size_t off, size_t n, void *ctx),
+			     void *ctx)
 {
 	size_t lo, hi, off = 0;
 	dtf_shm_slice(b->n, part, s->shm->size, &lo, &hi);
@@ -882,15 +914,117 @@ static void shm_slice(struct dtf_strategy *s, const struct bucket *b,
 		const struct var *v = &s->vars[i];
 		size_t a = lo > off ? lo - off : 0;
 		size_t e = hi - off < v->n ? hi - off : v->n;
-		if (a < e) {
-			if (gather)
-				dtf_shm_copy_from(s->shm, part, v->off + a,
-						  e - a);
-			else
-				dtf_shm_sum(s->shm, v->off + a, e - a);
-		}
+		if (a < e)
+			fn(s, part, v->off + a, e - a, ctx);
 		off += v->n;
 	}
+}
+
+static void sum_range(struct dtf_strategy *s, int part, size_t off, size_t n,
+		      void *ctx)
+{
+	(void)part;
+	(void)ctx;
+	dtf_shm_sum(s->shm, off, n);
+}
+
+static void copy_range(struct dtf_strategy *s, int part, size_t off,
+		       size_t n, void *ctx)
+{
+	(void)ctx;
+	dtf_shm_copy_from(s->shm, part, off, n);
+}
+
+/* Sum (gather 0) or copy in (gather 1) slice `part` of bucket b. */
+static void shm_slice(struct dtf_strategy *s, const struct bucket *b,
+		      int part, int gather)
+{
+	each_slice_range(s, b, part, gather ? copy_range : sum_range, NULL);
+}
+
+/* ---- the sharded update (ZeRO stage 1) through the window ------------------ */
+
+struct shard_fill {
+	int count_only, nm, nt;
+};
+
+static void note_range(struct dtf_strategy *s, int part, size_t off,
+		       size_t n, void *ctx)
+{
+	struct shard_fill *f = ctx;
+	if (part == s->shm->rank) {
+		if (!f->count_only)
+			s->mine[f->nm] = (struct dtf_opt_range){off, n};
+		f->nm++;
+	} else {
+		if (!f->count_only)
+			s->theirs[f->nt] = (struct shard_range){off, n, part};
+		f->nt++;
+	}
+}
+
+/* This replica's ranges (its slice of every bucket) and the others'. */
+static int make_shards(struct dtf_strategy *s)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		struct shard_fill f = {pass == 0, 0, 0};
+		for (int bi = 0; bi < s->nbuckets; bi++)
+			for (int q = 0; q < s->shm->size; q++)
+				each_slice_range(s, &s->buckets[bi], q,
+						 note_range, &f);
+		if (pass == 0) {
+			s->mine = calloc((size_t)f.nm + 1, sizeof(*s->mine));
+			s->theirs = calloc((size_t)f.nt + 1, sizeof(*s->theirs));
+			if (!s->mine || !s->theirs)
+				return dtf_error(DTF_ERR_NOMEM,
+						 "out of memory for the shards of the update");
+		}
+		s->nmine = f.nm;
+		s->ntheirs = f.nt;
+	}
+	return 0;
+}
+
+/* Every replica holds all n floats of v (n = s->np floats, the
+ * parameters or an optimizer slot) where only its own ranges are
+ * current: publish them in the window's second half, then take the
+ * others'.  A collective over the replicas; after it a replica may write
+ * its half again only past a later synchronization (the next step's
+ * statistics allreduce, or the closing barrier of dtf_strategy_sync_slots).
+ */
+static int exchange_shards(struct dtf_strategy *s, float *v)
+{
+	struct dtf_shm *sh = s->shm;
+	float *out = sh->seg[sh->rank] + s->xoff;
+	for (int i = 0; i < s->nmine; i++)
+		memcpy(out + s->mine[i].off, v + s->mine[i].off,
+		       s->mine[i].n * sizeof(float));
+	MPI_Win_sync(sh->win);
+	MPI_TRY(MPI_Barrier(sh->reduced));
+	MPI_Win_sync(sh->win);
+	for (int i = 0; i < s->ntheirs; i++) {
+		const struct shard_range *r = &s->theirs[i];
+		memcpy(v + r->off, sh->seg[r->owner] + s->xoff + r->off,
+		       r->n * sizeof(float));
+	}
+	return 0;
+}
+
+int dtf_strategy_sync_slots(struct dtf_strategy *s)
+{
+	if (!s || !s->shm || !s->sharded || !s->opt->slots)
+		return 0;
+	int rc;
+	/* the others have read this replica's half (the last step's
+	 * variables) */
+	MPI_TRY(MPI_Barrier(s->shm->reduced));
+	for (int k = 0; k < s->opt->nslots; k++) {
+		if ((rc = exchange_shards(s, s->opt->slots + (size_t)k * s->opt->n)) < 0)
+			return rc;
+		/* the others have read this replica's half */
+		MPI_TRY(MPI_Barrier(s->shm->reduced));
+	}
+	return 0;
 }
 
 static int shm_test(MPI_Request *req, int block, int *done)
@@ -935,12 +1069,16 @@ static int shm_progress(struct dtf_strategy *s, int block)
 				break;
 			MPI_Win_sync(sh->win);
 			shm_slice(s, b, sh->rank, 0);
+			s->sh_red++;
+			moved = 1;
+			if (s->sharded) { /* no gather: each updates its own */
+				s->sh_gather++;
+				continue;
+			}
 			MPI_Win_sync(sh->win);
 			err = MPI_Ibarrier(sh->reduced, &b->sh_req);
 			if (err != MPI_SUCCESS)
 				return dtf_comm_mpi_fail(err, "MPI_Ibarrier");
-			s->sh_red++;
-			moved = 1;
 		}
 		if (!block || s->sh_gather == s->nbuckets)
 			return 0;
@@ -1220,10 +1358,16 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	}
 	s->in_step = 0;
 	/* one verdict: the sum of the flags of every replica (central: the
-	 * root's), reduced with the statistics */
-	if (!central || s->rank == 0)
+	 * root's; sharded: each of its own ranges), reduced with the
+	 * statistics */
+	if (s->shm && s->sharded) {
+		for (int i = 0; i < s->nmine && !red[DTF_NSTATS]; i++)
+			red[DTF_NSTATS] = (float)dtf_optimizer_nonfinite(
+				s->opt, s->grads + s->mine[i].off, s->mine[i].n);
+	} else if (!central || s->rank == 0) {
 		red[DTF_NSTATS] = (float)dtf_optimizer_nonfinite(s->opt, s->grads,
 								 s->np);
+	}
 	if (comm_active(s) &&
 	    (rc = dtf_comm_allreduce_sum_f32(s->replicas, red,
 					     DTF_NSTATS + 1)) < 0)
@@ -1237,6 +1381,15 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 		note_skip(s, step);
 		*applied = 0;
 		return 0;
+	}
+	if (s->shm && s->sharded) {
+		dtf_optimizer_apply_ranges(s->opt, s->params, s->grads, lr,
+					   s->mine, s->nmine);
+		double t2 = now();
+		*opt_s += t2 - t1;
+		rc = exchange_shards(s, s->params);
+		*comm_s += now() - t2;
+		return rc;
 	}
 	if (!central || s->rank == 0)
 		dtf_optimizer_apply(s->opt, s->params, s->grads, lr);

@@ -168,6 +168,20 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
  * over the replicas.  Errors: DTF_ERR_MPI, DTF_ERR_REMOTE. */
 int dtf_strategy_sync_params(struct dtf_strategy *s);
 
+/* Make this replica's optimizer slots whole before a checkpoint saves
+ * them: with the sharded update (below) each replica keeps only its own
+ * ranges of the slots current, and this brings the others' in through the
+ * shared window; nothing otherwise.  A collective over the replicas.
+ * Errors: DTF_ERR_MPI.
+ *
+ * The sharded update (ZeRO stage 1, Rajbhandari et al., SC 2020): where
+ * the gradients are reduced through shared memory and train.clipnorm is
+ * unset, replica r sums slice r of every bucket, applies the optimizer to
+ * those floats only, and the replicas exchange the updated variables
+ * through the window; each element's update is the same operations on the
+ * same inputs as an unsharded one, so the variables are bit-identical. */
+int dtf_strategy_sync_slots(struct dtf_strategy *s);
+
 /* A ps rank: serve the workers until every one has finished or one has
  * failed.  params holds the initial variables (the same on every rank).
  * Errors: the failing worker's kind of error (exit status), DTF_ERR_MPI. */

@@ -206,71 +206,93 @@ static void rmsprop(struct dtf_optimizer *opt, size_t off, size_t n,
 	}
 }
 
+/* The part of segment sg inside range r that an operation touches
+ * (trainable; with need_decay, decayed too): [*off, *off + *cnt); 0 when
+ * empty. */
+static int part(const struct dtf_opt_segment *sg, const struct dtf_opt_range *r,
+		int need_decay, size_t *off, size_t *cnt)
+{
+	if (!sg->trainable || (need_decay && !sg->decay))
+		return 0;
+	size_t lo = sg->offset > r->off ? sg->offset : r->off;
+	size_t e1 = sg->offset + sg->count, e2 = r->off + r->n;
+	size_t hi = e1 < e2 ? e1 : e2;
+	*off = lo;
+	*cnt = hi > lo ? hi - lo : 0;
+	return *cnt > 0;
+}
+
+/* every nonempty part: segments outer, ranges inner */
+#define PARTS(need_decay, off, cnt)                                          \
+	for (int si_ = 0; si_ < nsegs; si_++)                                 \
+		for (int ri_ = 0; ri_ < nranges; ri_++)                       \
+			if (part(&segs[si_], &ranges[ri_], need_decay, &off,    \
+				 &cnt))
+
 void dtf_optimizer_apply(struct dtf_optimizer *opt, float *params,
 			 float *grads, double lr)
+{
+	struct dtf_opt_range all = {0, opt->n};
+	dtf_optimizer_apply_ranges(opt, params, grads, lr, &all, 1);
+}
+
+void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
+				float *grads, double lr,
+				const struct dtf_opt_range *ranges,
+				int nranges)
 {
 	struct dtf_opt_segment all = {0, opt->n, 1, 1};
 	const struct dtf_opt_segment *segs = opt->segs ? opt->segs : &all;
 	int nsegs = opt->segs ? opt->nsegs : 1;
+	size_t off, cnt;
 
 	opt->iterations++;
 	if (opt->weight_decay > 0) {
 		float wd = (float)opt->weight_decay;
-		for (int s = 0; s < nsegs; s++) {
-			if (!segs[s].trainable || !segs[s].decay)
-				continue;
-			float *restrict g = grads + segs[s].offset;
-			const float *restrict p = params + segs[s].offset;
-			for (size_t i = 0; i < segs[s].count; i++)
+		PARTS(1, off, cnt) {
+			float *restrict g = grads + off;
+			const float *restrict p = params + off;
+			for (size_t i = 0; i < cnt; i++)
 				g[i] += wd * p[i];
 		}
 	}
 	opt->last_norm = 0;
 	if (opt->clipnorm > 0) {
 		double sq = 0;
-		for (int s = 0; s < nsegs; s++) {
-			if (!segs[s].trainable)
-				continue;
-			const float *g = grads + segs[s].offset;
-			for (size_t i = 0; i < segs[s].count; i++)
+		PARTS(0, off, cnt) {
+			const float *g = grads + off;
+			for (size_t i = 0; i < cnt; i++)
 				sq += (double)g[i] * g[i];
 		}
 		opt->last_norm = sqrt(sq);
 		if (opt->last_norm > opt->clipnorm) {
 			float scale = (float)(opt->clipnorm / opt->last_norm);
-			for (int s = 0; s < nsegs; s++) {
-				if (!segs[s].trainable)
-					continue;
-				float *g = grads + segs[s].offset;
-				for (size_t i = 0; i < segs[s].count; i++)
+			PARTS(0, off, cnt) {
+				float *g = grads + off;
+				for (size_t i = 0; i < cnt; i++)
 					g[i] *= scale;
 			}
 		}
 	}
 	if (opt->decoupled_decay > 0) {
 		float f = (float)(lr * opt->decoupled_decay);
-		for (int s = 0; s < nsegs; s++) {
-			if (!segs[s].trainable || !segs[s].decay)
-				continue;
-			float *restrict p = params + segs[s].offset;
-			for (size_t i = 0; i < segs[s].count; i++)
+		PARTS(1, off, cnt) {
+			float *restrict p = params + off;
+			for (size_t i = 0; i < cnt; i++)
 				p[i] -= f * p[i];
 		}
 	}
-	for (int s = 0; s < nsegs; s++) {
-		if (!segs[s].trainable)
-			continue;
-		size_t off = segs[s].offset, n = segs[s].count;
+	PARTS(0, off, cnt) {
 		switch (opt->kind) {
 		case DTF_OPT_SGD:
-			sgd(opt, off, n, params + off, grads + off, (float)lr);
+			sgd(opt, off, cnt, params + off, grads + off, (float)lr);
 			break;
 		case DTF_OPT_ADAM:
 		case DTF_OPT_ADAMW:
-			adam(opt, off, n, params + off, grads + off, lr);
+			adam(opt, off, cnt, params + off, grads + off, lr);
 			break;
 		case DTF_OPT_RMSPROP:
-			rmsprop(opt, off, n, params + off, grads + off,
+			rmsprop(opt, off, cnt, params + off, grads + off,
 				(float)lr);
 			break;
 		}

@@ -99,9 +99,28 @@ int dtf_optimizer_segments_from_graph(struct dtf_optimizer *opt,
  * rmsprop "rms", then "mg" when centered, then "momentum" with momentum. */
 const char *dtf_optimizer_slot_name(const struct dtf_optimizer *opt, int k);
 
+/* A range of the flat parameter vector: floats [off, off + n). */
+struct dtf_opt_range {
+	size_t off, n;
+};
+
 /* One update of params (n) with gradients grads (n) at learning rate lr.
  * grads is changed in place (L2 term, clipping). */
 void dtf_optimizer_apply(struct dtf_optimizer *opt, float *params,
 			 float *grads, double lr);
+
+/* The same update restricted to the elements in ranges[0 .. nranges)
+ * (disjoint, any order): each element changes exactly as under
+ * dtf_optimizer_apply, and the iteration count advances once.  For an
+ * update sharded across replicas (ZeRO stage 1: Rajbhandari et al., "ZeRO:
+ * Memory Optimizations Toward Training Trillion Parameter Models", SC
+ * 2020), where each replica updates its own ranges.  Every update but
+ * clipnorm's is elementwise; with opt->clipnorm > 0 the global norm needs
+ * every element, so the ranges must then cover all n (the caller's
+ * duty). */
+void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
+				float *grads, double lr,
+				const struct dtf_opt_range *ranges,
+				int nranges);
 
 #endif

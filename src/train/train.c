@@ -381,6 +381,7 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
  * `agreed` is agree_vote's: every rank takes the same branch.
  */
 static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
+		      struct dtf_strategy *strat,
 		      struct dtf_checkpointer *ck, struct dtf_fault *fault,
 		      struct dtf_obs *obs,
 		      const struct dtf_ckpt_position *pos, int agreed,
@@ -396,7 +397,9 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 	if (ck) {
 		dtf_fault_progress(fault, "checkpoint", pos->step);
 		double t0 = now_seconds();
-		int rc = dtf_checkpointer_save(ck, pos);
+		int rc = dtf_strategy_sync_slots(strat);
+		if (rc == 0)
+			rc = dtf_checkpointer_save(ck, pos);
 		if (rc == 0 && (sig || last))
 			rc = dtf_checkpointer_wait(ck);
 		dtf_obs_span(obs, DTF_OBS_CHECKPOINT, pos->step, -1, t0,
@@ -1065,7 +1068,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			pos.step = step;
 			pos.epoch = epoch;
 			pos.step_in_epoch = s + 1;
-			if ((rc = after_step(job, comm, ck, fault, obs, &pos, agreed,
+			if ((rc = after_step(job, comm, strat, ck, fault, obs, &pos, agreed,
 					     step == total_steps, result)) < 0)
 				goto out;
 			if (step > 1)
