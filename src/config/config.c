@@ -171,6 +171,29 @@ static const yaml_node_t *path_node(struct ctx *c, const char *path)
 	return deepest;
 }
 
+/*
+ * For a "missing required key 'K'..." message about the mapping at `path`:
+ * the override ("a.b.K") whose empty value removed K from it, else NULL.
+ */
+static const char *removed_required(struct ctx *c, const char *path,
+				    const char *msg)
+{
+	static const char lead[] = "missing required key '";
+	char key[PATH_MAX_];
+
+	if (strncmp(msg, lead, sizeof(lead) - 1))
+		return NULL;
+	const char *name = msg + sizeof(lead) - 1;
+	size_t len = strcspn(name, "'");
+	if (len >= sizeof(key))
+		return NULL;
+	memcpy(key, name, len);
+	key[len] = '\0';
+	const yaml_node_t *map = path && path[0] ? path_node(c, path)
+						 : dtf_ytree_root(c->t);
+	return dtf_ytree_removed_by(c->t, map, key);
+}
+
 static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
 		const char *fmt, ...)
 {
@@ -188,6 +211,16 @@ static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* a required key unset by "--set KEY=" is that override's doing */
+	const char *by = removed_required(c, path, msg);
+	if (by) {
+		snprintf(where, sizeof(where), "--set %s", by);
+		size_t used = strlen(msg);
+		snprintf(msg + used, sizeof(msg) - used,
+			 "; the empty value of --set %s= removed it, and a "
+			 "required key has no default",
+			 by);
+	}
 	if (path && path[0])
 		return dtf_error(DTF_ERR_CONFIG, "%s: %s: %s", where, path, msg);
 	return dtf_error(DTF_ERR_CONFIG, "%s: %s", where, msg);
