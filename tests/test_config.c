@@ -593,6 +593,22 @@ START_TEST(test_cross_references)
 			      "strategy.communication.implementation=shared_memory"};
 	ck_assert_ptr_nonnull(strstr(load_fail(SKETCH, fp16, 2, DTF_ERR_CONFIG),
 					 "not with compression"));
+	/* where it takes the ranks, dist/strategy.c names the key's
+	 * position kept here */
+	struct dtf_job *job = load_ok(edit("  type: multi_worker_mirrored\n",
+					   "  type: multi_worker_mirrored\n"
+					   "  communication: {implementation: shared_memory}\n"),
+				      NULL, 0);
+	ck_assert_str_eq(job->strategy.implementation_where,
+			 "graphs/x.yaml:28:35");
+	dtf_job_free(job);
+	job = load_ok(SKETCH, fp16 + 1, 1);
+	ck_assert_str_eq(job->strategy.implementation_where,
+			 "--set strategy.communication.implementation");
+	dtf_job_free(job);
+	job = load_ok(SKETCH, NULL, 0);
+	ck_assert_str_eq(job->strategy.implementation_where, "");
+	dtf_job_free(job);
 }
 END_TEST
 

@@ -2482,13 +2482,18 @@ static const struct section train_section = {
 	check_train};
 /* strategy.communication.implementation shared_memory where the job alone
  * rules it out (dist/strategy.c checks the rest, which depends on the
- * ranks: several nodes, device cuda): a job error at the key, caught by
- * --dry-run as well. */
+ * ranks: several nodes, device cuda, and names the position kept in
+ * implementation_where): a job error at the key, caught by --dry-run as
+ * well. */
 static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
 			  const yaml_node_t *map, const char *path)
 {
-	const struct dtf_job *job = base;
-	(void)key;
+	struct dtf_job *job = base;
+	const yaml_node_t *comm = dtf_ytree_get(c->t, map, "communication");
+	const yaml_node_t *n = comm ? dtf_ytree_get(c->t, comm, "implementation") : NULL;
+	if (n)
+		dtf_ytree_where(c->t, n, job->strategy.implementation_where,
+				sizeof(job->strategy.implementation_where));
 	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY || !map)
 		return 0;
 	const char *why = NULL;
@@ -2502,8 +2507,6 @@ static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
 		why = "hierarchical";
 	if (!why)
 		return 0;
-	const yaml_node_t *comm = dtf_ytree_get(c->t, map, "communication");
-	const yaml_node_t *n = comm ? dtf_ytree_get(c->t, comm, "implementation") : NULL;
 	char sub[PATH_MAX_];
 	path_fmt(sub, "%s.communication.implementation", path);
 	return fail(c, n ? n : key, sub,
