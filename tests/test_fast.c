@@ -350,12 +350,15 @@ END_TEST
 
 START_TEST(matmul_matches_reference)
 {
-	/* the last four take the unpacked AVX-512 product (gemm512.h) in
-	 * some transpositions where the CPU has it: widths of 64, 32 and 16
-	 * columns, row tiles with tails, batch up to 256 */
+	/* the last five take the AVX-512 register-tile product (gemm512.h)
+	 * in every transposition it serves where the CPU has it: widths of
+	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
+	 * (the last) slices of b copied to consecutive rows, K in three
+	 * slices */
 	const int shapes[][3] = {{5, 70, 33}, {70, 5, 33}, {40, 40, 1},
 				 {17, 130, 64}, {1, 3, 2}, {64, 200, 96},
-				 {32, 48, 20}, {16, 7, 16}, {256, 64, 256}};
+				 {32, 48, 20}, {16, 7, 16}, {256, 64, 256},
+				 {50, 192, 300}};
 	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 		int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
 		for (int tr = 0; tr < 4; tr++) {

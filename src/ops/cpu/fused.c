@@ -61,8 +61,11 @@ static void mm_task(void *arg, int tid, int nt)
 	}
 }
 
-/* The unpacked AVX-512 product (gemm512.h) takes two of a dense layer's
- * products when the batch is at most SMALL_BATCH rows:
+/* The AVX-512 register-tile product (gemm512.h) takes a dense layer's
+ * three products when the batch is at most SMALL_BATCH rows:
+ *  - the forward x w: x broadcast from the L2 cache against slices of w
+ *    (bench_kernels, 1 thread, batch 64, 3136 x 1024: 138 against
+ *    OpenBLAS's 115 GFLOP/s);
  *  - the input gradient dy w^T, as dx^T = w dy^T: the weights streamed
  *    once, as broadcasts, against dy^T (a copy of at most SMALL_BATCH x n
  *    floats) in the L2 cache (bench_kernels, 1 thread, batch 64,
@@ -71,12 +74,11 @@ static void mm_task(void *arg, int tid, int nt)
  *    where OpenBLAS first zeroes the whole (3136 x 1024) result and packs
  *    both operands (training with 2 ranks x 1 thread at global batch 128:
  *    2440 -> 2680 samples/s, 3 alternating runs each).
- * OpenBLAS packs the weight matrix on every call; that is what these
- * save.  The forward x w stays with OpenBLAS: the unpacked product was no
- * faster there (within 2%, the noise of this measure). */
+ * OpenBLAS packs the whole weight matrix on every call; that is what these
+ * save. */
 #define SMALL_BATCH 256
 
-enum { OWN_NONE, OWN_NT, OWN_TN };
+enum { OWN_NONE, OWN_NN, OWN_NT, OWN_TN };
 
 static int own_kind(int m, int n, int k, int ta, int tb)
 {
@@ -86,6 +88,8 @@ static int own_kind(int m, int n, int k, int ta, int tb)
 		return OWN_NT;
 	if (ta && !tb && n % 16 == 0 && k <= SMALL_BATCH)
 		return OWN_TN;
+	if (!ta && !tb && n % 16 == 0 && m <= SMALL_BATCH)
+		return OWN_NN;
 	return OWN_NONE;
 }
 
@@ -126,6 +130,17 @@ static void own_tn_task(void *arg, int tid, int nt)
 			  j->b, (size_t)j->n, j->c + lo * (size_t)j->n, (size_t)j->n, 0, 0);
 }
 
+/* c (m, n) = a b: columns of c split across threads */
+static void own_nn_task(void *arg, int tid, int nt)
+{
+	const struct own_job *j = arg;
+	size_t lo, hi;
+	dtf_pool_split((size_t)j->n, 64, tid, nt, &lo, &hi);
+	if (hi > lo)
+		dtf_mm512(j->m, j->k, (int)(hi - lo), j->a, (size_t)j->k, 1,
+			  j->b + lo, (size_t)j->n, j->c + lo, (size_t)j->n, 0, 0);
+}
+
 /* c^T (n, m) = b (n, k) a^T (k, m), stored transposed into c (m, n) */
 static void own_nt_task(void *arg, int tid, int nt)
 {
@@ -148,6 +163,9 @@ void dtf_fast_matmul(struct dtf_pool *p, int m, int n, int k, const float *a,
 	switch (own_kind(m, n, k, trans_a, trans_b)) {
 	case OWN_TN:
 		dtf_pool_run(p, own_tn_task, &oj);
+		return;
+	case OWN_NN:
+		dtf_pool_run(p, own_nn_task, &oj);
 		return;
 	case OWN_NT:
 		dtf_pool_run(p, transpose_task, &oj);

@@ -1,13 +1,15 @@
 /*
  * gemm512.h - a small float32 matrix product in AVX-512 register tiles,
  * for shapes where OpenBLAS's packing costs as much as the product: the
- * 36 per-point products of the Winograd kernels (winograd.c) and dense
- * layers whose batch dimension is small (fused.c).
+ * 36 or 64 per-point products of the Winograd kernels (winograd.c) and
+ * dense layers whose batch dimension is small (fused.c).
  *
- * Nothing is packed: one operand is broadcast element by element from
- * memory with any row and column stride, the other is read as rows of
- * 16-float vectors.  Tiles are 6 rows x 64 columns (24 accumulators) when
- * the width is a multiple of 64, otherwise 12 rows x 32 or 12 x 16.
+ * Nothing is packed in advance: one operand is broadcast element by
+ * element from memory with any row and column stride, the other is read as
+ * rows of 16-float vectors, a 32 KB slice at a time (copied to consecutive
+ * rows when its rows lie further apart and several row tiles read it).
+ * Tiles are 6 rows x 64 columns (24 accumulators) when the width is a
+ * multiple of 64, otherwise 12 rows x 32 or 12 x 16.
  */
 #ifndef DTF_OPS_CPU_GEMM512_H
 #define DTF_OPS_CPU_GEMM512_H
