@@ -460,10 +460,9 @@ static int index_out_of_range(char **keys, int i, const char *keypath,
 
 /*
  * "--set a.b.c=": take key c out of mapping a.b, so that the schema reads
- * the job as if the file never had it and its default applies (what
- * TensorFlow's and Keras's command-line flags do for an unset flag).
- * Nothing is created on the way; a key that is not there is an error, so a
- * misspelt key is not ignored.  *from gets the mapping's id.
+ * the job as if the file never had it and its default applies.  Nothing is
+ * created on the way; a key that is not there is an error, so a misspelt
+ * key is not ignored.  *from gets the mapping's id.
  */
 static int remove_one(struct dtf_ytree *t, char **keys, int nk,
 		      const char *keypath, int *from)
