@@ -86,6 +86,20 @@ static int train(int np, const char *env, const char *dir, const char *extra,
 			      l_ + (n_ > 2000 ? n_ - 2000 : 0));          \
 	} while (0)
 
+/* Lines of TMP/<log> that contain `text`. */
+static int count_lines(const char *log, const char *text)
+{
+	int n = 0;
+	for (const char *l = tu_slurp(tmp, log); *l;) {
+		const char *end = strchr(l, '\n');
+		size_t len = end ? (size_t)(end - l) : strlen(l);
+		const char *hit = strstr(l, text);
+		n += hit && hit < l + len;
+		l += len + (end != NULL);
+	}
+	return n;
+}
+
 /* Two exported variable files are byte-identical. */
 static void assert_same_vars(const char *a, const char *b)
 {
@@ -635,11 +649,32 @@ START_TEST(elastic_resume_two_ranks_to_one)
 {
 	ck_assert_int_eq(train(2, "DTF_FAULT=term:rank=1:step=33", "el", "",
 			       "ela.log"), 75);
+	/* the same checkpoint, resumed on 2 ranks at per-replica batch 16 */
+	ck_assert_int_eq(tu_run("cp -r %s/el %s/el2", tmp, tmp), 0);
+	ck_assert_int_eq(train(2, "", "el2", "--resume --set train.batch_size=32",
+			       "elc.log"), 0);
 	ck_assert_int_eq(train(1, "", "el", "--resume", "elb.log"), 0);
 	ck_assert_log("elb.log", "notice: elastic resume at step 34: the checkpoint was written by 2 rank(s) at per-replica batch 8 (global 16), "
 		      "this run has 1 at 16 (global 16); the 64 records of epoch 2 read before are left out, 26 steps remain in it");
 	ck_assert_log("elb.log", "step 40/60  epoch 2");
 	ck_assert_log("elb.log", "step 60/60  epoch 2");
+	/* the data line says once how this run shards, as a fresh run on
+	 * that many ranks does: the replay of the 2 ranks' reading that
+	 * finds the records consumed logs nothing of its own */
+	ck_assert_int_eq(count_lines("ela.log", "data.train: 2 files for 2 "
+				     "ranks: shard_policy auto shards by file"),
+			 1);
+	ck_assert_int_eq(count_lines("ela.log", "shard_policy"), 1);
+	ck_assert_int_eq(count_lines("ref1.log", "shard_policy"), 0);
+	ck_assert_int_eq(count_lines("elb.log", "shard_policy"),
+			 count_lines("ref1.log", "shard_policy"));
+	ck_assert_log("elc.log", "notice: elastic resume at step 34: the "
+		      "checkpoint was written by 2 rank(s) at per-replica "
+		      "batch 8 (global 16), this run has 2 at 16 (global 32)");
+	ck_assert_int_eq(count_lines("elc.log", "data.train: 2 files for 2 "
+				     "ranks: shard_policy auto shards by file"),
+			 1);
+	ck_assert_int_eq(count_lines("elc.log", "shard_policy"), 1);
 	struct dtf_ckpt_file f;
 	char path[512];
 	snprintf(path, sizeof(path), "%s/el/ckpt-40.dtf", tmp);

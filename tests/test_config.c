@@ -593,6 +593,22 @@ START_TEST(test_cross_references)
 			      "strategy.communication.implementation=shared_memory"};
 	ck_assert_ptr_nonnull(strstr(load_fail(SKETCH, fp16, 2, DTF_ERR_CONFIG),
 					 "not with compression"));
+	/* where it takes the ranks, dist/strategy.c names the key's
+	 * position kept here */
+	struct dtf_job *job = load_ok(edit("  type: multi_worker_mirrored\n",
+					   "  type: multi_worker_mirrored\n"
+					   "  communication: {implementation: shared_memory}\n"),
+				      NULL, 0);
+	ck_assert_str_eq(job->strategy.implementation_where,
+			 "graphs/x.yaml:28:35");
+	dtf_job_free(job);
+	job = load_ok(SKETCH, fp16 + 1, 1);
+	ck_assert_str_eq(job->strategy.implementation_where,
+			 "--set strategy.communication.implementation");
+	dtf_job_free(job);
+	job = load_ok(SKETCH, NULL, 0);
+	ck_assert_str_eq(job->strategy.implementation_where, "");
+	dtf_job_free(job);
 }
 END_TEST
 
@@ -754,6 +770,101 @@ START_TEST(test_override_errors_blame_set)
 }
 END_TEST
 
+/* An empty value removes the key, so the job reads as if the file did not
+ * have it: its default applies (TF/Keras-style unset).  A required key
+ * cannot be removed; a key that is not there is an error (a typo must not
+ * pass silently); explicit null stays null. */
+START_TEST(test_override_empty_removes)
+{
+	const char *ov[] = {"train.epochs=", "logging.dir=", "seed=",
+			    "model.layers.0.conv2d.activation=",
+			    "strategy="};
+	struct dtf_job *job = load_ok(SKETCH, ov, 5);
+	/* the same job without those lines, read independently */
+	static char text[8192];
+	snprintf(text, sizeof(text), "%s", edit("  epochs: 5\n", ""));
+	char *at = strstr(text, "seed: 42\n");
+	ck_assert_ptr_nonnull(at);
+	memmove(at, at + 9, strlen(at + 9) + 1);
+	at = strstr(text, ", dir: runs/fmnist}");
+	ck_assert_ptr_nonnull(at);
+	memmove(at, at + 18, strlen(at + 18) + 1);
+	at = strstr(text, ", activation: relu}}");
+	ck_assert_ptr_nonnull(at);
+	memmove(at, at + 18, strlen(at + 18) + 1);
+	at = strstr(text, "strategy:\n  type: multi_worker_mirrored\n");
+	ck_assert_ptr_nonnull(at);
+	memmove(at, at + 40, strlen(at + 40) + 1);
+	struct dtf_job *want = load_ok(text, NULL, 0);
+	ck_assert_int_eq(job->train.epochs, want->train.epochs);
+	ck_assert_int_eq(job->train.epochs, 1);
+	ck_assert_uint_eq(job->seed, want->seed);
+	ck_assert_ptr_null(want->logging.dir);
+	ck_assert_ptr_null(job->logging.dir);
+	ck_assert_int_eq(job->model.layers[0].activation,
+			 want->model.layers[0].activation);
+	ck_assert_int_eq(job->model.layers[2].activation,
+			 want->model.layers[2].activation);
+	ck_assert_int_ne(job->model.layers[0].activation,
+			 job->model.layers[2].activation);
+	ck_assert_int_eq(job->strategy.type, want->strategy.type);
+	dtf_job_free(want);
+	dtf_job_free(job);
+
+	/* later overrides see the key gone, and may set it again */
+	const char *ov2[] = {"train.epochs=", "train.epochs=3"};
+	job = load_ok(SKETCH, ov2, 2);
+	ck_assert_int_eq(job->train.epochs, 3);
+	dtf_job_free(job);
+	/* a key made by an earlier override */
+	const char *ov3[] = {"train.clipnorm=2", "train.clipnorm="};
+	job = load_ok(SKETCH, ov3, 2);
+	ck_assert(job->train.clipnorm == 0.0);
+	dtf_job_free(job);
+
+	/* a required key has no default to fall back on */
+	const char *ov4[] = {"train.batch_size="};
+	ck_assert_msg_is(load_fail(SKETCH, ov4, 1, DTF_ERR_CONFIG),
+			 "--set train.batch_size: train: missing required key "
+			 "'batch_size' (or 'per_replica_batch_size'); the "
+			 "empty value of --set train.batch_size= removed it, "
+			 "and a required key has no default");
+	const char *ov5[] = {"model.loss="};
+	ck_assert_msg_is(load_fail(SKETCH, ov5, 1, DTF_ERR_CONFIG),
+			 "--set model.loss: model: missing required key "
+			 "'loss'; the empty value of --set model.loss= removed "
+			 "it, and a required key has no default");
+	const char *ov6[] = {"data="};
+	ck_assert_msg_is(load_fail(SKETCH, ov6, 1, DTF_ERR_CONFIG),
+			 "--set data: missing required key 'data'; the empty "
+			 "value of --set data= removed it, and a required key "
+			 "has no default");
+	/* nothing there to remove: a misspelt key is not ignored */
+	const char *ov7[] = {"train.epoch="};
+	ck_assert_msg_is(load_fail(SKETCH, ov7, 1, DTF_ERR_CONFIG),
+			 "--set train.epoch: nothing to remove: the job has "
+			 "no key train.epoch (an empty value removes a key so "
+			 "that its default applies)");
+	const char *ov8[] = {"checkpoint.dir="};
+	load_fail(SKETCH, ov8, 1, DTF_ERR_CONFIG);
+	/* list items are not keys */
+	const char *ov9[] = {"model.layers.1="};
+	ck_assert_msg_is(load_fail(SKETCH, ov9, 1, DTF_ERR_USAGE),
+			 "--set model.layers.1: an empty value removes a key of "
+			 "a mapping; a list item cannot be removed (set the "
+			 "whole list instead)");
+	const char *ov10[] = {"model.layers.8.dense="};
+	ck_assert_msg_is(load_fail(SKETCH, ov10, 1, DTF_ERR_CONFIG),
+			 "--set model.layers.8.dense: index 8 is out of "
+			 "range: model.layers has 8 items");
+	/* null written out stays null, as in the file */
+	const char *ov11[] = {"train.epochs=null"};
+	ck_assert_msg_is(load_fail(SKETCH, ov11, 1, DTF_ERR_CONFIG),
+			 "--set train.epochs: train.epochs: expected a "
+			 "positive integer, got null");
+}
+END_TEST
+
 /* Messages that said the wrong thing. */
 START_TEST(test_override_errors_say_what)
 {
@@ -887,6 +998,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_override_errors_name_set);
 	tcase_add_test(tc, test_override_errors_blame_set);
 	tcase_add_test(tc, test_override_errors_say_what);
+	tcase_add_test(tc, test_override_empty_removes);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("files");

@@ -18,7 +18,7 @@
  *  - the start-up line names the implementation in force (auto: shared
  *    memory on one node, MPI across "nodes");
  *  - shared_memory where it cannot apply is a job error (exit 2) naming
- *    the reason; a rank that hangs or exits inside the shared-memory path
+ *    the key's file:line:col (or --set KEY) and the reason; a rank that hangs or exits inside the shared-memory path
  *    ends the job (watchdog, mpirun), never a hang.
  */
 #include <check.h>
@@ -228,6 +228,76 @@ START_TEST(shared_memory_where_it_cannot_apply)
 	ck_assert_msg(strstr(log, errors[i].msg) != NULL, "%s", log);
 	ck_assert_msg(strstr(log, "HINT: use implementation auto") != NULL,
 		      "%s", log);
+	/* a job error names where the key was given and the key, whether
+	 * the job alone rules it out (config) or the ranks do (strategy) */
+	ck_assert_msg(strstr(log, "error: --set strategy.communication."
+				  "implementation: strategy.communication."
+				  "implementation: shared_memory reduces") != NULL,
+		      "%s", log);
+}
+END_TEST
+
+/* The same with the key in the job file: its line and column, found at
+ * start where the reason depends on the ranks (several nodes, simulated)
+ * or on the device (device cuda: refused before any CUDA call, so no GPU
+ * is needed). */
+START_TEST(shared_memory_errors_name_file_line_col)
+{
+	static const char strat[] = "strategy: {type: multi_worker_mirrored}\n";
+	static const char mine[] = "strategy:\n"
+				   "  type: multi_worker_mirrored\n"
+				   "  communication: {implementation: shared_memory}\n";
+	char text[4096], path[512], want[1024];
+	snprintf(text, sizeof(text), job_text, tmpdir);
+	char *at = strstr(text, strat);
+	ck_assert_ptr_nonnull(at);
+	ck_assert_uint_lt(strlen(text) - strlen(strat) + strlen(mine),
+			  sizeof(text));
+	memmove(at + strlen(mine), at + strlen(strat),
+		strlen(at + strlen(strat)) + 1);
+	memcpy(at, mine, strlen(mine));
+	int line = 3; /* the communication line, 1-based */
+	for (const char *c = text; c < at; c++)
+		line += *c == '\n';
+	tu_write_file(tmpdir, "shm.yaml", "%s", text);
+	snprintf(path, sizeof(path), "%s/shm.yaml", tmpdir);
+
+	static const struct {
+		const char *env, *sets, *why;
+	} cases[] = {
+		{"DTF_TEST_RANKS_PER_NODE=1", "", "ranks on several nodes"},
+		{"", "--set device=cuda", "device cuda"},
+	};
+	for (int i = 0; i < 2; i++) {
+		int st = tu_run("%s timeout 120 mpirun -np 2 %s/dtf-train "
+				"--threads 1 %s %s 2>%s/pos.log >/dev/null",
+				cases[i].env, build_root, cases[i].sets, path,
+				tmpdir);
+		const char *log = log_of("pos");
+		ck_assert_msg(st == 2, "exit %d\n%s", st, log);
+		/* the value's column: "  communication: {implementation: " */
+		snprintf(want, sizeof(want),
+			 "] error: %s:%d:35: strategy.communication."
+			 "implementation: shared_memory reduces the gradients "
+			 "of mirrored or multi_worker_mirrored replicas on one "
+			 "node, on the CPU, without compression or "
+			 "hierarchical; not with %s\n"
+			 "HINT: use implementation auto (shared memory where "
+			 "it applies, MPI elsewhere) or mpi\n",
+			 path, line, cases[i].why);
+		ck_assert_msg(strstr(log, want) != NULL, "no '%s' in\n%s",
+			      want, log);
+	}
+	/* the job alone: the same position from the job reader */
+	int st = tu_run("%s/dtf-train --dry-run --set "
+			"strategy.type=central_storage %s 2>%s/pos.log "
+			">/dev/null",
+			build_root, path, tmpdir);
+	snprintf(want, sizeof(want),
+		 "error: %s:%d:35: strategy.communication.implementation: "
+		 "shared_memory reduces", path, line);
+	ck_assert_msg(st == 2 && strstr(log_of("pos"), want) != NULL,
+		      "exit %d, no '%s' in\n%s", st, want, log_of("pos"));
 }
 END_TEST
 
@@ -258,6 +328,7 @@ static Suite *shm_suite(void)
 	tcase_add_test(tc, auto_across_nodes_is_mpi);
 	tcase_add_loop_test(tc, shared_memory_where_it_cannot_apply, 0,
 			    (int)(sizeof(errors) / sizeof(errors[0])));
+	tcase_add_test(tc, shared_memory_errors_name_file_line_col);
 	tcase_add_test(tc, failing_rank_ends_job);
 	suite_add_tcase(s, tc);
 	return s;

@@ -171,6 +171,29 @@ static const yaml_node_t *path_node(struct ctx *c, const char *path)
 	return deepest;
 }
 
+/*
+ * For a "missing required key 'K'..." message about the mapping at `path`:
+ * the override ("a.b.K") whose empty value removed K from it, else NULL.
+ */
+static const char *removed_required(struct ctx *c, const char *path,
+				    const char *msg)
+{
+	static const char lead[] = "missing required key '";
+	char key[PATH_MAX_];
+
+	if (strncmp(msg, lead, sizeof(lead) - 1))
+		return NULL;
+	const char *name = msg + sizeof(lead) - 1;
+	size_t len = strcspn(name, "'");
+	if (len >= sizeof(key))
+		return NULL;
+	memcpy(key, name, len);
+	key[len] = '\0';
+	const yaml_node_t *map = path && path[0] ? path_node(c, path)
+						 : dtf_ytree_root(c->t);
+	return dtf_ytree_removed_by(c->t, map, key);
+}
+
 static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
 		const char *fmt, ...)
 {
@@ -188,6 +211,16 @@ static int fail(struct ctx *c, const yaml_node_t *n, const char *path,
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	/* a required key unset by "--set KEY=" is that override's doing */
+	const char *by = removed_required(c, path, msg);
+	if (by) {
+		snprintf(where, sizeof(where), "--set %s", by);
+		size_t used = strlen(msg);
+		snprintf(msg + used, sizeof(msg) - used,
+			 "; the empty value of --set %s= removed it, and a "
+			 "required key has no default",
+			 by);
+	}
 	if (path && path[0])
 		return dtf_error(DTF_ERR_CONFIG, "%s: %s: %s", where, path, msg);
 	return dtf_error(DTF_ERR_CONFIG, "%s: %s", where, msg);
@@ -2449,13 +2482,18 @@ static const struct section train_section = {
 	check_train};
 /* strategy.communication.implementation shared_memory where the job alone
  * rules it out (dist/strategy.c checks the rest, which depends on the
- * ranks: several nodes, device cuda): a job error at the key, caught by
- * --dry-run as well. */
+ * ranks: several nodes, device cuda, and names the position kept in
+ * implementation_where): a job error at the key, caught by --dry-run as
+ * well. */
 static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
 			  const yaml_node_t *map, const char *path)
 {
-	const struct dtf_job *job = base;
-	(void)key;
+	struct dtf_job *job = base;
+	const yaml_node_t *comm = dtf_ytree_get(c->t, map, "communication");
+	const yaml_node_t *n = comm ? dtf_ytree_get(c->t, comm, "implementation") : NULL;
+	if (n)
+		dtf_ytree_where(c->t, n, job->strategy.implementation_where,
+				sizeof(job->strategy.implementation_where));
 	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY || !map)
 		return 0;
 	const char *why = NULL;
@@ -2469,8 +2507,6 @@ static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
 		why = "hierarchical";
 	if (!why)
 		return 0;
-	const yaml_node_t *comm = dtf_ytree_get(c->t, map, "communication");
-	const yaml_node_t *n = comm ? dtf_ytree_get(c->t, comm, "implementation") : NULL;
 	char sub[PATH_MAX_];
 	path_fmt(sub, "%s.communication.implementation", path);
 	return fail(c, n ? n : key, sub,

@@ -305,6 +305,10 @@ struct dtf_job {
 		int overlap;         /* default 1 */
 		int hierarchical;    /* default 0 */
 		int implementation;  /* enum dtf_comm_implementation, auto */
+		/* "file:line:col" (or "--set KEY") of the implementation
+		 * value, for the checks that need the ranks; "" when the job
+		 * does not give it */
+		char implementation_where[DTF_WHERE_MAX];
 	} strategy;
 
 	struct {

@@ -8,7 +8,10 @@
  * Each override's value is parsed as its own tiny document and its nodes are
  * copied in with yaml_document_add_*; libyaml gives added nodes a zero mark,
  * so the origin of a node is told by its id instead: ids above `nbase` were
- * made by overrides, and ovr_first[] says which one.
+ * made by overrides, and ovr_first[] says which one.  An empty value
+ * ("--set a.b=") unsets: the pair is taken out of its mapping (its nodes
+ * stay in the document, unreferenced), and ovr_removed[] remembers the
+ * mapping so that a missing required key can be blamed on the override.
  */
 #include "config/ytree.h"
 
@@ -154,6 +157,7 @@ void dtf_ytree_deinit(struct dtf_ytree *t)
 		dtf_free(t->ovr_key[k]);
 	dtf_free(t->ovr_key);
 	dtf_free(t->ovr_first);
+	dtf_free(t->ovr_removed);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -198,6 +202,23 @@ const yaml_node_t *dtf_ytree_blame(const struct dtf_ytree *t,
 				   const yaml_node_t *val)
 {
 	return dtf_ytree_is_override(t, val) || !key ? val : key;
+}
+
+const char *dtf_ytree_removed_by(const struct dtf_ytree *t,
+				 const yaml_node_t *map, const char *key)
+{
+	if (!map || !t->loaded || !t->ovr_removed)
+		return NULL;
+	int id = id_of(t, map);
+	for (int k = t->novr - 1; k >= 0; k--) {
+		if (t->ovr_removed[k] != id)
+			continue;
+		const char *last = strrchr(t->ovr_key[k], '.');
+		last = last ? last + 1 : t->ovr_key[k];
+		if (!strcmp(last, key))
+			return t->ovr_key[k];
+	}
+	return NULL;
 }
 
 int dtf_ytree_is_null(const yaml_node_t *n)
@@ -385,7 +406,7 @@ static int add_value(struct dtf_ytree *t, const char *key, const char *value,
 	}
 	if (yaml_document_get_root_node(&vdoc))
 		*id = copy_node(t, &vdoc, 1, 0);
-	else /* "key=": null */
+	else /* a comment alone: null, as "key: # ..." in the file */
 		*id = yaml_document_add_scalar(&t->doc, NULL,
 					       (yaml_char_t *)"", 0,
 					       YAML_PLAIN_SCALAR_STYLE);
@@ -427,20 +448,98 @@ static int list_index(const char *k, int n)
 	return v < n ? (int)v : -1;
 }
 
-static int apply_one(struct dtf_ytree *t, char **keys, int nk,
-		     const char *keypath, const char *value)
+static int index_out_of_range(char **keys, int i, const char *keypath,
+			      int nitems)
 {
-	int val = 0;
-	int rc = add_value(t, keypath, value, &val);
-	if (rc)
-		return rc;
+	return dtf_error(DTF_ERR_CONFIG,
+			 "--set %s: index %s is out of range: %.*s has %d "
+			 "item%s",
+			 keypath, keys[i], (int)(keys[i] - keys[0]) - 1,
+			 keypath, nitems, nitems == 1 ? "" : "s");
+}
 
+/*
+ * "--set a.b.c=": take key c out of mapping a.b, so that the schema reads
+ * the job as if the file never had it and its default applies.  Nothing is
+ * created on the way; a key that is not there is an error, so a misspelt
+ * key is not ignored.  *from gets the mapping's id.
+ */
+static int remove_one(struct dtf_ytree *t, char **keys, int nk,
+		      const char *keypath, int *from)
+{
+	int cur = 1;
+	for (int i = 0; i < nk; i++) {
+		int last = i == nk - 1;
+		yaml_node_t *n = node_of(t, cur);
+		if (n->type == YAML_SEQUENCE_NODE &&
+		    keys[i][strspn(keys[i], "0123456789")] == '\0') {
+			int nitems = (int)(n->data.sequence.items.top -
+					   n->data.sequence.items.start);
+			int ix = list_index(keys[i], nitems);
+			if (ix < 0)
+				return index_out_of_range(keys, i, keypath,
+							  nitems);
+			if (last)
+				return dtf_error(
+					DTF_ERR_USAGE,
+					"--set %s: an empty value removes a "
+					"key of a mapping; a list item cannot "
+					"be removed (set the whole list "
+					"instead)",
+					keypath);
+			cur = n->data.sequence.items.start[ix];
+			continue;
+		}
+		if (n->type != YAML_MAPPING_NODE)
+			break;
+		yaml_node_pair_t *pr = n->data.mapping.pairs.start;
+		while (pr < n->data.mapping.pairs.top) {
+			const char *k = dtf_ytree_text(node_of(t, pr->key));
+			if (k && !strcmp(k, keys[i]))
+				break;
+			pr++;
+		}
+		if (pr == n->data.mapping.pairs.top)
+			break;
+		if (!last) {
+			cur = pr->value;
+			continue;
+		}
+		/* every pair of that key: a duplicate left behind would
+		 * silently take the removed one's place */
+		yaml_node_pair_t *keep = pr;
+		for (; pr < n->data.mapping.pairs.top; pr++) {
+			const char *k = dtf_ytree_text(node_of(t, pr->key));
+			if (!k || strcmp(k, keys[i]))
+				*keep++ = *pr;
+		}
+		n->data.mapping.pairs.top = keep;
+		*from = cur;
+		return 0;
+	}
+	return dtf_error(DTF_ERR_CONFIG,
+			 "--set %s: nothing to remove: the job has no key %s "
+			 "(an empty value removes a key so that its default "
+			 "applies)",
+			 keypath, keypath);
+}
+
+static int apply_one(struct dtf_ytree *t, char **keys, int nk,
+		     const char *keypath, const char *value, int *removed)
+{
 	/* the caller made sure the root exists; it is node 1 */
 	if (node_of(t, 1)->type != YAML_MAPPING_NODE)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "--set %s: the job file's top level is not a "
 				 "mapping",
 				 keypath);
+	if (value[strspn(value, " \t")] == '\0')
+		return remove_one(t, keys, nk, keypath, removed);
+
+	int val = 0;
+	int rc = add_value(t, keypath, value, &val);
+	if (rc)
+		return rc;
 
 	int cur = 1;
 	struct slot where = {0, 0};
@@ -452,13 +551,8 @@ static int apply_one(struct dtf_ytree *t, char **keys, int nk,
 					   n->data.sequence.items.start);
 			int ix = list_index(keys[i], nitems);
 			if (ix < 0 && keys[i][strspn(keys[i], "0123456789")] == '\0')
-				return dtf_error(
-					DTF_ERR_CONFIG,
-					"--set %s: index %s is out of range: "
-					"%.*s has %d item%s",
-					keypath, keys[i],
-					(int)(keys[i] - keys[0]) - 1, keypath,
-					nitems, nitems == 1 ? "" : "s");
+				return index_out_of_range(keys, i, keypath,
+							  nitems);
 			if (ix >= 0) {
 				where = (struct slot){cur, ix};
 				if (last)
@@ -521,7 +615,8 @@ int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
 		return rc;
 	t->ovr_first = dtf_calloc((size_t)n, sizeof(*t->ovr_first));
 	t->ovr_key = dtf_calloc((size_t)n, sizeof(*t->ovr_key));
-	if (!t->ovr_first || !t->ovr_key)
+	t->ovr_removed = dtf_calloc((size_t)n, sizeof(*t->ovr_removed));
+	if (!t->ovr_first || !t->ovr_key || !t->ovr_removed)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	if (!t->loaded) {
 		if (!yaml_document_initialize(&t->doc, NULL, NULL, NULL, 1, 1))
@@ -554,7 +649,8 @@ int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
 		int nk = split_override(s, keys, &value);
 		rc = nk < 0 ? dtf_error(DTF_ERR_USAGE, "--set '%s': malformed",
 					ov[i])
-			    : apply_one(t, keys, nk, t->ovr_key[i], value);
+			    : apply_one(t, keys, nk, t->ovr_key[i], value,
+					&t->ovr_removed[i]);
 		dtf_free(s);
 		if (rc)
 			return rc;

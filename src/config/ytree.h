@@ -22,6 +22,8 @@ struct dtf_ytree {
 	int novr;         /* overrides applied so far */
 	int *ovr_first;   /* [novr]: first node id made by override k */
 	char **ovr_key;   /* [novr]: "a.b.c" of override k (owned) */
+	int *ovr_removed; /* [novr]: id of the mapping that override k
+			   * removed its key from ("a.b.c="), else 0 */
 };
 
 /*
@@ -40,10 +42,14 @@ int dtf_ytree_check_overrides(const char *const *ov, int n);
  * Apply ov[0..n) in order: walk mappings by key (a decimal component indexes
  * a list), create missing keys as mappings, and replace the last key's value
  * by the value text read as a small YAML document ("1", "[1, 2]",
- * "{sgd: {learning_rate: 0.1}}"; "" is null).  A scalar met on the way is
- * replaced by a mapping.  Errors: DTF_ERR_USAGE (malformed override or
- * value, more than 32 key components), DTF_ERR_CONFIG (top level is not a
- * mapping; a decimal component past the end of a list), DTF_ERR_NOMEM.
+ * "{sgd: {learning_rate: 0.1}}").  A scalar met on the way is replaced by
+ * a mapping.  An empty value (nothing but blanks) removes the last key from
+ * its mapping instead, creating nothing, so that the schema's default
+ * applies (dtf_ytree_removed_by() tells which override removed a key).
+ * Errors: DTF_ERR_USAGE (malformed override or value, more than 32 key
+ * components, an empty value for a list item), DTF_ERR_CONFIG (top level
+ * is not a mapping; a decimal component past the end of a list; an empty
+ * value for a key the tree does not have), DTF_ERR_NOMEM.
  */
 int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
 			      int n);
@@ -65,6 +71,11 @@ int dtf_ytree_is_override(const struct dtf_ytree *t, const yaml_node_t *n);
 const yaml_node_t *dtf_ytree_blame(const struct dtf_ytree *t,
 				   const yaml_node_t *key,
 				   const yaml_node_t *val);
+
+/* The key path ("a.b.c", owned by t) of the last override that removed key
+ * `key` from mapping `map` with an empty value, NULL if none did. */
+const char *dtf_ytree_removed_by(const struct dtf_ytree *t,
+				 const yaml_node_t *map, const char *key);
 
 /* A plain "", "~" or "null" scalar (or NULL). */
 int dtf_ytree_is_null(const yaml_node_t *n);

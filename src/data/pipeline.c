@@ -127,6 +127,7 @@ struct dtf_pipeline {
 	struct dtf_augment_spec aug;
 	uint64_t fingerprint;
 	const char *label;
+	int quiet; /* opts->quiet: open logs nothing */
 	/* record filter (elastic resume); the active one is read by the
 	 * stream, so it changes only while the producer is idle */
 	int (*exclude)(void *ctx, uint64_t id);
@@ -1013,8 +1014,11 @@ static int scan_files(struct dtf_pipeline *p, uint64_t *max_record)
 			return rc;
 		if (st.bytes == 0 && st.records == 0) {
 			p->stats.empty_files++;
-			dtf_log(DTF_LOG_INFO, 1,
-				"%s: empty file (0 records); reading on", path);
+			if (!p->quiet)
+				dtf_log(DTF_LOG_INFO, 1,
+					"%s: empty file (0 records); reading "
+					"on",
+					path);
 		}
 		total += st.records;
 		if (st.max_record > *max_record)
@@ -1039,7 +1043,7 @@ static int count_pass(struct dtf_pipeline *p)
 	stream_begin(s, 0);
 	s->skipped = s->cut = 0;
 	s->cut_bytes = 0;
-	s->logging = 1;
+	s->logging = !p->quiet;
 	s->logged = 0;
 	slot_ptrs(p, s->scratch, ptrs);
 	int64_t n = 0;
@@ -1097,6 +1101,7 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 	p->seed = o->seed;
 	p->drop_remainder = o->drop_remainder;
 	p->label = o->label ? o->label : "data";
+	p->quiet = o->quiet;
 	p->shuffle_requested = o->shuffle_buffer;
 	p->key = dtf_philox_make_key(o->seed, DTF_RNG_SHUFFLE);
 	p->aug_key = dtf_philox_make_key(o->seed, DTF_RNG_AUGMENT);
@@ -1133,7 +1138,7 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 		goto out_free;
 	if ((rc = resolve_policy(p, rd.shard_policy)) < 0)
 		goto out_free;
-	if (rd.shard_policy == DTF_SHARD_AUTO && p->world > 1)
+	if (rd.shard_policy == DTF_SHARD_AUTO && p->world > 1 && !p->quiet)
 		dtf_info("%s: %d file%s for %d rank%s: shard_policy auto "
 			 "shards by %s",
 			 p->label, p->nfiles, p->nfiles == 1 ? "" : "s",

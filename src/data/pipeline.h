@@ -83,6 +83,10 @@ struct dtf_pipeline_opts {
 	/* For messages ("data.train"); NULL = "data".  Not copied: a string
 	 * that outlives the pipeline (a literal). */
 	const char *label;
+	/* 1: log nothing (a replay of reading another run did, as an
+	 * elastic resume makes; the run's own pipeline logs); errors are
+	 * returned as ever.  0: log as described below. */
+	int quiet;
 };
 
 /*
@@ -90,7 +94,8 @@ struct dtf_pipeline_opts {
  * policy, scan this rank's files (framing: lengths and length CRCs; with
  * on_error SKIP, every record read and decoded) and count its records.
  * A file of 0 bytes is noted (logged) and read as empty.  With shard
- * policy AUTO, rank 0 logs one line saying which policy it chose.
+ * policy AUTO, rank 0 logs one line saying which policy it chose.  With
+ * opts->quiet, nothing is logged.
  * Errors: DTF_ERR_CONFIG (FILE sharding with fewer files than ranks, with a
  * HINT line; an augment feature that is not [H, W, C] float), DTF_ERR_DATA
  * (unreadable file, corrupt framing with on_error FAIL: message names file,

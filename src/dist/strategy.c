@@ -369,11 +369,13 @@ static int check_strategy(const struct dtf_job *job, struct dtf_comm *world)
 		why = "device cuda";
 	else if (world->num_nodes > 1)
 		why = "ranks on several nodes";
+	/* a job error: where the key was given, as the job reader says it */
+	const char *where = job->strategy.implementation_where;
 	if (why)
 		return dtf_error(DTF_ERR_CONFIG,
-				 "strategy.communication.implementation: shared_memory reduces the gradients of mirrored or multi_worker_mirrored replicas on one node, on the CPU, without compression or hierarchical; not with %s\n"
+				 "%s%sstrategy.communication.implementation: shared_memory reduces the gradients of mirrored or multi_worker_mirrored replicas on one node, on the CPU, without compression or hierarchical; not with %s\n"
 				 "HINT: use implementation auto (shared memory where it applies, MPI elsewhere) or mpi",
-				 why);
+				 where, where[0] ? ": " : "", why);
 	return 0;
 }
 
@@ -760,10 +762,11 @@ int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads)
 	if (rc < 0)
 		return rc;
 	if (!s->shm) {
+		const char *where = s->job->strategy.implementation_where;
 		if (s->job->strategy.implementation == DTF_COMM_IMPL_SHARED_MEMORY)
 			return dtf_error(DTF_ERR_MPI,
-					 "strategy.communication.implementation shared_memory: %s",
-					 s->shm_why);
+					 "%s%sstrategy.communication.implementation: shared_memory: %s",
+					 where, where[0] ? ": " : "", s->shm_why);
 		if (s->replicas->rank == 0)
 			dtf_warn("shared-memory gradient reduction unavailable (%s): using MPI_Iallreduce",
 				 s->shm_why);

@@ -72,7 +72,9 @@ static int replay(const struct dtf_job *job, char **files, int nfiles,
 		.batch = (int)sg->per_replica_batch,
 		.shuffle_buffer = (size_t)job->data.shuffle_buffer,
 		.seed = job->seed, .read = &rd,
-		.drop_remainder = job->data.drop_remainder};
+		.drop_remainder = job->data.drop_remainder,
+		/* the run's own pipeline says how it shards, once */
+		.quiet = 1};
 	struct dtf_pipeline *p = NULL;
 	int rc = dtf_pipeline_open(&po, &p);
 	if (rc < 0)
