@@ -18,6 +18,9 @@
  * while another still reads it.  MPI_Win_sync orders the memory accesses
  * around each synchronization, as MPI-3.1 section 11.7 requires for the
  * unified model; the window stays in one MPI_Win_lock_all epoch.
+ * With the sharded update (dist/strategy.h, dtf_strategy_sync_slots) step 4
+ * is skipped: each rank updates the variables of its own slices and the
+ * ranks exchange those through a second half of every segment.
  * Open MPI stays the engine: the window and the barriers are its own.
  */
 #ifndef DTF_DIST_SHM_H

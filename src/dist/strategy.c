@@ -511,8 +511,8 @@ void dtf_strategy_free(struct dtf_strategy *s)
 	if (!fin && s->op16 != MPI_OP_NULL)
 		MPI_Op_free(&s->op16);
 	dtf_shm_free(s->shm);
-	free(s->mine);
-	free(s->theirs);
+	dtf_free(s->mine);
+	dtf_free(s->theirs);
 	free_comm(&s->shm_comm);
 	free_comm(&s->bcomm);
 	free_comm(&s->node_red);
@@ -976,8 +976,8 @@ static int make_shards(struct dtf_strategy *s)
 				each_slice_range(s, &s->buckets[bi], q,
 						 note_range, &f);
 		if (pass == 0) {
-			s->mine = calloc((size_t)f.nm + 1, sizeof(*s->mine));
-			s->theirs = calloc((size_t)f.nt + 1, sizeof(*s->theirs));
+			s->mine = dtf_calloc((size_t)f.nm + 1, sizeof(*s->mine));
+			s->theirs = dtf_calloc((size_t)f.nt + 1, sizeof(*s->theirs));
 			if (!s->mine || !s->theirs)
 				return dtf_error(DTF_ERR_NOMEM,
 						 "out of memory for the shards of the update");
