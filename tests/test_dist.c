@@ -80,14 +80,7 @@ static double max_rel_diff(const char *a_name, const char *b_name)
 	char an[128], bn[128];
 	snprintf(an, sizeof(an), "%s.bin", a_name);
 	snprintf(bn, sizeof(bn), "%s.bin", b_name);
-	size_t na, nb;
-	float *a = tu_read_vars(tmpdir, an, &na);
-	float *b = tu_read_vars(tmpdir, bn, &nb);
-	ck_assert_uint_eq(na, nb);
-	double worst = tu_max_rel_diff(b, a, na, NULL);
-	free(a);
-	free(b);
-	return worst;
+	return tu_vars_rel_diff(tmpdir, bn, an, NULL, NULL, NULL);
 }
 
 static void setup(void)

@@ -211,6 +211,24 @@ float *tu_read_vars(const char *dir, const char *name, size_t *n)
 	return p;
 }
 
+double tu_vars_rel_diff(const char *dir, const char *got_name,
+			const char *ref_name, size_t *n, size_t *moved,
+			int *same_bits)
+{
+	size_t ng, nr;
+	float *got = tu_read_vars(dir, got_name, &ng);
+	float *ref = tu_read_vars(dir, ref_name, &nr);
+	ck_assert_uint_eq(ng, nr);
+	double worst = tu_max_rel_diff(got, ref, ng, moved);
+	if (same_bits)
+		*same_bits = memcmp(got, ref, ng * sizeof(float)) == 0;
+	if (n)
+		*n = ng;
+	free(got);
+	free(ref);
+	return worst;
+}
+
 double tu_max_rel_diff(const float *got, const float *ref, size_t n,
 		       size_t *moved)
 {

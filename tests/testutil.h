@@ -143,6 +143,14 @@ float *tu_read_vars(const char *dir, const char *name, size_t *n);
 double tu_max_rel_diff(const float *got, const float *ref, size_t n,
 		       size_t *moved);
 
+/* tu_max_rel_diff of two exported-variables files in dir (file names):
+ * aborts the test unless both hold the same count, stored in *n; *moved as
+ * above and *same_bits (1: the files' floats are bit-identical), each when
+ * not NULL. */
+double tu_vars_rel_diff(const char *dir, const char *got_name,
+			const char *ref_name, size_t *n, size_t *moved,
+			int *same_bits);
+
 /* ---- random numbers and float buffers ----------------------------------- */
 
 /* splitmix64: a test-local generator, independent of the code under test.

@@ -106,12 +106,11 @@ struct dtf_strategy {
 	struct dtf_shm *shm;
 	const char *shm_why;        /* why the window could not be had */
 	int sh_red, sh_gather;      /* next bucket to reduce / to gather */
-	/* sharded update (ZeRO stage 1) through the window: each replica
-	 * updates the floats of its own slices (`mine`) and takes the
-	 * others' (`theirs`, with the owner) from the window's second half,
-	 * at seg[q] + xoff */
+	/* sharded update (ZeRO stage 1) through the window (set only with
+	 * shm): each replica updates the floats of its own slices (`mine`)
+	 * and takes the others' (`theirs`, with the owner) from the second
+	 * half of the owner's segment */
 	int sharded;
-	size_t xoff;
 	struct dtf_opt_range *mine;
 	int nmine;
 	struct shard_range *theirs;
@@ -774,7 +773,6 @@ int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads)
 	}
 	*grads = s->shm->seg[s->shm->rank];
 	s->sharded = shard;
-	s->xoff = n;
 	return 0;
 }
 
@@ -800,7 +798,7 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for accumulation");
 	if ((rc = make_buckets(s)) < 0)
 		return rc;
-	if (s->shm && s->sharded && (rc = make_shards(s)) < 0)
+	if (s->sharded && (rc = make_shards(s)) < 0)
 		return rc;
 	/* the state lives on replica 0; the others release theirs, except
 	 * with checkpoints, whose restore broadcasts the slots to every
@@ -998,7 +996,8 @@ static int make_shards(struct dtf_strategy *s)
 static int exchange_shards(struct dtf_strategy *s, float *v)
 {
 	struct dtf_shm *sh = s->shm;
-	float *out = sh->seg[sh->rank] + s->xoff;
+	const size_t half = sh->n / 2; /* the variables' half of a segment */
+	float *out = sh->seg[sh->rank] + half;
 	for (int i = 0; i < s->nmine; i++)
 		memcpy(out + s->mine[i].off, v + s->mine[i].off,
 		       s->mine[i].n * sizeof(float));
@@ -1007,7 +1006,7 @@ static int exchange_shards(struct dtf_strategy *s, float *v)
 	MPI_Win_sync(sh->win);
 	for (int i = 0; i < s->ntheirs; i++) {
 		const struct shard_range *r = &s->theirs[i];
-		memcpy(v + r->off, sh->seg[r->owner] + s->xoff + r->off,
+		memcpy(v + r->off, sh->seg[r->owner] + half + r->off,
 		       r->n * sizeof(float));
 	}
 	return 0;
@@ -1015,7 +1014,7 @@ static int exchange_shards(struct dtf_strategy *s, float *v)
 
 int dtf_strategy_sync_slots(struct dtf_strategy *s)
 {
-	if (!s || !s->shm || !s->sharded || !s->opt->slots)
+	if (!s || !s->sharded || !s->opt->slots)
 		return 0;
 	int rc;
 	/* the others have read this replica's half (the last step's
@@ -1363,7 +1362,7 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	/* one verdict: the sum of the flags of every replica (central: the
 	 * root's; sharded: each of its own ranges), reduced with the
 	 * statistics */
-	if (s->shm && s->sharded) {
+	if (s->sharded) {
 		for (int i = 0; i < s->nmine && !red[DTF_NSTATS]; i++)
 			red[DTF_NSTATS] = (float)dtf_optimizer_nonfinite(
 				s->opt, s->grads + s->mine[i].off, s->mine[i].n);
@@ -1385,7 +1384,7 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 		*applied = 0;
 		return 0;
 	}
-	if (s->shm && s->sharded) {
+	if (s->sharded) {
 		dtf_optimizer_apply_ranges(s->opt, s->params, s->grads, lr,
 					   s->mine, s->nmine);
 		double t2 = now();

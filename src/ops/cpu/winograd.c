@@ -155,79 +155,6 @@ bt6(const V512 *d, V512 *out)
 	out[5] = FMA(d[1], 4.0f, FMA(d[3], -5.0f, d[5]));
 }
 
-/* out (m) = A^T z (6) */
-static inline __attribute__((always_inline)) DTF_T512 void
-at6(const V512 *z, V512 *out, const int m)
-{
-	V512 a = ADD(z[1], z[2]), b = SUB(z[1], z[2]);
-	V512 c = ADD(z[3], z[4]), d = SUB(z[3], z[4]);
-	for (int i = 0; i < m; i++) {
-		float p2 = (float)(1 << i);
-		V512 v = i % 2 == 0 ? FMA(c, p2, a) : FMA(d, p2, b);
-		if (i == 0)
-			v = ADD(v, z[0]);
-		if (i == m - 1)
-			v = ADD(v, z[5]);
-		out[i] = v;
-	}
-}
-
-/* out (6) = A y (m): the adjoint of at6 */
-static inline __attribute__((always_inline)) DTF_T512 void
-a6(const V512 *y, V512 *out, const int m)
-{
-	V512 e = y[0], od = _mm512_setzero_ps();
-	V512 e2 = y[0], o2 = _mm512_setzero_ps();
-	for (int i = 1; i < m; i++) {
-		float p2 = (float)(1 << i);
-		if (i % 2 == 0) {
-			e = ADD(e, y[i]);
-			e2 = FMA(y[i], p2, e2);
-		} else {
-			od = ADD(od, y[i]);
-			o2 = FMA(y[i], p2, o2);
-		}
-	}
-	out[0] = y[0];
-	out[1] = ADD(e, od);
-	out[2] = SUB(e, od);
-	out[3] = ADD(e2, o2);
-	out[4] = SUB(e2, o2);
-	out[5] = y[m - 1];
-}
-
-/* out (6) = G g (r): G is A (the Vandermonde rows at the five finite
- * points, and the last element for infinity) with row j < 5 scaled by
- * s_j */
-static inline __attribute__((always_inline)) DTF_T512 void
-g6(const V512 *g, V512 *out, const int r)
-{
-	a6(g, out, r);
-	out[0] = MUL(out[0], 0.25f);
-	out[1] = MUL(out[1], -1.0f / 6.0f);
-	out[2] = MUL(out[2], -1.0f / 6.0f);
-	out[3] = MUL(out[3], 1.0f / 24.0f);
-	out[4] = MUL(out[4], 1.0f / 24.0f);
-}
-
-/* out (r) = G^T u (6): the adjoint of g6 */
-static inline __attribute__((always_inline)) DTF_T512 void
-gt6(const V512 *u, V512 *out, const int r)
-{
-	V512 s12 = ADD(u[1], u[2]), d12 = SUB(u[1], u[2]);
-	V512 s34 = ADD(u[3], u[4]), d34 = SUB(u[3], u[4]);
-	for (int k = 0; k < r; k++) {
-		float p2 = (float)(1 << k) / 24.0f;
-		V512 v = k % 2 == 0 ? FMA(s34, p2, MUL(s12, -1.0f / 6.0f))
-				    : FMA(d34, p2, MUL(d12, -1.0f / 6.0f));
-		if (k == 0)
-			v = FMA(u[0], 0.25f, v);
-		if (k == r - 1)
-			v = ADD(v, u[5]);
-		out[k] = v;
-	}
-}
-
 /*
  * The 8-point transforms of F(4x4, 5x5): points p = 0, 1, -1, 2, -2, 1/2,
  * -1/2 and infinity (index order), the same Toom-Cook construction as
@@ -260,94 +187,124 @@ bt8(const V512 *d, V512 *out)
 	out[7] = FMA(SUB(d[3], d[5]), 5.25f, SUB(d[7], d[1]));
 }
 
-/* out (m) = A^T z (8) */
-static inline __attribute__((always_inline)) DTF_T512 void
-at8(const V512 *z, V512 *out, const int m)
+/*
+ * A^T, A, G and G^T for both tile sides N, from the points: p_0 = 0, then
+ * the pairs +-a_q (a = 1, 2, and 1/2 for N = 8) at indices 1 + 2q and
+ * 2 + 2q, and infinity at N - 1; the scales s_j of G's rows (equal within
+ * a pair).  N is a literal at every call once inlined, so the tables and
+ * the powers fold into constants.
+ */
+static inline __attribute__((always_inline)) float pair_point(int q)
 {
-	V512 s1 = ADD(z[1], z[2]), d1 = SUB(z[1], z[2]);
-	V512 s2 = ADD(z[3], z[4]), d2 = SUB(z[3], z[4]);
-	V512 s3 = ADD(z[5], z[6]), d3 = SUB(z[5], z[6]);
+	return q == 0 ? 1.0f : q == 1 ? 2.0f : 0.5f;
+}
+
+static inline __attribute__((always_inline)) float
+pair_scale(const int N, int q) /* s of pair q; q = -1: s_0 */
+{
+	static const float s6[3] = {0.25f, -1.0f / 6.0f, 1.0f / 24.0f};
+	static const float s8[4] = {-1.0f, -2.0f / 9.0f, 1.0f / 90.0f,
+				    32.0f / 45.0f};
+	return N == 8 ? s8[q + 1] : s6[q + 1];
+}
+
+/* a^i, exactly (a is 1, 2 or 1/2) */
+static inline __attribute__((always_inline)) float pw(float a, int i)
+{
+	float p = 1.0f;
+	for (int k = 0; k < i; k++)
+		p *= a;
+	return p;
+}
+
+/* sum[q], dif[q] = x at +a_q plus, minus x at -a_q, for np pairs */
+static inline __attribute__((always_inline)) DTF_T512 void
+pair_sums(const V512 *x, V512 *sum, V512 *dif, const int np)
+{
+	for (int q = 0; q < np; q++) {
+		sum[q] = ADD(x[1 + 2 * q], x[2 + 2 * q]);
+		dif[q] = SUB(x[1 + 2 * q], x[2 + 2 * q]);
+	}
+}
+
+/* out (m) = A^T z (N) */
+static inline __attribute__((always_inline)) DTF_T512 void
+at_n(const V512 *z, V512 *out, const int m, const int N)
+{
+	const int np = (N - 2) / 2;
+	V512 sum[3], dif[3];
+	pair_sums(z, sum, dif, np);
 	for (int i = 0; i < m; i++) {
-		const float p2 = (float)(1 << i), ph = 1.0f / p2;
-		V512 v = i % 2 == 0 ? FMA(s3, ph, FMA(s2, p2, s1))
-				    : FMA(d3, ph, FMA(d2, p2, d1));
+		const V512 *x = i % 2 == 0 ? sum : dif;
+		V512 v = x[0];
+		for (int q = 1; q < np; q++)
+			v = FMA(x[q], pw(pair_point(q), i), v);
 		if (i == 0)
 			v = ADD(v, z[0]);
 		if (i == m - 1)
-			v = ADD(v, z[7]);
+			v = ADD(v, z[N - 1]);
 		out[i] = v;
 	}
 }
 
-/* out (8) = A y (m): the adjoint of at8 */
+/* out (N) = A y (m): the adjoint of at_n */
 static inline __attribute__((always_inline)) DTF_T512 void
-a8(const V512 *y, V512 *out, const int m)
+a_n(const V512 *y, V512 *out, const int m, const int N)
 {
-	const V512 zero = _mm512_setzero_ps();
-	V512 e1 = y[0], o1 = zero, e2 = y[0], o2 = zero, e3 = y[0], o3 = zero;
-	for (int i = 1; i < m; i++) {
-		const float p2 = (float)(1 << i), ph = 1.0f / p2;
-		if (i % 2 == 0) {
-			e1 = ADD(e1, y[i]);
-			e2 = FMA(y[i], p2, e2);
-			e3 = FMA(y[i], ph, e3);
-		} else {
-			o1 = ADD(o1, y[i]);
-			o2 = FMA(y[i], p2, o2);
-			o3 = FMA(y[i], ph, o3);
-		}
+	const int np = (N - 2) / 2;
+	V512 e[3], o[3];
+	for (int q = 0; q < np; q++) {
+		e[q] = y[0];
+		o[q] = _mm512_setzero_ps();
 	}
+	for (int i = 1; i < m; i++)
+		for (int q = 0; q < np; q++) {
+			V512 *t = i % 2 == 0 ? &e[q] : &o[q];
+			*t = q == 0 ? ADD(*t, y[i])
+				    : FMA(y[i], pw(pair_point(q), i), *t);
+		}
 	out[0] = y[0];
-	out[1] = ADD(e1, o1);
-	out[2] = SUB(e1, o1);
-	out[3] = ADD(e2, o2);
-	out[4] = SUB(e2, o2);
-	out[5] = ADD(e3, o3);
-	out[6] = SUB(e3, o3);
-	out[7] = y[m - 1];
+	for (int q = 0; q < np; q++) {
+		out[1 + 2 * q] = ADD(e[q], o[q]);
+		out[2 + 2 * q] = SUB(e[q], o[q]);
+	}
+	out[N - 1] = y[m - 1];
 }
 
-/* out (8) = G g (r): A's rows j < 7 scaled by s_j */
+/* out (N) = G g (r): A's rows j < N - 1 scaled by s_j */
 static inline __attribute__((always_inline)) DTF_T512 void
-g8(const V512 *g, V512 *out, const int r)
+g_n(const V512 *g, V512 *out, const int r, const int N)
 {
-	a8(g, out, r);
-	out[0] = MUL(out[0], -1.0f);
-	out[1] = MUL(out[1], -2.0f / 9.0f);
-	out[2] = MUL(out[2], -2.0f / 9.0f);
-	out[3] = MUL(out[3], 1.0f / 90.0f);
-	out[4] = MUL(out[4], 1.0f / 90.0f);
-	out[5] = MUL(out[5], 32.0f / 45.0f);
-	out[6] = MUL(out[6], 32.0f / 45.0f);
+	a_n(g, out, r, N);
+	out[0] = MUL(out[0], pair_scale(N, -1));
+	for (int q = 0; q < (N - 2) / 2; q++) {
+		out[1 + 2 * q] = MUL(out[1 + 2 * q], pair_scale(N, q));
+		out[2 + 2 * q] = MUL(out[2 + 2 * q], pair_scale(N, q));
+	}
 }
 
-/* out (r) = G^T u (8): the adjoint of g8 */
+/* out (r) = G^T u (N): the adjoint of g_n */
 static inline __attribute__((always_inline)) DTF_T512 void
-gt8(const V512 *u, V512 *out, const int r)
+gt_n(const V512 *u, V512 *out, const int r, const int N)
 {
-	V512 s1 = ADD(u[1], u[2]), d1 = SUB(u[1], u[2]);
-	V512 s2 = ADD(u[3], u[4]), d2 = SUB(u[3], u[4]);
-	V512 s3 = ADD(u[5], u[6]), d3 = SUB(u[5], u[6]);
+	const int np = (N - 2) / 2;
+	V512 sum[3], dif[3];
+	pair_sums(u, sum, dif, np);
 	for (int k = 0; k < r; k++) {
-		const float p2 = (float)(1 << k), ph = 1.0f / p2;
-		V512 v = k % 2 == 0
-			? FMA(s3, ph * (32.0f / 45.0f), FMA(s2, p2 / 90.0f, MUL(s1, -2.0f / 9.0f)))
-			: FMA(d3, ph * (32.0f / 45.0f), FMA(d2, p2 / 90.0f, MUL(d1, -2.0f / 9.0f)));
+		const V512 *x = k % 2 == 0 ? sum : dif;
+		V512 v = MUL(x[0], pair_scale(N, 0));
+		for (int q = 1; q < np; q++)
+			v = FMA(x[q], pair_scale(N, q) * pw(pair_point(q), k), v);
 		if (k == 0)
-			v = SUB(v, u[0]);
+			v = FMA(u[0], pair_scale(N, -1), v);
 		if (k == r - 1)
-			v = ADD(v, u[7]);
+			v = ADD(v, u[N - 1]);
 		out[k] = v;
 	}
 }
 
-/* The N-point transform of each kind (N = 6 or 8, a literal at every
- * call once inlined). */
+/* B^T d for either tile side (N a literal at every call) */
 #define BT_N(N, d, o) ((N) == 8 ? bt8(d, o) : bt6(d, o))
-#define AT_N(N, z, o, m) ((N) == 8 ? at8(z, o, m) : at6(z, o, m))
-#define A_N(N, y, o, m) ((N) == 8 ? a8(y, o, m) : a6(y, o, m))
-#define G_N(N, g, o, r) ((N) == 8 ? g8(g, o, r) : g6(g, o, r))
-#define GT_N(N, u, o, r) ((N) == 8 ? gt8(u, o, r) : gt6(u, o, r))
 
 /* out (N x N) = F in F^T for an n x n block `in` (in[a][b], n = m or r):
  * F = A (the dy tiles of the filter gradient) or, with gscale, F = G (the
@@ -361,17 +318,17 @@ spread(const V512 in[5][5], V512 out[8][8], const int n, const int gscale,
 		for (int a = 0; a < n; a++)
 			col[a] = in[a][b];
 		if (gscale)
-			G_N(N, col, cN, n);
+			g_n(col, cN, n, N);
 		else
-			A_N(N, col, cN, n);
+			a_n(col, cN, n, N);
 		for (int j = 0; j < N; j++)
 			tmp[j][b] = cN[j];
 	}
 	for (int j = 0; j < N; j++) {
 		if (gscale)
-			G_N(N, tmp[j], out[j], n);
+			g_n(tmp[j], out[j], n, N);
 		else
-			A_N(N, tmp[j], out[j], n);
+			a_n(tmp[j], out[j], n, N);
 	}
 }
 
@@ -520,13 +477,13 @@ out_transform_m(const struct wgeo *q, const float *restrict M,
 					V512 zz[8];
 					for (int j = 0; j < N; j++)
 						zz[j] = _mm512_loadu_ps(z + (size_t)(j * N + k) * ms);
-					AT_N(N, zz, col, m);
+					at_n(zz, col, m, N);
 					for (int i = 0; i < m; i++)
 						tmp[i][k] = col[i];
 				}
 				V512 b = bias ? _mm512_loadu_ps(bias + o0) : zero;
 				for (int i = 0; i < nr; i++) {
-					AT_N(N, tmp[i], out, m);
+					at_n(tmp[i], out, m, N);
 					float *yr = y + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m) * O + o0;
 					const unsigned char *zr = wz ? wz + (size_t)(ty * m + i) * q->ow + (size_t)tx * m : NULL;
 					for (int k = 0; k < nc; k++) {
@@ -644,7 +601,7 @@ filter_inverse_r(const float *part, size_t pstride, int nparts, int C, int O,
 									   (size_t)(j * N + k) * us));
 					in[k] = s;
 				}
-				GT_N(N, in, col, r);
+				gt_n(in, col, r, N);
 				for (int b = 0; b < r; b++)
 					tmp[j][b] = col[b];
 			}
@@ -652,7 +609,7 @@ filter_inverse_r(const float *part, size_t pstride, int nparts, int C, int O,
 				V512 cin[8], out[5];
 				for (int j = 0; j < N; j++)
 					cin[j] = tmp[j][b];
-				GT_N(N, cin, out, r);
+				gt_n(cin, out, r, N);
 				for (int a = 0; a < r; a++)
 					_mm512_storeu_ps(dw + (((size_t)a * r + b) * C + c) * O + o0, out[a]);
 			}
