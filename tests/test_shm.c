@@ -10,11 +10,14 @@
  *    not packed), overlap off and accumulate_steps 2;
  *  - 3 ranks: within 1e-6 relative (the order of a three-way sum may
  *    differ), and within 1e-4 of one_device at the same global batch;
- *  - the sharded update (each replica applies the optimizer to its slices
- *    and the replicas exchange the variables): bit for bit as above, and
- *    its checkpoint, whose optimizer slots are gathered first, resumes
- *    with MPI to the same bits as an uninterrupted MPI run; with
- *    train.clipnorm the update is whole on every replica, same bits;
+ *  - the sharded update (one copy of the variables in the window, each
+ *    replica applies the optimizer to its slices of it): bit for bit as
+ *    above; its checkpoint, whose optimizer slots are gathered first,
+ *    resumes with MPI to the same bits as an uninterrupted MPI run, and
+ *    an MPI checkpoint resumes sharded (restored into the shared copy) to
+ *    the same bits; with train.clipnorm, or with batch_norm's
+ *    non-trainable moving statistics, the update is whole on every
+ *    replica, same bits;
  *  - the start-up line names the implementation in force (auto: shared
  *    memory on one node, MPI across "nodes");
  *  - shared_memory where it cannot apply is a job error (exit 2) naming
@@ -46,15 +49,40 @@ static const char job_text[] =
 	"strategy: {type: multi_worker_mirrored}\n"
 	"logging: {every_steps: 10}\n";
 
+/* the tiny CNN with batch_norm after its first convolution */
+static const char bn_job_text[] =
+	"name: tiny-cnn-bn\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
+	TU_SYNTH_FEATURES_8X8
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 4, kernel: 3, padding: same}}\n"
+	"    - batch_norm\n"
+	"    - relu\n"
+	"    - flatten\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: 24\n"
+	"  max_steps: 20\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"strategy: {type: multi_worker_mirrored}\n"
+	"logging: {every_steps: 10}\n";
+
+static const char *job_file = "job.yaml";
+
 /* mpirun -np np dtf-train ... --export-variables NAME.bin 2>NAME.log;
  * the exit status */
 static int train(int np, const char *name, const char *env, const char *sets)
 {
 	return tu_run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
-		      "--export-variables %s/%s.bin %s %s/job.yaml 2>%s/%s.log "
+		      "--export-variables %s/%s.bin %s %s/%s 2>%s/%s.log "
 		      ">/dev/null",
 		      env ? env : "", np, build_root, tmpdir, name,
-		      sets ? sets : "", tmpdir, tmpdir, name);
+		      sets ? sets : "", tmpdir, job_file, tmpdir, name);
 }
 
 static const char *log_of(const char *name)
@@ -95,6 +123,8 @@ static void setup(void)
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-shm-test");
 	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
 	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir);
+	tu_write_file(tmpdir, "job_bn.yaml", bn_job_text, tmpdir);
+	job_file = "job.yaml";
 }
 
 static void teardown(void)
@@ -164,6 +194,19 @@ START_TEST(sharded_checkpoint_resumes_as_mpi)
 	double d = max_rel_diff("ref20", "ck20", &same);
 	printf("2 ranks, sharded 10 steps + resumed 10 vs 20: %.3g\n", d);
 	ck_assert_msg(same && d == 0.0, "%g", d);
+	/* the other way: an MPI checkpoint restored into the shared copy */
+	snprintf(a, sizeof(a), MPI_IMPL "--set train.max_steps=10 "
+		 "--set checkpoint.dir=%s/ck_mpi", tmpdir);
+	train_ok(2, "ckm10", NULL, a, "mpi");
+	snprintf(a, sizeof(a), SHM_IMPL "--resume --set checkpoint.dir=%s/ck_mpi",
+		 tmpdir);
+	train_ok(2, "ckm20", NULL, a, "shared_memory");
+	ck_assert_msg(strstr(log_of("ckm20"), "step 10") != NULL &&
+			      strstr(log_of("ckm20"), "update sharded") != NULL,
+		      "%s", log_of("ckm20"));
+	d = max_rel_diff("ref20", "ckm20", &same);
+	printf("2 ranks, MPI 10 steps + resumed sharded 10 vs 20: %.3g\n", d);
+	ck_assert_msg(same && d == 0.0, "%g", d);
 	/* clipnorm needs the global norm: the update stays whole */
 	train_ok(2, "clip_shm", NULL, SHM_IMPL "--set train.clipnorm=0.5",
 		 "shared_memory");
@@ -171,6 +214,16 @@ START_TEST(sharded_checkpoint_resumes_as_mpi)
 		      log_of("clip_shm"));
 	train_ok(2, "clip_mpi", NULL, MPI_IMPL "--set train.clipnorm=0.5", "mpi");
 	ck_assert(max_rel_diff("clip_mpi", "clip_shm", &same) == 0.0 && same);
+	/* batch_norm's moving statistics are each replica's until averaged:
+	 * the variables stay per replica, the update whole */
+	job_file = "job_bn.yaml";
+	train_ok(2, "bn_shm", NULL, SHM_IMPL, "shared_memory");
+	ck_assert_msg(strstr(log_of("bn_shm"),
+			     "update whole on every replica (non-trainable variables)") != NULL,
+		      "%s", log_of("bn_shm"));
+	train_ok(2, "bn_mpi", NULL, MPI_IMPL, "mpi");
+	ck_assert(max_rel_diff("bn_mpi", "bn_shm", &same) == 0.0 && same);
+	job_file = "job.yaml";
 }
 END_TEST
 

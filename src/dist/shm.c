@@ -8,6 +8,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "ops/cpu/fast.h"
 
 /* floats summed per block: the block of sums stays in L1 */
 #define BLOCK 1024
@@ -39,8 +40,8 @@ void dtf_shm_free(struct dtf_shm *sh)
 	dtf_free(sh);
 }
 
-int dtf_shm_new(MPI_Comm comm, size_t n, struct dtf_shm **out,
-		const char **why)
+int dtf_shm_new(MPI_Comm comm, size_t n, size_t nshared,
+		struct dtf_shm **out, const char **why)
 {
 	*out = NULL;
 	*why = NULL;
@@ -67,7 +68,12 @@ int dtf_shm_new(MPI_Comm comm, size_t n, struct dtf_shm **out,
 	/* room to align each segment: Open MPI puts them on no particular
 	 * boundary, but the mapping starts on a page in every process, so
 	 * rounding a segment's address up reaches the same byte everywhere */
-	size_t bytes = (n * sizeof(float) + DTF_ALIGN + PAGE - 1) / PAGE * PAGE;
+	/* the shared part starts on the first cache line past rank 0's n */
+	const size_t lead = (n + DTF_ALIGN / sizeof(float) - 1) /
+			    (DTF_ALIGN / sizeof(float)) *
+			    (DTF_ALIGN / sizeof(float));
+	const size_t own = rank == 0 && nshared ? lead + nshared : n;
+	size_t bytes = (own * sizeof(float) + DTF_ALIGN + PAGE - 1) / PAGE * PAGE;
 	MPI_Info info;
 	MPI_Info_create(&info);
 	/* each segment on pages of its own (not packed behind the last) */
@@ -86,7 +92,8 @@ int dtf_shm_new(MPI_Comm comm, size_t n, struct dtf_shm **out,
 		void *qbase = NULL;
 		if (MPI_Win_shared_query(sh->win, q, &qsize, &disp, &qbase) !=
 			    MPI_SUCCESS ||
-		    (size_t)qsize < n * sizeof(float) + DTF_ALIGN) {
+		    (size_t)qsize < (q == 0 && nshared ? lead + nshared : n) *
+					    sizeof(float) + DTF_ALIGN) {
 			ok[2] = 0;
 			break;
 		}
@@ -129,6 +136,12 @@ int dtf_shm_new(MPI_Comm comm, size_t n, struct dtf_shm **out,
 	MPI_Win_lock_all(MPI_MODE_NOCHECK, sh->win);
 	sh->locked = 1;
 	memset(sh->seg[rank], 0, n * sizeof(float));
+	if (nshared) {
+		sh->shared = sh->seg[0] + lead;
+		sh->nshared = nshared;
+		if (rank == 0)
+			memset(sh->shared, 0, nshared * sizeof(float));
+	}
 	MPI_Win_sync(sh->win);
 	if (MPI_Comm_dup(comm, &sh->arrive) != MPI_SUCCESS ||
 	    MPI_Comm_dup(comm, &sh->reduced) != MPI_SUCCESS) {
@@ -163,19 +176,23 @@ static void add1(float *restrict t, const float *restrict a, size_t m)
 		t[j] += a[j];
 }
 
-void dtf_shm_sum(const struct dtf_shm *sh, size_t off, size_t n)
+int dtf_shm_sum(const struct dtf_shm *sh, size_t off, size_t n)
 {
 	_Alignas(64) float t[BLOCK];
 	float *dst = sh->seg[sh->rank] + off;
+	int bad = 0;
 	if (sh->size == 1)
-		return;
+		return dtf_fast_nonfinite(NULL, n, dst);
 	for (size_t i = 0; i < n; i += BLOCK) {
 		size_t m = n - i < BLOCK ? n - i : BLOCK;
 		add2(t, sh->seg[0] + off + i, sh->seg[1] + off + i, m);
 		for (int k = 2; k < sh->size; k++)
 			add1(t, sh->seg[k] + off + i, m);
+		/* checked while the block is in L1, not in a pass of its own */
+		bad |= dtf_fast_nonfinite(NULL, m, t);
 		memcpy(dst + i, t, m * sizeof(float));
 	}
+	return bad;
 }
 
 void dtf_shm_copy_from(const struct dtf_shm *sh, int from, size_t off,

@@ -19,8 +19,9 @@
  * around each synchronization, as MPI-3.1 section 11.7 requires for the
  * unified model; the window stays in one MPI_Win_lock_all epoch.
  * With the sharded update (dist/strategy.h, dtf_strategy_sync_slots) step 4
- * is skipped: each rank updates the variables of its own slices and the
- * ranks exchange those through a second half of every segment.
+ * is skipped: the variables are one copy for the node, behind rank 0's
+ * segment (`shared`), and each rank updates those of its own slices in
+ * place.
  * Open MPI stays the engine: the window and the barriers are its own.
  */
 #ifndef DTF_DIST_SHM_H
@@ -36,19 +37,24 @@ struct dtf_shm {
 	int locked;               /* in the MPI_Win_lock_all epoch */
 	float **seg;              /* [size]: every rank's vector */
 	size_t n;                 /* floats per segment */
+	float *shared;            /* nshared floats behind rank 0's segment,
+				   * one copy every rank maps (NULL if none) */
+	size_t nshared;
 };
 
 /*
  * A window of n floats per rank of `comm` (whose ranks must share memory:
  * an MPI_Comm_split_type SHARED communicator), zeroed, each segment aligned
- * to DTF_ALIGN.  A collective over comm; comm is borrowed (the handle
- * keeps duplicates).  *out is NULL when the window cannot be had
+ * to DTF_ALIGN, and nshared floats more behind rank 0's segment
+ * (sh->shared, aligned to DTF_ALIGN, zeroed; nshared may be 0: no such
+ * part; the same value on every rank).  A collective over comm; comm is
+ * borrowed (the handle keeps duplicates).  *out is NULL when the window cannot be had
  * (MPI_Win_allocate_shared failed or gave misaligned segments on some rank:
  * every rank sees the same outcome; the reason is left in *why).
  * Errors: DTF_ERR_NOMEM.
  */
-int dtf_shm_new(MPI_Comm comm, size_t n, struct dtf_shm **out,
-		const char **why);
+int dtf_shm_new(MPI_Comm comm, size_t n, size_t nshared,
+		struct dtf_shm **out, const char **why);
 
 /* Free the window (MPI_Win_free: a collective over the ranks of the
  * window).  NULL is a no-op; after MPI_Finalize only the memory of the
@@ -56,8 +62,8 @@ int dtf_shm_new(MPI_Comm comm, size_t n, struct dtf_shm **out,
 void dtf_shm_free(struct dtf_shm *sh);
 
 /* seg[rank][off, off+n) = seg[0] + seg[1] + ... + seg[size-1], added left
- * to right in float32. */
-void dtf_shm_sum(const struct dtf_shm *sh, size_t off, size_t n);
+ * to right in float32.  Returns 1 when a sum is NaN or infinite, else 0. */
+int dtf_shm_sum(const struct dtf_shm *sh, size_t off, size_t n);
 
 /* seg[rank][off, off+n) = seg[from][off, off+n). */
 void dtf_shm_copy_from(const struct dtf_shm *sh, int from, size_t off,

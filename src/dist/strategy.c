@@ -106,11 +106,15 @@ struct dtf_strategy {
 	struct dtf_shm *shm;
 	const char *shm_why;        /* why the window could not be had */
 	int sh_red, sh_gather;      /* next bucket to reduce / to gather */
+	int sh_bad;                 /* a sum of this rank's slices is NaN/Inf */
 	/* sharded update (ZeRO stage 1) through the window (set only with
-	 * shm): each replica updates the floats of its own slices (`mine`)
-	 * and takes the others' (`theirs`, with the owner) from the second
-	 * half of the owner's segment */
+	 * shm): the variables are one copy in the window (shm->shared),
+	 * each replica updates the floats of its own slices (`mine`) in
+	 * place; the optimizer slots stay per replica, current in `mine`
+	 * only, and are completed from the others' (`theirs`, with the
+	 * owner) for a checkpoint.  whole_why: why not (NULL when sharded) */
 	int sharded;
+	const char *whole_why;
 	struct dtf_opt_range *mine;
 	int nmine;
 	struct shard_range *theirs;
@@ -748,16 +752,34 @@ int dtf_strategy_wants_shared_grads(const struct dtf_strategy *s)
 	return s && s->shm_comm != MPI_COMM_NULL;
 }
 
-int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads)
+/* Why every replica must update all the variables, or NULL: the global
+ * norm needs every gradient, and non-trainable variables (batch_norm's
+ * moving statistics) are each replica's own until averaged. */
+static const char *whole_update_why(const struct dtf_strategy *s,
+				    const struct dtf_graph *g)
+{
+	if (s->job->train.clipnorm > 0)
+		return "clipnorm";
+	if (!g)
+		return "no graph";
+	if (dtf_graph_num_nontrainable(g) > 0)
+		return "non-trainable variables";
+	return NULL;
+}
+
+int dtf_strategy_share_grads(struct dtf_strategy *s, const struct dtf_graph *g,
+			     size_t n, float **grads, float **params)
 {
 	*grads = NULL;
+	if (params)
+		*params = NULL;
 	if (!dtf_strategy_wants_shared_grads(s))
 		return 0;
-	/* a sharded update exchanges the updated variables through a second
-	 * half of the window */
-	int shard = s->job->train.clipnorm <= 0;
-	int rc = dtf_shm_new(s->shm_comm, shard ? 2 * n : n, &s->shm,
-			     &s->shm_why);
+	/* a sharded update keeps the variables in the window too */
+	s->whole_why = params ? whole_update_why(s, g) : "no graph";
+	int shard = !s->whole_why;
+	int rc = dtf_shm_new(s->shm_comm, n, shard ? (size_t)g->nparams : 0,
+			     &s->shm, &s->shm_why);
 	if (rc < 0)
 		return rc;
 	if (!s->shm) {
@@ -773,6 +795,26 @@ int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads)
 	}
 	*grads = s->shm->seg[s->shm->rank];
 	s->sharded = shard;
+	if (shard)
+		*params = s->shm->shared;
+	return 0;
+}
+
+int dtf_strategy_writes_params(const struct dtf_strategy *s)
+{
+	return !s || !s->sharded || s->shm->rank == 0;
+}
+
+int dtf_strategy_share_params(struct dtf_strategy *s, struct dtf_comm *comm,
+			      float *params, size_t n)
+{
+	if (!s || !s->sharded)
+		return dtf_comm_bcast_f32(comm, params, n, 0);
+	/* replica 0 wrote the one copy: order its stores before the others'
+	 * loads */
+	MPI_Win_sync(s->shm->win);
+	MPI_TRY(MPI_Barrier(s->shm->reduced));
+	MPI_Win_sync(s->shm->win);
 	return 0;
 }
 
@@ -825,12 +867,14 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 	}
 	if (s->shm) {
 		snprintf(buf, size,
-			 "%d bucket%s (cap %.3g MB), overlap %s, compression none, implementation shared_memory (%d replicas, one window), update %s",
+			 "%d bucket%s (cap %.3g MB), overlap %s, compression none, implementation shared_memory (%d replicas, one window), update %s%s%s%s",
 			 s->nbuckets, s->nbuckets == 1 ? "" : "s",
 			 (double)s->bucket_cap * 4 / 1e6,
 			 s->overlap ? "on" : "off", s->nreplicas,
-			 s->sharded ? "sharded (each replica its slices)"
-				    : "whole on every replica (clipnorm)");
+			 s->sharded ? "sharded (each replica its slices, one copy of the variables)"
+				    : "whole on every replica",
+			 s->sharded ? "" : " (", s->sharded ? "" : s->whole_why,
+			 s->sharded ? "" : ")");
 		return;
 	}
 	snprintf(buf, size,
@@ -926,7 +970,7 @@ static void sum_range(struct dtf_strategy *s, int part, size_t off, size_t n,
 {
 	(void)part;
 	(void)ctx;
-	dtf_shm_sum(s->shm, off, n);
+	s->sh_bad |= dtf_shm_sum(s->shm, off, n);
 }
 
 static void copy_range(struct dtf_strategy *s, int part, size_t off,
@@ -986,18 +1030,16 @@ static int make_shards(struct dtf_strategy *s)
 	return 0;
 }
 
-/* Every replica holds all n floats of v (n = s->np floats, the
- * parameters or an optimizer slot) where only its own ranges are
- * current: publish them in the window's second half, then take the
+/* Every replica holds all s->np floats of an optimizer slot v where only
+ * its own ranges are current: publish them in its segment (whose
+ * gradients are used up once the update is applied), then take the
  * others'.  A collective over the replicas; after it a replica may write
- * its half again only past a later synchronization (the next step's
- * statistics allreduce, or the closing barrier of dtf_strategy_sync_slots).
- */
+ * its segment again only past a later synchronization (the closing
+ * barrier of dtf_strategy_sync_slots). */
 static int exchange_shards(struct dtf_strategy *s, float *v)
 {
 	struct dtf_shm *sh = s->shm;
-	const size_t half = sh->n / 2; /* the variables' half of a segment */
-	float *out = sh->seg[sh->rank] + half;
+	float *out = sh->seg[sh->rank];
 	for (int i = 0; i < s->nmine; i++)
 		memcpy(out + s->mine[i].off, v + s->mine[i].off,
 		       s->mine[i].n * sizeof(float));
@@ -1006,7 +1048,7 @@ static int exchange_shards(struct dtf_strategy *s, float *v)
 	MPI_Win_sync(sh->win);
 	for (int i = 0; i < s->ntheirs; i++) {
 		const struct shard_range *r = &s->theirs[i];
-		memcpy(v + r->off, sh->seg[r->owner] + half + r->off,
+		memcpy(v + r->off, sh->seg[r->owner] + r->off,
 		       r->n * sizeof(float));
 	}
 	return 0;
@@ -1017,13 +1059,13 @@ int dtf_strategy_sync_slots(struct dtf_strategy *s)
 	if (!s || !s->sharded || !s->opt->slots)
 		return 0;
 	int rc;
-	/* the others have read this replica's half (the last step's
-	 * variables) */
+	/* every replica has applied its update: the segments' gradients
+	 * are used up */
 	MPI_TRY(MPI_Barrier(s->shm->reduced));
 	for (int k = 0; k < s->opt->nslots; k++) {
 		if ((rc = exchange_shards(s, s->opt->slots + (size_t)k * s->opt->n)) < 0)
 			return rc;
-		/* the others have read this replica's half */
+		/* the others have read this replica's segment */
 		MPI_TRY(MPI_Barrier(s->shm->reduced));
 	}
 	return 0;
@@ -1232,7 +1274,7 @@ void dtf_strategy_backward(struct dtf_strategy *s, struct dtf_exec_ctx *ctx,
 	}
 	s->next_bucket = 0;
 	s->cur_lead = s->cur_bcast = 0;
-	s->sh_red = s->sh_gather = 0;
+	s->sh_red = s->sh_gather = s->sh_bad = 0;
 	for (int i = 0; i < s->nunits; i++)
 		s->units[i].stage = ST_IDLE;
 	for (int p = 0; s->ps && p < s->nps; p++)
@@ -1360,12 +1402,10 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	}
 	s->in_step = 0;
 	/* one verdict: the sum of the flags of every replica (central: the
-	 * root's; sharded: each of its own ranges), reduced with the
-	 * statistics */
-	if (s->sharded) {
-		for (int i = 0; i < s->nmine && !red[DTF_NSTATS]; i++)
-			red[DTF_NSTATS] = (float)dtf_optimizer_nonfinite(
-				s->opt, s->grads + s->mine[i].off, s->mine[i].n);
+	 * root's; shared memory: each of the slices it summed), reduced with
+	 * the statistics */
+	if (s->shm && comm_active(s)) {
+		red[DTF_NSTATS] = (float)s->sh_bad;
 	} else if (!central || s->rank == 0) {
 		red[DTF_NSTATS] = (float)dtf_optimizer_nonfinite(s->opt, s->grads,
 								 s->np);
@@ -1385,13 +1425,20 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 		return 0;
 	}
 	if (s->sharded) {
+		/* every replica is past its backward pass (it joined the
+		 * allreduce above): the one copy may change */
 		dtf_optimizer_apply_ranges(s->opt, s->params, s->grads, lr,
 					   s->mine, s->nmine);
 		double t2 = now();
 		*opt_s += t2 - t1;
-		rc = exchange_shards(s, s->params);
+		/* every replica has applied its part before any reads the
+		 * variables again; none writes them again before the next
+		 * step's statistics allreduce */
+		MPI_Win_sync(s->shm->win);
+		MPI_TRY(MPI_Barrier(s->shm->reduced));
+		MPI_Win_sync(s->shm->win);
 		*comm_s += now() - t2;
-		return rc;
+		return 0;
 	}
 	if (!central || s->rank == 0)
 		dtf_optimizer_apply(s->opt, s->params, s->grads, lr);

@@ -115,13 +115,36 @@ int dtf_strategy_wants_shared_grads(const struct dtf_strategy *s);
  * (MPI_Win_allocate_shared); *grads = NULL when the strategy does not
  * share (then the caller allocates), or when the window cannot be had
  * under implementation auto (logged once; MPI_Iallreduce is used).
- * Owned by s: valid until dtf_strategy_free, never freed by the caller.
- * A collective over the replicas when dtf_strategy_wants_shared_grads;
- * call it before dtf_strategy_setup, only after the replicas agreed that
- * every one got this far.  Errors: DTF_ERR_MPI (implementation
- * shared_memory and no window), DTF_ERR_NOMEM.
+ * With the sharded update (ZeRO stage 1: no train.clipnorm, no
+ * non-trainable variables in g; params != NULL) also *params: the
+ * g->nparams variables, zeroed, one copy for all the replicas in the same
+ * window (else *params = NULL and the caller allocates its own); replica
+ * 0 alone writes them before training (dtf_strategy_writes_params), then
+ * dtf_strategy_share_params publishes them.  Both owned by s: valid until
+ * dtf_strategy_free, never freed by the caller.  g may be NULL (no
+ * sharded update; benchmarks).  A collective over the replicas when
+ * dtf_strategy_wants_shared_grads; call it before dtf_strategy_setup,
+ * only after the replicas agreed that every one got this far.  Errors:
+ * DTF_ERR_MPI (implementation shared_memory and no window),
+ * DTF_ERR_NOMEM.
  */
-int dtf_strategy_share_grads(struct dtf_strategy *s, size_t n, float **grads);
+int dtf_strategy_share_grads(struct dtf_strategy *s, const struct dtf_graph *g,
+			     size_t n, float **grads, float **params);
+
+/* 1 when this replica writes the initial variables (or restores them):
+ * always, except with the one shared copy of the sharded update, which
+ * replica 0 writes.  1 for s == NULL. */
+int dtf_strategy_writes_params(const struct dtf_strategy *s);
+
+/*
+ * Give every replica replica 0's n variables at params before training: a
+ * broadcast over comm (the replicas), or with the shared copy of
+ * dtf_strategy_share_grads a barrier that orders replica 0's stores
+ * before the others' loads (MPI-3.1 section 11.7).  A collective over the
+ * replicas.  Errors: DTF_ERR_MPI.
+ */
+int dtf_strategy_share_params(struct dtf_strategy *s, struct dtf_comm *comm,
+			      float *params, size_t n);
 
 /*
  * Prepare a replica (or a ps) for graph g: buckets from g->var_grad, fusion
@@ -175,11 +198,13 @@ int dtf_strategy_sync_params(struct dtf_strategy *s);
  * Errors: DTF_ERR_MPI.
  *
  * The sharded update (ZeRO stage 1, Rajbhandari et al., SC 2020): where
- * the gradients are reduced through shared memory and train.clipnorm is
- * unset, replica r sums slice r of every bucket, applies the optimizer to
- * those floats only, and the replicas exchange the updated variables
- * through the window; each element's update is the same operations on the
- * same inputs as an unsharded one, so the variables are bit-identical. */
+ * the gradients are reduced through shared memory, train.clipnorm is
+ * unset and the graph has no non-trainable variables, the variables are
+ * one copy in the window (dtf_strategy_share_grads); replica r sums slice
+ * r of every bucket and applies the optimizer to those floats of the copy
+ * only, and a barrier ends the update; each element's update is the same
+ * operations on the same inputs as an unsharded one, so the variables are
+ * bit-identical. */
 int dtf_strategy_sync_slots(struct dtf_strategy *s);
 
 /* A ps rank: serve the workers until every one has finished or one has

@@ -61,6 +61,7 @@ struct replica {
 	float *params;   /* g.nparams */
 	float *grads;    /* g.nparams + NSTATS */
 	int grads_shared; /* grads is the strategy's (shared memory) */
+	int params_shared; /* params too: one copy for every replica */
 	void **feed;     /* per feature: destination buffer of a batch */
 	void *scratch;   /* for features the graph does not use */
 	uint64_t *ids;   /* batch example ids */
@@ -80,7 +81,8 @@ static void replica_deinit(struct replica *r)
 	dtf_plan_deinit(&r->plan);
 	dtf_graph_deinit(&r->g);
 	dtf_free(r->layer_out);
-	dtf_free(r->params);
+	if (!r->params_shared)
+		dtf_free(r->params);
 	if (!r->grads_shared)
 		dtf_free(r->grads);
 	dtf_free(r->feed);
@@ -109,7 +111,8 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 {
 	struct dtf_graph *g = &r->g;
 	int rc;
-	r->params = dtf_alloc_aligned(g->nparams * sizeof(float));
+	if (!r->params) /* else the strategy's shared memory */
+		r->params = dtf_alloc_aligned(g->nparams * sizeof(float));
 	if (!r->grads) /* else the strategy's shared memory */
 		r->grads = dtf_alloc_aligned((g->nparams + NSTATS) *
 					     sizeof(float));
@@ -816,9 +819,12 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		 * (dist/strategy.h): a collective, so agree first */
 		if ((rc = agree(comm, rc, "building the graph before", 0,
 				result)) == 0 &&
-		    (rc = dtf_strategy_share_grads(strat, r.g.nparams + NSTATS,
-						   &r.grads)) == 0)
+		    (rc = dtf_strategy_share_grads(strat, &r.g,
+						   r.g.nparams + NSTATS,
+						   &r.grads, &r.params)) == 0) {
 			r.grads_shared = r.grads != NULL;
+			r.params_shared = r.params != NULL;
+		}
 	}
 	if (rc < 0)
 		goto out;
@@ -938,8 +944,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			 (long long)steps_per_epoch[0]);
 
 	/* identical start: deterministic init or rank 0's checkpoint, then
-	 * rank 0's values win */
-	dtf_graph_init_params(&r.g, job->seed, r.params);
+	 * rank 0's values win (with one shared copy, rank 0 alone writes) */
+	if (dtf_strategy_writes_params(strat))
+		dtf_graph_init_params(&r.g, job->seed, r.params);
 	struct dtf_ckpt_position pos = {0};
 	int found = 0;
 	if (ck && resume) {
@@ -952,7 +959,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		if ((rc = dtf_checkpointer_share(ck, comm, &pos, &found)) < 0)
 			goto out;
 	}
-	if ((rc = dtf_comm_bcast_f32(comm, r.params, r.g.nparams, 0)) < 0)
+	if ((rc = dtf_strategy_share_params(strat, comm, r.params,
+					    r.g.nparams)) < 0)
 		goto out;
 	if (r.gpu && (rc = dtf_gpu_upload_params(r.gpu)) < 0)
 		goto out;

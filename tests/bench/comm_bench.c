@@ -90,8 +90,8 @@ int main(int argc, char **argv)
 					&jobs[p]) < 0 ||
 		    (p == 5 && setenv("DTF_TEST_RANKS_PER_NODE", "1", 1)) ||
 		    dtf_strategy_new(jobs[p], comm, NULL, &st[p]) < 0 ||
-		    (p == SHM && dtf_strategy_share_grads(st[p], maxn,
-							  &shbuf) < 0)) {
+		    (p == SHM && dtf_strategy_share_grads(st[p], NULL, maxn,
+							  &shbuf, NULL) < 0)) {
 			fprintf(stderr, "comm_bench: %s: %s\n", names[p],
 				dtf_error_msg());
 			return 1;
