@@ -81,8 +81,15 @@ DTF_T512 void dtf_mm512(int rows, int K, int O, const float *a, size_t ars,
 	 * 1024, 1 thread: kernel gradient 124 -> 138 GFLOP/s). */
 	const int pack = !ct && nt > 1 && ldb != (size_t)(16 * ov);
 	_Alignas(64) float bpk[PACK_FLOATS];
-	for (int o0 = 0; o0 < O; o0 += 16 * ov)
-	for (int k0 = 0; k0 < K || k0 == 0; k0 += KC) {
+	/* k outside the column slices: consecutive slices read the same
+	 * KC rows of b, the next 16 ov floats of each, so a dense layer's
+	 * weights (rows 4 KB apart) are read from the same pages in
+	 * ascending order, which the TLB and the prefetchers follow, rather
+	 * than from KC new pages per slice (dense forward, 3136 x 1024,
+	 * batch 64, weights not cached: median 7.2 -> 5.9 ms).  Every
+	 * output's sum still runs over k in order. */
+	for (int k0 = 0; k0 < K || k0 == 0; k0 += KC)
+	for (int o0 = 0; o0 < O; o0 += 16 * ov) {
 		const int kn = K - k0 < KC ? K - k0 : KC;
 		add = add0 || k0 > 0;
 		const float *bs = b + (size_t)k0 * ldb + o0;
