@@ -608,7 +608,23 @@ START_TEST(test_cross_references)
 	dtf_job_free(job);
 	job = load_ok(SKETCH, NULL, 0);
 	ck_assert_str_eq(job->strategy.implementation_where, "");
+	/* strategy.type's position, for the checks that take the ranks */
+	ck_assert_str_eq(job->strategy.type_where, "graphs/x.yaml:27:9");
 	dtf_job_free(job);
+	const char *od[] = {"strategy.type=one_device"};
+	job = load_ok(SKETCH, od, 1);
+	ck_assert_str_eq(job->strategy.type_where, "--set strategy.type");
+	dtf_job_free(job);
+	/* hierarchical outside multi_worker_mirrored: at the key */
+	ck_assert_msg_is(load_fail(edit("  type: multi_worker_mirrored\n",
+					"  type: mirrored\n"
+					"  communication: {hierarchical: true}\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:28:33: strategy.communication."
+			 "hierarchical: applies to multi_worker_mirrored only, "
+			 "not mirrored\n"
+			 "HINT: set strategy.type: multi_worker_mirrored, or "
+			 "remove hierarchical");
 }
 END_TEST
 

@@ -352,12 +352,12 @@ START_TEST(strategy_world_errors)
 	int st = train(2, "onedev", NULL, "--set strategy.type=one_device");
 	ck_assert_int_eq(st, 2);
 	ck_assert(strstr(tu_slurp(tmpdir, "onedev.log"),
-			 "strategy one_device runs one process, but 2 ranks were started"));
+			 "error: --set strategy.type: strategy one_device runs one process, but 2 ranks were started"));
 	st = train(4, "mir_nodes", "DTF_TEST_RANKS_PER_NODE=2",
 		   "--set strategy.type=mirrored");
 	ck_assert_int_eq(st, 2);
 	ck_assert(strstr(tu_slurp(tmpdir, "mir_nodes.log"),
-			 "strategy mirrored keeps its replicas on one node, but the 4 ranks span 2 nodes"));
+			 "error: --set strategy.type: strategy mirrored keeps its replicas on one node, but the 4 ranks span 2 nodes"));
 	st = train(2, "ps_only", NULL, "--set strategy.type=parameter_server "
 				       "--set strategy.num_ps=2");
 	ck_assert_int_eq(st, 2);

@@ -2489,11 +2489,25 @@ static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
 			  const yaml_node_t *map, const char *path)
 {
 	struct dtf_job *job = base;
-	const yaml_node_t *comm = dtf_ytree_get(c->t, map, "communication");
+	const yaml_node_t *comm = map ? dtf_ytree_get(c->t, map, "communication") : NULL;
 	const yaml_node_t *n = comm ? dtf_ytree_get(c->t, comm, "implementation") : NULL;
+	const yaml_node_t *type = map ? dtf_ytree_get(c->t, map, "type") : NULL;
 	if (n)
 		dtf_ytree_where(c->t, n, job->strategy.implementation_where,
 				sizeof(job->strategy.implementation_where));
+	if (type)
+		dtf_ytree_where(c->t, type, job->strategy.type_where,
+				sizeof(job->strategy.type_where));
+	const yaml_node_t *h = comm ? dtf_ytree_get(c->t, comm, "hierarchical") : NULL;
+	if (job->strategy.hierarchical &&
+	    job->strategy.type != DTF_STRATEGY_MULTI_WORKER_MIRRORED) {
+		char sub[PATH_MAX_];
+		path_fmt(sub, "%s.communication.hierarchical", path);
+		return fail(c, h ? h : key, sub,
+			    "applies to multi_worker_mirrored only, not %s\n"
+			    "HINT: set strategy.type: multi_worker_mirrored, or remove hierarchical",
+			    dtf_strategy_name(job->strategy.type));
+	}
 	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY || !map)
 		return 0;
 	const char *why = NULL;

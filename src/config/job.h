@@ -309,6 +309,9 @@ struct dtf_job {
 		 * value, for the checks that need the ranks; "" when the job
 		 * does not give it */
 		char implementation_where[DTF_WHERE_MAX];
+		/* the same for strategy.type ("" when the job does not give
+		 * it: multi_worker_mirrored by default) */
+		char type_where[DTF_WHERE_MAX];
 	} strategy;
 
 	struct {

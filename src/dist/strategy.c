@@ -332,29 +332,29 @@ double dtf_strategy_learning_rate(const struct dtf_strategy *s, double base,
 static int check_strategy(const struct dtf_job *job, struct dtf_comm *world)
 {
 	int size = world->size;
+	/* job errors that depend on the ranks: at strategy.type's position
+	 * (the job reader checks hierarchical outside multi_worker_mirrored,
+	 * which does not) */
+	const char *tw = job->strategy.type_where;
+	const char *sep = tw[0] ? ": " : "";
 	switch (job->strategy.type) {
 	case DTF_STRATEGY_ONE_DEVICE:
 		if (size > 1)
 			return dtf_error(DTF_ERR_CONFIG,
-					 "strategy one_device runs one process, but %d ranks were started\n"
+					 "%s%sstrategy one_device runs one process, but %d ranks were started\n"
 					 "HINT: run without mpirun (or -np 1), or use strategy mirrored / multi_worker_mirrored",
-					 size);
+					 tw, sep, size);
 		break;
 	case DTF_STRATEGY_MIRRORED:
 		if (world->num_nodes > 1)
 			return dtf_error(DTF_ERR_CONFIG,
-					 "strategy mirrored keeps its replicas on one node, but the %d ranks span %d nodes\n"
+					 "%s%sstrategy mirrored keeps its replicas on one node, but the %d ranks span %d nodes\n"
 					 "HINT: use strategy multi_worker_mirrored across nodes",
-					 size, world->num_nodes);
+					 tw, sep, size, world->num_nodes);
 		break;
 	default:
 		break;
 	}
-	if (job->strategy.hierarchical &&
-	    job->strategy.type != DTF_STRATEGY_MULTI_WORKER_MIRRORED)
-		return dtf_error(DTF_ERR_CONFIG,
-				 "strategy.communication.hierarchical applies to multi_worker_mirrored only, not %s",
-				 dtf_strategy_name(job->strategy.type));
 	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY)
 		return 0;
 	/* asked for by name: every case it cannot serve is a job error (the
