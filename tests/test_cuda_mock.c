@@ -7,7 +7,10 @@
  * sets, read-ahead across steps and epochs, statistics behind the
  * gradients, device-side optimizer, parameter upload/download, GPU
  * evaluation) must end with exactly the parameters, loss and accuracy of
- * the CPU path, and allocate nothing inside steps.  It runs everywhere and
+ * the CPU path, and allocate nothing inside steps; a checkpoint of the
+ * GPU path (its variables and optimizer slots copied from the device)
+ * resumes, on the GPU path or on the CPU, to the bits of an uninterrupted
+ * run.  It runs everywhere and
  * tests no CUDA code; tests/test_cuda.c does that on a GPU.
  */
 #include <check.h>
@@ -120,6 +123,60 @@ START_TEST(gpu_path_equals_cpu_sgd_momentum)
 }
 END_TEST
 
+/* Train `device` with `sets` (max_steps and checkpoint.dir); resume from
+ * the checkpoint when `resume`; the exported variables. */
+static float *train_ck(const char *name, const char *device,
+		       const char *steps, int resume, size_t *n)
+{
+	char path[512], out[512], dev[64], ck[512];
+	tu_path(path, sizeof(path), tmpdir, "job.yaml");
+	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, name);
+	snprintf(dev, sizeof(dev), "device=%s", device);
+	snprintf(ck, sizeof(ck), "checkpoint.dir=%s/ck", tmpdir);
+	const char *sets[] = {dev, steps, ck};
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load(path, sets, 3, &job), 0);
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
+				      .export_variables = out,
+				      .resume = resume};
+	struct dtf_train_result res;
+	int rc = dtf_train_run(job, comm, &opts, &res);
+	ck_assert_msg(rc == 0, "%s: %s", name, dtf_error_msg());
+	dtf_job_free(job);
+	return tu_read_vars(NULL, out, n);
+}
+
+START_TEST(gpu_checkpoint_resumes)
+{
+	setenv("DTF_CPU_KERNELS", "reference", 1);
+	size_t n0, n1, n2;
+	/* 40 uninterrupted steps (the CPU path: the GPU path's bits, as
+	 * gpu_path_equals_cpu_adam shows) */
+	tu_run("rm -rf %s/ck", tmpdir);
+	float *ref = train_ck("ref40", "cpu", "train.max_steps=40", 0, &n0);
+	/* 20 on the GPU path with a checkpoint, 20 more resumed there */
+	tu_run("rm -rf %s/ck", tmpdir);
+	float *g20 = train_ck("g20", "cuda", "train.max_steps=20", 0, &n1);
+	float *g40 = train_ck("g40", "cuda", "train.max_steps=40", 1, &n2);
+	ck_assert_uint_eq(n0, n2);
+	ck_assert_msg(memcmp(ref, g40, n0 * sizeof(float)) == 0,
+		      "resumed on the GPU path: not the uninterrupted bits");
+	ck_assert(memcmp(ref, g20, n0 * sizeof(float)) != 0);
+	/* the same checkpoint of step 20 resumed on the CPU */
+	tu_run("rm -rf %s/ck", tmpdir);
+	free(train_ck("g20b", "cuda", "train.max_steps=20", 0, &n1));
+	float *c40 = train_ck("c40", "cpu", "train.max_steps=40", 1, &n2);
+	ck_assert_msg(memcmp(ref, c40, n0 * sizeof(float)) == 0,
+		      "GPU checkpoint resumed on the CPU: not the uninterrupted bits");
+	printf("GPU-path checkpoint at step 20 resumed to 40 on the GPU path and on the CPU: same bits as 40 uninterrupted steps (%zu parameters)\n",
+	       n0);
+	free(ref);
+	free(g20);
+	free(g40);
+	free(c40);
+}
+END_TEST
+
 /* An op or geometry the backend lacks: auto trains on the CPU (the same
  * parameters, no device kernel), cuda is a job error naming the node. */
 START_TEST(unsupported_falls_back_or_fails)
@@ -158,6 +215,7 @@ int main(void)
 	tcase_add_test(tc, gpu_path_equals_cpu_adam);
 	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
 	tcase_add_test(tc, unsupported_falls_back_or_fails);
+	tcase_add_test(tc, gpu_checkpoint_resumes);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 0); /* MPI starts once */
 }

@@ -33,6 +33,7 @@ struct dtf_gpu {
 	struct dtf_cuda_ctx *ctx;
 	struct dtf_cuda_exec *ex;
 	struct dtf_graph *g;
+	const struct dtf_optimizer *opt; /* its host slots: checkpoints */
 	float *grads;         /* host */
 	size_t nparams, nstats;
 	enum grad_path path;
@@ -110,6 +111,7 @@ int dtf_gpu_open(const struct dtf_gpu_opts *o, struct dtf_gpu **out)
 	if (!gpu)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	gpu->g = o->g;
+	gpu->opt = o->opt;
 	gpu->grads = o->grads;
 	gpu->nparams = o->g->nparams;
 	gpu->nstats = o->nstats;
@@ -170,6 +172,22 @@ int dtf_gpu_upload_params(struct dtf_gpu *gpu)
 int dtf_gpu_download_params(struct dtf_gpu *gpu)
 {
 	return dtf_cuda_exec_download_params(gpu->ex);
+}
+
+int dtf_gpu_upload_state(struct dtf_gpu *gpu)
+{
+	int rc = dtf_cuda_exec_upload_params(gpu->ex);
+	if (rc == 0 && gpu->opt->slots)
+		rc = dtf_cuda_exec_upload_slots(gpu->ex, gpu->opt->slots);
+	return rc;
+}
+
+int dtf_gpu_download_state(struct dtf_gpu *gpu)
+{
+	int rc = dtf_cuda_exec_download_params(gpu->ex);
+	if (rc == 0 && gpu->opt->slots)
+		rc = dtf_cuda_exec_download_slots(gpu->ex, gpu->opt->slots);
+	return rc;
 }
 
 /* The graph's input nodes on the host see staging set `set`. */

@@ -78,6 +78,13 @@ const char *dtf_gpu_describe(const struct dtf_gpu *gpu);
 int dtf_gpu_upload_params(struct dtf_gpu *gpu);
 int dtf_gpu_download_params(struct dtf_gpu *gpu);
 
+/* The parameters and the optimizer's slots (the host copies a checkpoint
+ * saves and a restore fills; opt->iterations is kept on the host
+ * throughout) host -> GPU and GPU -> host (synchronous).
+ * Errors: DTF_ERR_RUNTIME. */
+int dtf_gpu_upload_state(struct dtf_gpu *gpu);
+int dtf_gpu_download_state(struct dtf_gpu *gpu);
+
 /*
  * The next training batch, as dtf_pipeline_next: *count examples; their
  * ids are copied to `ids` (batch entries) and the graph's input nodes point

@@ -384,7 +384,7 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
  * `agreed` is agree_vote's: every rank takes the same branch.
  */
 static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct dtf_strategy *strat,
+		      struct dtf_strategy *strat, struct dtf_gpu *gpu,
 		      struct dtf_checkpointer *ck, struct dtf_fault *fault,
 		      struct dtf_obs *obs,
 		      const struct dtf_ckpt_position *pos, int agreed,
@@ -401,6 +401,10 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		dtf_fault_progress(fault, "checkpoint", pos->step);
 		double t0 = now_seconds();
 		int rc = dtf_strategy_sync_slots(strat);
+		/* the GPU's variables and slots into the host copies the
+		 * checkpointer reads */
+		if (rc == 0 && gpu)
+			rc = dtf_gpu_download_state(gpu);
 		if (rc == 0)
 			rc = dtf_checkpointer_save(ck, pos);
 		if (rc == 0 && (sig || last))
@@ -904,12 +908,6 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			       job->strategy.compression ? ", compression" : "");
 	if (rc == 0)
 		rc = dtf_fault_new(comm, rank, job->fault.timeout_seconds, &fault);
-	if (rc == 0 && job->checkpoint.dir && r.gpu)
-		/* the GPU keeps parameters and optimizer slots on the device;
-		 * the checkpointer reads the host copies */
-		rc = dtf_error(DTF_ERR_CONFIG,
-			       "checkpoint.dir: checkpoints are not supported on the GPU yet\n"
-			       "HINT: set device: cpu, or remove the checkpoint section");
 	if (rc == 0 && job->checkpoint.dir)
 		rc = dtf_checkpointer_new(job, &r.g, r.params, &r.opt,
 					  rank == 0, fault, &ck);
@@ -962,7 +960,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if ((rc = dtf_strategy_share_params(strat, comm, r.params,
 					    r.g.nparams)) < 0)
 		goto out;
-	if (r.gpu && (rc = dtf_gpu_upload_params(r.gpu)) < 0)
+	/* the GPU starts from the host's variables and (restored) slots */
+	if (r.gpu && (rc = dtf_gpu_upload_state(r.gpu)) < 0)
 		goto out;
 
 	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
@@ -1076,7 +1075,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			pos.step = step;
 			pos.epoch = epoch;
 			pos.step_in_epoch = s + 1;
-			if ((rc = after_step(job, comm, strat, ck, fault, obs, &pos, agreed,
+			if ((rc = after_step(job, comm, strat, r.gpu, ck, fault, obs, &pos, agreed,
 					     step == total_steps, result)) < 0)
 				goto out;
 			if (step > 1)

@@ -41,6 +41,7 @@ struct dtf_cuda_exec {
 	size_t dev_bytes;
 	char *d_arena;
 	float *d_params, *d_grads, *d_slots;
+	size_t nslot_floats;    /* floats at d_slots */
 	double *d_eval;         /* {loss sum, correct} */
 	size_t nparams, ngrads; /* ngrads = nparams + nstats */
 	size_t nstats;
@@ -217,6 +218,7 @@ int dtf_cuda_exec_new(struct dtf_cuda_ctx *ctx,
 	ex->d_params = (float *)(ex->dev + off_params);
 	ex->d_grads = (float *)(ex->dev + off_grads);
 	ex->d_slots = o->optimizer_slots ? (float *)(ex->dev + off_slots) : NULL;
+	ex->nslot_floats = o->optimizer_slots;
 	ex->d_eval = (double *)(ex->dev + off_eval);
 	if ((rc = dtf_cuda_host_alloc(ctx, NSETS * ex->set_bytes,
 				      (void **)&ex->h_staging)) < 0)
@@ -530,6 +532,22 @@ int dtf_cuda_exec_download_params(struct dtf_cuda_exec *ex)
 {
 	return dtf_cuda_download(ex->ctx, ex->h_params, ex->d_params,
 				 ex->nparams * sizeof(float));
+}
+
+int dtf_cuda_exec_upload_slots(struct dtf_cuda_exec *ex, const float *slots)
+{
+	if (!ex->nslot_floats)
+		return 0;
+	return dtf_cuda_upload(ex->ctx, ex->d_slots, slots,
+			       ex->nslot_floats * sizeof(float));
+}
+
+int dtf_cuda_exec_download_slots(struct dtf_cuda_exec *ex, float *slots)
+{
+	if (!ex->nslot_floats)
+		return 0;
+	return dtf_cuda_download(ex->ctx, slots, ex->d_slots,
+				 ex->nslot_floats * sizeof(float));
 }
 
 int dtf_cuda_exec_eval_totals(struct dtf_cuda_exec *ex, double out[2])

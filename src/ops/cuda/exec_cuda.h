@@ -121,6 +121,13 @@ void dtf_cuda_exec_apply(struct dtf_cuda_exec *ex, struct dtf_optimizer *opt,
 int dtf_cuda_exec_upload_params(struct dtf_cuda_exec *ex);
 int dtf_cuda_exec_download_params(struct dtf_cuda_exec *ex);
 
+/* The optimizer slots (optimizer_slots floats, in train/optimizer.h's
+ * layout: slot k at k * nparams, Adam's m then v) between host memory and
+ * the device (synchronous), for checkpoints; nothing when there are none.
+ * Errors: DTF_ERR_RUNTIME. */
+int dtf_cuda_exec_upload_slots(struct dtf_cuda_exec *ex, const float *slots);
+int dtf_cuda_exec_download_slots(struct dtf_cuda_exec *ex, float *slots);
+
 /* Evaluation totals {loss sum, correct} since the last call (synchronous;
  * resets them).  Errors: DTF_ERR_RUNTIME. */
 int dtf_cuda_exec_eval_totals(struct dtf_cuda_exec *ex, double out[2]);
