@@ -658,6 +658,10 @@ START_TEST(elastic_resume_two_ranks_to_one)
 		      "this run has 1 at 16 (global 16); the 64 records of epoch 2 read before are left out, 26 steps remain in it");
 	ck_assert_log("elb.log", "step 40/60  epoch 2");
 	ck_assert_log("elb.log", "step 60/60  epoch 2");
+	/* the finished 1-rank run resumed on 2 ranks: nothing is left, and
+	 * the readers the elastic filter steers stop before it is freed */
+	ck_assert_int_eq(train(2, "", "el", "--resume", "eld.log"), 0);
+	ck_assert_log("eld.log", "done: 0 steps");
 	/* the data line says once how this run shards, as a fresh run on
 	 * that many ranks does: the replay of the 2 ranks' reading that
 	 * finds the records consumed logs nothing of its own */

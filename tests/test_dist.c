@@ -358,6 +358,13 @@ START_TEST(strategy_world_errors)
 	ck_assert_int_eq(st, 2);
 	ck_assert(strstr(tu_slurp(tmpdir, "mir_nodes.log"),
 			 "error: --set strategy.type: strategy mirrored keeps its replicas on one node, but the 4 ranks span 2 nodes"));
+	/* rank 0 alone finds --export-variables unwritable: both ranks end
+	 * (exit 2), neither waits in a collective (timeout 120 exits 124) */
+	st = train(2, "export_bad", NULL,
+		   "--export-variables /nonexistent-dir/x.bin");
+	ck_assert_int_eq(st, 2);
+	ck_assert(strstr(tu_slurp(tmpdir, "export_bad.log"),
+			 "error: --export-variables /nonexistent-dir/x.bin: cannot write"));
 	st = train(2, "ps_only", NULL, "--set strategy.type=parameter_server "
 				       "--set strategy.num_ps=2");
 	ck_assert_int_eq(st, 2);

@@ -813,7 +813,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		else
 			fclose(f);
 	}
-	if (rc < 0) {
+	/* rank 0 alone checked --export-variables: every rank, ps and
+	 * evaluator included, learns of its failure before any other
+	 * collective */
+	if ((rc = agree(world_comm, rc, "checking the options before", 0,
+			result)) < 0) {
 		dtf_strategy_free(strat);
 		return rc;
 	}
@@ -1165,7 +1169,6 @@ out:
 	dtf_strategy_end(strat, rc);
 	dtf_strategy_free(strat);
 	dtf_obs_free(obs);
-	dtf_elastic_free(st.el);
 	dtf_checkpointer_free(ck); /* joins a write in flight */
 	if (notify) {
 		int nrc = dtf_evaluator_notify(world_comm, evaluator, rc,
@@ -1175,7 +1178,8 @@ out:
 	}
 	dtf_fault_free(fault);
 	dtf_pipeline_free(eval);
-	dtf_pipeline_free(train);
+	dtf_pipeline_free(train); /* joins its reader, which asks st.el */
+	dtf_elastic_free(st.el);
 	replica_deinit(&r);
 	return rc;
 }
