@@ -17,7 +17,8 @@
  *    an MPI checkpoint resumes sharded (restored into the shared copy) to
  *    the same bits; with train.clipnorm, or with batch_norm's
  *    non-trainable moving statistics, the update is whole on every
- *    replica, same bits;
+ *    replica, same bits, and checkpoints (which save the replicas' mean
+ *    statistics) leave the training unchanged;
  *  - the start-up line names the implementation in force (auto: shared
  *    memory on one node, MPI across "nodes");
  *  - shared_memory where it cannot apply is a job error (exit 2) naming
@@ -223,6 +224,12 @@ START_TEST(sharded_checkpoint_resumes_as_mpi)
 		      "%s", log_of("bn_shm"));
 	train_ok(2, "bn_mpi", NULL, MPI_IMPL, "mpi");
 	ck_assert(max_rel_diff("bn_mpi", "bn_shm", &same) == 0.0 && same);
+	/* a checkpoint saves the replicas' mean moving statistics without
+	 * changing the ones they go on with: the same bits as no checkpoint */
+	snprintf(a, sizeof(a), "--set checkpoint.dir=%s/bnck "
+		 "--set checkpoint.every_steps=5", tmpdir);
+	train_ok(2, "bn_ck", NULL, a, "shared_memory");
+	ck_assert(max_rel_diff("bn_shm", "bn_ck", &same) == 0.0 && same);
 	job_file = "job.yaml";
 }
 END_TEST

@@ -64,6 +64,8 @@ struct replica {
 	int params_shared; /* params too: one copy for every replica */
 	void **feed;     /* per feature: destination buffer of a batch */
 	void *scratch;   /* for features the graph does not use */
+	float *own_stats; /* this replica's non-trainable variables, kept
+			     while a checkpoint saves their mean (or NULL) */
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
 	struct dtf_gpu *gpu; /* NULL: this replica runs on the CPU */
@@ -87,6 +89,7 @@ static void replica_deinit(struct replica *r)
 		dtf_free(r->grads);
 	dtf_free(r->feed);
 	dtf_free(r->scratch);
+	dtf_free(r->own_stats);
 	dtf_free(r->ids);
 }
 
@@ -139,9 +142,24 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	for (int i = 0; i < g->nnodes; i++)
 		if (g->nodes[i].op == DTF_OP_INPUT)
 			r->feed[g->nodes[i].a.in.feature] = g->nodes[i].data;
+	if (job->checkpoint.dir && dtf_graph_num_nontrainable(g) > 0 &&
+	    !(r->own_stats = dtf_alloc_aligned(g->nparams * sizeof(float))))
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	if ((rc = dtf_optimizer_init(&r->opt, job, g->nparams)) < 0)
 		return rc;
 	return dtf_optimizer_segments_from_graph(&r->opt, job, g);
+}
+
+/* Copy the non-trainable variables of params to dst (the same offsets). */
+static void copy_nontrainable(const struct dtf_graph *g, float *dst,
+			      const float *params)
+{
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		if (n->op == DTF_OP_VARIABLE && !n->a.var.trainable)
+			memcpy(dst + n->a.var.offset, params + n->a.var.offset,
+			       (size_t)dtf_shape_numel(&n->shape) * sizeof(float));
+	}
 }
 
 /* ---- summary ------------------------------------------------------------ */
@@ -384,7 +402,7 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
  * `agreed` is agree_vote's: every rank takes the same branch.
  */
 static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct dtf_strategy *strat, struct dtf_gpu *gpu,
+		      struct dtf_strategy *strat, struct replica *r,
 		      struct dtf_checkpointer *ck, struct dtf_fault *fault,
 		      struct dtf_obs *obs,
 		      const struct dtf_ckpt_position *pos, int agreed,
@@ -403,10 +421,23 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		int rc = dtf_strategy_sync_slots(strat);
 		/* the GPU's variables and slots into the host copies the
 		 * checkpointer reads */
-		if (rc == 0 && gpu)
-			rc = dtf_gpu_download_state(gpu);
+		if (rc == 0 && r->gpu)
+			rc = dtf_gpu_download_state(r->gpu);
+		/* the replicas' own moving statistics (batch_norm): the
+		 * checkpoint holds their mean, as TF saves a MEAN-aggregated
+		 * variable, while each replica goes on from its own, so
+		 * saving does not change the training */
+		if (r->own_stats) {
+			copy_nontrainable(&r->g, r->own_stats, r->params);
+			/* a collective: every rank takes part, failed or not */
+			int arc = average_nontrainable(comm, r);
+			if (rc == 0)
+				rc = arc;
+		}
 		if (rc == 0)
 			rc = dtf_checkpointer_save(ck, pos);
+		if (r->own_stats)
+			copy_nontrainable(&r->g, r->params, r->own_stats);
 		if (rc == 0 && (sig || last))
 			rc = dtf_checkpointer_wait(ck);
 		dtf_obs_span(obs, DTF_OBS_CHECKPOINT, pos->step, -1, t0,
@@ -1079,7 +1110,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			pos.step = step;
 			pos.epoch = epoch;
 			pos.step_in_epoch = s + 1;
-			if ((rc = after_step(job, comm, strat, r.gpu, ck, fault, obs, &pos, agreed,
+			if ((rc = after_step(job, comm, strat, &r, ck, fault, obs, &pos, agreed,
 					     step == total_steps, result)) < 0)
 				goto out;
 			if (step > 1)
