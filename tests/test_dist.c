@@ -421,6 +421,8 @@ START_TEST(async_ps_learns)
 	while ((q = strstr(q, "eval loss ")) != NULL) /* the last epoch's */
 		p = q++;
 	ck_assert_msg(p != NULL, "%s", log);
+	/* the line names the step as well as the epoch */
+	ck_assert_msg(strstr(log, "epoch 3, step ") != NULL, "%s", log);
 	double loss, acc;
 	ck_assert_int_eq(sscanf(p, "eval loss %lf accuracy %lf", &loss, &acc), 2);
 	printf("async parameter_server, 3 epochs: test accuracy %.3f\n", acc);

@@ -1015,10 +1015,9 @@ static int scan_files(struct dtf_pipeline *p, uint64_t *max_record)
 		if (st.bytes == 0 && st.records == 0) {
 			p->stats.empty_files++;
 			if (!p->quiet)
-				dtf_log(DTF_LOG_INFO, 1,
-					"%s: empty file (0 records); reading "
-					"on",
-					path);
+				dtf_warn("%s: empty file (0 records); "
+					 "reading on",
+					 path);
 		}
 		total += st.records;
 		if (st.max_record > *max_record)

@@ -664,9 +664,11 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 			snprintf(acc + n, sizeof(acc) - (size_t)n,
 				 "  top-%d accuracy %.4f",
 				 o->job->model.metric_top_k, top_k_accuracy);
-		dtf_info("epoch %d: %.1f s; eval loss %.4f%s  (%.0f examples, %.1f s)",
-			 epoch + 1, t1 - o->epoch_begin, loss, acc, count,
-			 t1 - t0);
+		/* the step too: train.eval_every_steps evaluates inside
+		 * epochs */
+		dtf_info("epoch %d, step %lld: %.1f s into the epoch; eval loss %.4f%s  (%.0f examples, %.1f s)",
+			 epoch + 1, (long long)step, t1 - o->epoch_begin, loss,
+			 acc, count, t1 - t0);
 	}
 	if (o->metrics) {
 		FILE *f = o->metrics;
