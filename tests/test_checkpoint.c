@@ -388,10 +388,19 @@ START_TEST(no_verifying_checkpoint_exits_4_unless_fresh_start_allowed)
 	ck_assert_log("none.log", "/none/ckpt-10.dtf: not a checkpoint (too short); no older checkpoint");
 	ck_assert_log("none.log", "no checkpoint in ");
 	ck_assert_log("none.log", "/none verifies (2 tried)");
-	/* the bad files were moved aside; an empty directory is a fresh start */
+	/* the bad files were moved aside: the same resume again still
+	 * finds none that verifies, and a fresh start needs the flag */
+	ck_assert(tu_exists(tmp, "none/ckpt-60.dtf.corrupt"));
 	ck_assert_int_eq(train(1, "", "none", "--resume --set train.max_steps=5",
-			       "none2.log"), 0);
-	ck_assert_log("none2.log", "starting from step 0");
+			       "none2.log"), 4);
+	ck_assert_log("none2.log", "/none verifies: 2 set aside as *.corrupt by an earlier resume, none other");
+	ck_assert_int_eq(train(1, "", "none", "--resume --allow-fresh-start "
+			       "--set train.max_steps=5", "none2b.log"), 0);
+	ck_assert_log("none2b.log", "(2 set aside as *.corrupt): starting from step 0 (--allow-fresh-start)");
+	/* a directory without checkpoints is a fresh start */
+	ck_assert_int_eq(train(1, "", "none_empty", "--resume --set train.max_steps=5",
+			       "none2c.log"), 0);
+	ck_assert_log("none2c.log", "starting from step 0");
 	tu_run("rm %s/none/ckpt-*.dtf && printf 'junk' > %s/none/ckpt-99.dtf", tmp,
 	       tmp);
 	ck_assert_int_eq(train(1, "", "none", "--resume --allow-fresh-start "

@@ -588,18 +588,27 @@ static int cmp_desc(const void *a, const void *b)
 	return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Steps of the checkpoint files in dir, newest first; -1 if unreadable. */
-static int list_steps(const char *dir, int64_t *steps, int cap)
+/* Steps of the checkpoint files in dir, newest first; -1 if unreadable.
+ * *corrupt (may be NULL): how many a restore set aside as ckpt-N.dtf.corrupt. */
+static int list_steps(const char *dir, int64_t *steps, int cap, int *corrupt)
 {
+	if (corrupt)
+		*corrupt = 0;
 	DIR *d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -1;
 	int n = 0;
 	struct dirent *de;
+	static const char aside[] = ".dtf.corrupt";
 	while ((de = readdir(d)) != NULL) {
 		int64_t s = parse_name(de->d_name);
 		if (s >= 0 && n < cap)
 			steps[n++] = s;
+		size_t len = strlen(de->d_name);
+		if (corrupt && strncmp(de->d_name, "ckpt-", 5) == 0 &&
+		    len > sizeof(aside) - 1 &&
+		    strcmp(de->d_name + len - (sizeof(aside) - 1), aside) == 0)
+			(*corrupt)++;
 	}
 	closedir(d);
 	qsort(steps, (size_t)n, sizeof(int64_t), cmp_desc);
@@ -680,7 +689,7 @@ static int write_atomically(const char *dir, const char *tmp,
 static int update_index(struct dtf_checkpointer *ck, int64_t newest)
 {
 	int64_t steps[MAX_LISTED];
-	int n = list_steps(ck->dir, steps, MAX_LISTED);
+	int n = list_steps(ck->dir, steps, MAX_LISTED, NULL);
 	if (n < 0)
 		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s",
 				 ck->dir, strerror(errno));
@@ -982,10 +991,24 @@ int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
 {
 	*found = 0;
 	int64_t steps[MAX_LISTED];
-	int n = list_steps(ck->dir, steps, MAX_LISTED);
+	int aside = 0;
+	int n = list_steps(ck->dir, steps, MAX_LISTED, &aside);
 	if (n < 0)
 		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s",
 				 ck->dir, strerror(errno));
+	if (n == 0 && aside > 0) {
+		/* an earlier resume found none that verifies and set them
+		 * aside: still nothing to resume from */
+		if (allow_fresh) {
+			dtf_warn("no checkpoint in %s verifies (%d set aside as *.corrupt): starting from step 0 (--allow-fresh-start)",
+				 ck->dir, aside);
+			return 0;
+		}
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "no checkpoint in %s verifies: %d set aside as *.corrupt by an earlier resume, none other\n"
+				 "HINT: --allow-fresh-start trains from step 0 instead",
+				 ck->dir, aside);
+	}
 	if (n == 0) {
 		dtf_info("no checkpoint in %s: starting from step 0", ck->dir);
 		return 0;
