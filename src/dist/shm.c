@@ -72,8 +72,9 @@ int dtf_shm_new(MPI_Comm comm, size_t n, size_t nshared,
 	const size_t lead = (n + DTF_ALIGN / sizeof(float) - 1) /
 			    (DTF_ALIGN / sizeof(float)) *
 			    (DTF_ALIGN / sizeof(float));
-	const size_t own = rank == 0 && nshared ? lead + nshared : n;
-	size_t bytes = (own * sizeof(float) + DTF_ALIGN + PAGE - 1) / PAGE * PAGE;
+	const size_t rank0 = nshared ? lead + nshared : n; /* rank 0's floats */
+	size_t bytes = ((rank == 0 ? rank0 : n) * sizeof(float) + DTF_ALIGN +
+			PAGE - 1) / PAGE * PAGE;
 	MPI_Info info;
 	MPI_Info_create(&info);
 	/* each segment on pages of its own (not packed behind the last) */
@@ -92,8 +93,8 @@ int dtf_shm_new(MPI_Comm comm, size_t n, size_t nshared,
 		void *qbase = NULL;
 		if (MPI_Win_shared_query(sh->win, q, &qsize, &disp, &qbase) !=
 			    MPI_SUCCESS ||
-		    (size_t)qsize < (q == 0 && nshared ? lead + nshared : n) *
-					    sizeof(float) + DTF_ALIGN) {
+		    (size_t)qsize < (q == 0 ? rank0 : n) * sizeof(float) +
+					    DTF_ALIGN) {
 			ok[2] = 0;
 			break;
 		}
@@ -138,7 +139,6 @@ int dtf_shm_new(MPI_Comm comm, size_t n, size_t nshared,
 	memset(sh->seg[rank], 0, n * sizeof(float));
 	if (nshared) {
 		sh->shared = sh->seg[0] + lead;
-		sh->nshared = nshared;
 		if (rank == 0)
 			memset(sh->shared, 0, nshared * sizeof(float));
 	}

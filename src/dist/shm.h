@@ -37,9 +37,9 @@ struct dtf_shm {
 	int locked;               /* in the MPI_Win_lock_all epoch */
 	float **seg;              /* [size]: every rank's vector */
 	size_t n;                 /* floats per segment */
-	float *shared;            /* nshared floats behind rank 0's segment,
-				   * one copy every rank maps (NULL if none) */
-	size_t nshared;
+	float *shared;            /* the nshared floats behind rank 0's
+				   * segment, one copy every rank maps (NULL
+				   * if none) */
 };
 
 /*

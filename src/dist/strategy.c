@@ -776,7 +776,7 @@ int dtf_strategy_share_grads(struct dtf_strategy *s, const struct dtf_graph *g,
 	if (!dtf_strategy_wants_shared_grads(s))
 		return 0;
 	/* a sharded update keeps the variables in the window too */
-	s->whole_why = params ? whole_update_why(s, g) : "no graph";
+	s->whole_why = whole_update_why(s, params ? g : NULL);
 	int shard = !s->whole_why;
 	int rc = dtf_shm_new(s->shm_comm, n, shard ? (size_t)g->nparams : 0,
 			     &s->shm, &s->shm_why);
@@ -866,15 +866,17 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 		return;
 	}
 	if (s->shm) {
+		char update[80];
+		if (s->sharded)
+			snprintf(update, sizeof(update), "sharded (each replica its slices, one copy of the variables)");
+		else
+			snprintf(update, sizeof(update), "whole on every replica (%s)",
+				 s->whole_why);
 		snprintf(buf, size,
-			 "%d bucket%s (cap %.3g MB), overlap %s, compression none, implementation shared_memory (%d replicas, one window), update %s%s%s%s",
+			 "%d bucket%s (cap %.3g MB), overlap %s, compression none, implementation shared_memory (%d replicas, one window), update %s",
 			 s->nbuckets, s->nbuckets == 1 ? "" : "s",
 			 (double)s->bucket_cap * 4 / 1e6,
-			 s->overlap ? "on" : "off", s->nreplicas,
-			 s->sharded ? "sharded (each replica its slices, one copy of the variables)"
-				    : "whole on every replica",
-			 s->sharded ? "" : " (", s->sharded ? "" : s->whole_why,
-			 s->sharded ? "" : ")");
+			 s->overlap ? "on" : "off", s->nreplicas, update);
 		return;
 	}
 	snprintf(buf, size,

@@ -164,11 +164,6 @@ const char *dtf_gpu_describe(const struct dtf_gpu *gpu)
 	return dtf_cuda_ctx_describe(gpu->ctx);
 }
 
-int dtf_gpu_upload_params(struct dtf_gpu *gpu)
-{
-	return dtf_cuda_exec_upload_params(gpu->ex);
-}
-
 int dtf_gpu_download_params(struct dtf_gpu *gpu)
 {
 	return dtf_cuda_exec_download_params(gpu->ex);

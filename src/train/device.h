@@ -73,9 +73,7 @@ void dtf_gpu_free(struct dtf_gpu *gpu);
 /* "NVIDIA H200 (device 0, ...)". */
 const char *dtf_gpu_describe(const struct dtf_gpu *gpu);
 
-/* Parameters host -> GPU and GPU -> host (synchronous).
- * Errors: DTF_ERR_RUNTIME. */
-int dtf_gpu_upload_params(struct dtf_gpu *gpu);
+/* Parameters GPU -> host (synchronous).  Errors: DTF_ERR_RUNTIME. */
 int dtf_gpu_download_params(struct dtf_gpu *gpu);
 
 /* The parameters and the optimizer's slots (the host copies a checkpoint
