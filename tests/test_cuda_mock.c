@@ -14,6 +14,7 @@
  * tests no CUDA code; tests/test_cuda.c does that on a GPU.
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,7 +124,8 @@ START_TEST(gpu_path_equals_cpu_sgd_momentum)
 }
 END_TEST
 
-/* Train `device` with `sets` (max_steps and checkpoint.dir); resume from
+/* Train `device` with `sets` (max_steps and checkpoint.dir) and a
+ * learning-rate schedule; resume from
  * the checkpoint when `resume`; the exported variables. */
 static float *train_ck(const char *name, const char *device,
 		       const char *steps, int resume, size_t *n)
@@ -133,9 +135,11 @@ static float *train_ck(const char *name, const char *device,
 	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, name);
 	snprintf(dev, sizeof(dev), "device=%s", device);
 	snprintf(ck, sizeof(ck), "checkpoint.dir=%s/ck", tmpdir);
-	const char *sets[] = {dev, steps, ck};
+	/* a schedule whose warmup and decay span the resume at step 20 */
+	const char *sets[] = {dev, steps, ck,
+			      "train.schedule={exponential_decay: {decay_steps: 9, decay_rate: 0.7, warmup_steps: 25}}"};
 	struct dtf_job *job = NULL;
-	ck_assert_int_eq(dtf_job_load(path, sets, 3, &job), 0);
+	ck_assert_int_eq(dtf_job_load(path, sets, 4, &job), 0);
 	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
 				      .export_variables = out,
 				      .resume = resume};
@@ -174,6 +178,84 @@ START_TEST(gpu_checkpoint_resumes)
 	free(g20);
 	free(g40);
 	free(c40);
+}
+END_TEST
+
+/* Trains on the GPU path with the job file plus `sets`; the exported
+ * variables (NAME.bin), their count in *n. */
+static float *train_gpu(const char *name, const char **sets, int nsets,
+			size_t *n)
+{
+	char path[512], out[512];
+	tu_path(path, sizeof(path), tmpdir, "job.yaml");
+	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, name);
+	struct dtf_job *job = NULL;
+	ck_assert_msg(dtf_job_load(path, sets, nsets, &job) == 0, "%s",
+		      dtf_error_msg());
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
+				      .export_variables = out};
+	struct dtf_train_result res;
+	int rc = dtf_train_run(job, comm, &opts, &res);
+	ck_assert_msg(rc == 0, "%s: %s", name, dtf_error_msg());
+	dtf_job_free(job);
+	return tu_read_vars(NULL, out, n);
+}
+
+/* train.schedule on the GPU path: the rate logged at each step is the
+ * closed form (ExponentialDecay after a linear warmup, computed here),
+ * the path trains to the CPU path's bits with it, and SGD with a rate
+ * that drops to 0 after update 7 ends 16 steps where 8 constant steps
+ * end (so the device's optimizer takes the scheduled rate). */
+START_TEST(gpu_path_follows_the_schedule)
+{
+	setenv("DTF_CPU_KERNELS", "reference", 1);
+	same_as_cpu("train.schedule={exponential_decay: {decay_steps: 7, decay_rate: 0.5, warmup_steps: 5}}");
+
+	char logdir[600];
+	snprintf(logdir, sizeof(logdir), "logging={every_steps: 1, dir: %s/run}", tmpdir);
+	const char *sets[] = {"device=cuda", "train.max_steps=20", logdir,
+			      "train.schedule={exponential_decay: {decay_steps: 7, decay_rate: 0.5, warmup_steps: 5}}"};
+	size_t n;
+	free(train_gpu("gpu-exp", sets, 4, &n));
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/run", tmpdir);
+	char *text = tu_read_file(dir, "metrics.jsonl", NULL);
+	int lines = 0;
+	for (char *l = strtok(text, "\n"); l; l = strtok(NULL, "\n")) {
+		const char *pl = strstr(l, "\"learning_rate\":");
+		long long step;
+		double lr;
+		if (!strstr(l, "\"kind\":\"train\""))
+			continue;
+		ck_assert_int_eq(sscanf(strstr(l, "\"step\":"), "\"step\":%lld", &step), 1);
+		ck_assert_int_eq(sscanf(pl, "\"learning_rate\":%lf", &lr), 1);
+		double s = (double)(step - 1);
+		double want = s < 5 ? 0.01 * s / 5 : 0.01 * pow(0.5, (s - 5) / 7);
+		ck_assert_msg(fabs(lr - want) <= 1e-6 * want + 1e-15,
+			      "step %lld: learning_rate %.9g, closed form %.9g", step, lr, want);
+		lines++;
+	}
+	free(text);
+	ck_assert_int_eq(lines, 20);
+
+	const char *drop[] = {"device=cuda", "train.max_steps=16",
+			      "train.optimizer={sgd: {learning_rate: 0.05}}",
+			      "train.schedule={piecewise_constant: {boundaries: [7], values: [0.05, 0.0]}}"};
+	const char *eight[] = {"device=cuda", "train.max_steps=8",
+			       "train.optimizer={sgd: {learning_rate: 0.05}}"};
+	const char *sixteen[] = {"device=cuda", "train.max_steps=16",
+				 "train.optimizer={sgd: {learning_rate: 0.05}}"};
+	size_t n1, n2, n3;
+	float *a = train_gpu("drop", drop, 4, &n1);
+	float *b = train_gpu("eight", eight, 3, &n2);
+	float *c = train_gpu("sixteen", sixteen, 3, &n3);
+	ck_assert_uint_eq(n1, n2);
+	ck_assert_msg(memcmp(a, b, n1 * sizeof(float)) == 0,
+		      "16 steps with the rate 0 after update 7 differ from 8 steps");
+	ck_assert(memcmp(a, c, n1 * sizeof(float)) != 0);
+	free(a);
+	free(b);
+	free(c);
 }
 END_TEST
 
@@ -216,6 +298,7 @@ int main(void)
 	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
 	tcase_add_test(tc, unsupported_falls_back_or_fails);
 	tcase_add_test(tc, gpu_checkpoint_resumes);
+	tcase_add_test(tc, gpu_path_follows_the_schedule);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 0); /* MPI starts once */
 }

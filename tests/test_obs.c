@@ -65,200 +65,6 @@ static int count_str(const char *hay, const char *needle)
 	return n;
 }
 
-/* ---- a protobuf walker for Event / Summary / Value ------------------------ */
-
-static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-	*v = 0;
-	for (int s = 0; s < 64 && *p < end; s += 7) {
-		uint8_t b = *(*p)++;
-		*v |= (uint64_t)(b & 0x7f) << s;
-		if (!(b & 0x80))
-			return 0;
-	}
-	return -1;
-}
-
-/* Next field: number, wire type, and its payload (varint value, or the
- * bytes of a fixed or length-delimited field). */
-struct field {
-	int num, wt;
-	uint64_t v;
-	const uint8_t *data;
-	size_t len;
-};
-
-static int next_field(const uint8_t **p, const uint8_t *end, struct field *f)
-{
-	uint64_t key;
-	if (get_varint(p, end, &key) < 0)
-		return -1;
-	f->num = (int)(key >> 3);
-	f->wt = (int)(key & 7);
-	switch (f->wt) {
-	case 0:
-		return get_varint(p, end, &f->v);
-	case 1:
-	case 5: {
-		size_t n = f->wt == 1 ? 8 : 4;
-		if ((size_t)(end - *p) < n)
-			return -1;
-		f->data = *p;
-		f->len = n;
-		*p += n;
-		return 0;
-	}
-	case 2:
-		if (get_varint(p, end, &f->v) < 0 || f->v > (uint64_t)(end - *p))
-			return -1;
-		f->data = *p;
-		f->len = (size_t)f->v;
-		*p += f->len;
-		return 0;
-	}
-	return -1;
-}
-
-struct scalar {
-	int64_t step;
-	char tag[64];
-	float value;
-};
-
-struct event_file {
-	char version[32];
-	double first_wall;
-	int nevents, session_starts;
-	int64_t start_step;
-	struct scalar s[512];
-	int n;
-};
-
-static double le_double(const uint8_t *b)
-{
-	uint64_t u = 0;
-	for (int i = 7; i >= 0; i--)
-		u = u << 8 | b[i];
-	double d;
-	memcpy(&d, &u, 8);
-	return d;
-}
-
-static float le_float(const uint8_t *b)
-{
-	uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
-		     (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-static void decode_value(const uint8_t *p, const uint8_t *end, int64_t step,
-			 struct event_file *ef)
-{
-	struct field f;
-	struct scalar *s = &ef->s[ef->n];
-	int have_tag = 0, have_value = 0;
-	while (p < end) {
-		ck_assert_int_eq(next_field(&p, end, &f), 0);
-		if (f.num == 1 && f.wt == 2) {
-			ck_assert_uint_lt(f.len, sizeof(s->tag));
-			memcpy(s->tag, f.data, f.len);
-			s->tag[f.len] = 0;
-			have_tag = 1;
-		} else if (f.num == 2 && f.wt == 5) {
-			s->value = le_float(f.data);
-			have_value = 1;
-		}
-	}
-	ck_assert(have_tag && have_value);
-	s->step = step;
-	ck_assert_int_lt(ef->n, 511);
-	ef->n++;
-}
-
-static void decode_event(const uint8_t *p, size_t len, struct event_file *ef)
-{
-	const uint8_t *end = p + len;
-	struct field f;
-	double wall = 0;
-	int64_t step = 0;
-	const uint8_t *summary = NULL;
-	size_t slen = 0;
-	while (p < end) {
-		ck_assert_int_eq(next_field(&p, end, &f), 0);
-		if (f.num == 1 && f.wt == 1)
-			wall = le_double(f.data);
-		else if (f.num == 2 && f.wt == 0)
-			step = (int64_t)f.v;
-		else if (f.num == 3 && f.wt == 2) {
-			ck_assert_int_eq(ef->nevents, 0); /* first record only */
-			ck_assert_uint_lt(f.len, sizeof(ef->version));
-			memcpy(ef->version, f.data, f.len);
-			ef->version[f.len] = 0;
-		} else if (f.num == 5 && f.wt == 2) {
-			summary = f.data;
-			slen = f.len;
-		} else if (f.num == 7 && f.wt == 2) {
-			const uint8_t *q = f.data;
-			struct field g;
-			ck_assert_int_eq(next_field(&q, f.data + f.len, &g), 0);
-			ck_assert_int_eq(g.num, 1); /* status */
-			ck_assert_uint_eq(g.v, 1);  /* START */
-			ef->session_starts++;
-			ef->start_step = step;
-		}
-	}
-	ck_assert_msg(wall > 1e9, "wall_time %f", wall); /* seconds since 1970 */
-	if (ef->nevents == 0)
-		ef->first_wall = wall;
-	ef->nevents++;
-	if (summary) {
-		const uint8_t *q = summary, *qend = summary + slen;
-		while (q < qend) {
-			ck_assert_int_eq(next_field(&q, qend, &f), 0);
-			ck_assert_int_eq(f.num, 1); /* Summary.value */
-			ck_assert_int_eq(f.wt, 2);
-			decode_value(f.data, f.data + f.len, step, ef);
-		}
-	}
-}
-
-static void read_events(const char *path, struct event_file *ef)
-{
-	memset(ef, 0, sizeof(*ef));
-	struct dtf_tfrecord_reader *r;
-	ck_assert_msg(dtf_tfrecord_reader_open(path, &r) == 0, "%s",
-		      dtf_error_msg());
-	const uint8_t *data;
-	size_t len;
-	int rc;
-	while ((rc = dtf_tfrecord_reader_next(r, &data, &len)) == 1)
-		decode_event(data, len, ef);
-	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
-	dtf_tfrecord_reader_free(r);
-	ck_assert_str_eq(ef->version, "brain.Event:2");
-}
-
-static const struct scalar *find_scalar(const struct event_file *ef,
-					int64_t step, const char *tag)
-{
-	for (int i = 0; i < ef->n; i++)
-		if (ef->s[i].step == step && strcmp(ef->s[i].tag, tag) == 0)
-			return &ef->s[i];
-	return NULL;
-}
-
-/* The only file matching pattern. */
-static void one_file(const char *pattern, char *out, size_t size)
-{
-	glob_t g;
-	ck_assert_msg(glob(pattern, 0, NULL, &g) == 0, "no %s", pattern);
-	ck_assert_msg(g.gl_pathc == 1, "%zu files match %s", g.gl_pathc,
-		      pattern);
-	snprintf(out, size, "%s", g.gl_pathv[0]);
-	globfree(&g);
-}
 
 static int count_files(const char *pattern)
 {
@@ -309,16 +115,16 @@ START_TEST(event_file_decodes_to_what_was_written)
 					      v, 1), 0);
 	ck_assert_int_eq(dtf_tfevents_close(w), 0);
 
-	struct event_file *ef = malloc(sizeof(*ef));
-	read_events(want, ef);
+	struct tu_event_file *ef = malloc(sizeof(*ef));
+	tu_events_read(want, ef);
 	ck_assert_double_eq(ef->first_wall, 1700000000.25);
 	ck_assert_int_eq(ef->nevents, 4);
 	ck_assert_int_eq(ef->n, 4);
-	ck_assert_float_eq(find_scalar(ef, 100, "loss")->value, 0.5f);
-	ck_assert_float_eq(find_scalar(ef, 100, "accuracy")->value, 0.875f);
-	ck_assert_float_eq(find_scalar(ef, 100, "step_time_ms/forward")->value,
+	ck_assert_float_eq(tu_events_find(ef, 100, "loss")->value, 0.5f);
+	ck_assert_float_eq(tu_events_find(ef, 100, "accuracy")->value, 0.875f);
+	ck_assert_float_eq(tu_events_find(ef, 100, "step_time_ms/forward")->value,
 			   12.25f);
-	ck_assert_ptr_nonnull(find_scalar(ef, 5000000000LL, "loss"));
+	ck_assert_ptr_nonnull(tu_events_find(ef, 5000000000LL, "loss"));
 	ck_assert_int_eq(ef->session_starts, 1);
 	ck_assert_int_eq(ef->start_step, 300);
 	free(ef);
@@ -474,11 +280,11 @@ END_TEST
 static void check_events_match_metrics(const char *metrics)
 {
 	char pattern[512], path[512];
-	struct event_file *ef = malloc(sizeof(*ef));
+	struct tu_event_file *ef = malloc(sizeof(*ef));
 	snprintf(pattern, sizeof(pattern), "%s/run/train/events.out.tfevents.*",
 		 tmpdir);
-	one_file(pattern, path, sizeof(path));
-	read_events(path, ef);
+	tu_one_file(pattern, path, sizeof(path));
+	tu_events_read(path, ef);
 	static const char *const tags[] = {
 		"loss", "accuracy", "learning_rate", "samples_per_second",
 		"step_time_ms/data_wait", "step_time_ms/forward",
@@ -487,33 +293,33 @@ static void check_events_match_metrics(const char *metrics)
 	/* 480 / 16 = 30 steps per epoch, 2 epochs, logged every 10 */
 	for (int64_t step = 10; step <= 60; step += 10)
 		for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++)
-			ck_assert_msg(find_scalar(ef, step, tags[i]) != NULL,
+			ck_assert_msg(tu_events_find(ef, step, tags[i]) != NULL,
 				      "no %s at step %lld", tags[i], (long long)step);
 	ck_assert_int_eq(ef->n, 6 * 9);
-	ck_assert_float_eq(find_scalar(ef, 30, "learning_rate")->value, 0.01f);
+	ck_assert_float_eq(tu_events_find(ef, 30, "learning_rate")->value, 0.01f);
 	/* the loss at step 60 is the one metrics.jsonl has */
 	const char *line = strstr(metrics, "{\"kind\":\"train\",\"step\":60,");
 	ck_assert_ptr_nonnull(line);
 	double loss = atof(strstr(line, "\"loss\":") + 7);
-	ck_assert_float_eq_tol(find_scalar(ef, 60, "loss")->value, loss,
+	ck_assert_float_eq_tol(tu_events_find(ef, 60, "loss")->value, loss,
 			       1e-5 * fabs(loss) + 1e-7);
-	float first = find_scalar(ef, 10, "loss")->value;
+	float first = tu_events_find(ef, 10, "loss")->value;
 	ck_assert_msg(loss < first, "loss did not fall: %g -> %g", first, loss);
 
 	snprintf(pattern, sizeof(pattern), "%s/run/eval/events.out.tfevents.*",
 		 tmpdir);
-	one_file(pattern, path, sizeof(path));
-	read_events(path, ef);
+	tu_one_file(pattern, path, sizeof(path));
+	tu_events_read(path, ef);
 	ck_assert_int_eq(ef->n, 6);
-	ck_assert_ptr_nonnull(find_scalar(ef, 30, "loss"));
-	ck_assert_ptr_nonnull(find_scalar(ef, 60, "accuracy"));
+	ck_assert_ptr_nonnull(tu_events_find(ef, 30, "loss"));
+	ck_assert_ptr_nonnull(tu_events_find(ef, 60, "accuracy"));
 	/* top-2 accuracy is at least the accuracy, as metrics.jsonl says */
 	line = strstr(metrics, "{\"kind\":\"eval\",\"step\":60,");
 	ck_assert_ptr_nonnull(line);
 	double top2 = atof(strstr(line, "\"top_k_accuracy\":") + 17);
-	ck_assert_float_eq_tol(find_scalar(ef, 60, "top_k_accuracy")->value,
+	ck_assert_float_eq_tol(tu_events_find(ef, 60, "top_k_accuracy")->value,
 			       top2, 1e-6);
-	ck_assert_float_ge(top2, find_scalar(ef, 60, "accuracy")->value);
+	ck_assert_float_ge(top2, tu_events_find(ef, 60, "accuracy")->value);
 	ck_assert_int_eq(ef->session_starts, 0);
 	free(ef);
 }
@@ -627,16 +433,16 @@ START_TEST(resume_continues_metrics_and_events)
 	glob_t g;
 	ck_assert_int_eq(glob(path, 0, NULL, &g), 0);
 	ck_assert_uint_eq(g.gl_pathc, 2);
-	struct event_file *ef = malloc(sizeof(*ef));
+	struct tu_event_file *ef = malloc(sizeof(*ef));
 	int starts = 0;
 	for (size_t i = 0; i < g.gl_pathc; i++) {
-		read_events(g.gl_pathv[i], ef);
+		tu_events_read(g.gl_pathv[i], ef);
 		if (ef->session_starts) {
 			starts++;
 			ck_assert_int_eq(ef->start_step, 20);
-			ck_assert_ptr_nonnull(find_scalar(ef, 30, "loss"));
-			ck_assert_ptr_nonnull(find_scalar(ef, 40, "loss"));
-			ck_assert_ptr_null(find_scalar(ef, 20, "loss"));
+			ck_assert_ptr_nonnull(tu_events_find(ef, 30, "loss"));
+			ck_assert_ptr_nonnull(tu_events_find(ef, 40, "loss"));
+			ck_assert_ptr_null(tu_events_find(ef, 20, "loss"));
 		}
 	}
 	ck_assert_int_eq(starts, 1);

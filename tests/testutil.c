@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include <ftw.h>
+#include <glob.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/tfrecord.h"
 #include "graph/lower.h"
 
 /* ---- processes ---------------------------------------------------------- */
@@ -356,6 +358,187 @@ void tu_model_free(struct tu_model *m)
 	dtf_free(m->params);
 	dtf_free(m->grads);
 	dtf_job_free(m->job);
+}
+
+/* ---- TensorBoard event files ----------------------------------------------- */
+
+/* a protobuf walker for Event / Summary / Value */
+
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+	*v = 0;
+	for (int s = 0; s < 64 && *p < end; s += 7) {
+		uint8_t b = *(*p)++;
+		*v |= (uint64_t)(b & 0x7f) << s;
+		if (!(b & 0x80))
+			return 0;
+	}
+	return -1;
+}
+
+/* Next field: number, wire type, and its payload (varint value, or the
+ * bytes of a fixed or length-delimited field). */
+struct field {
+	int num, wt;
+	uint64_t v;
+	const uint8_t *data;
+	size_t len;
+};
+
+static int next_field(const uint8_t **p, const uint8_t *end, struct field *f)
+{
+	uint64_t key;
+	if (get_varint(p, end, &key) < 0)
+		return -1;
+	f->num = (int)(key >> 3);
+	f->wt = (int)(key & 7);
+	switch (f->wt) {
+	case 0:
+		return get_varint(p, end, &f->v);
+	case 1:
+	case 5: {
+		size_t n = f->wt == 1 ? 8 : 4;
+		if ((size_t)(end - *p) < n)
+			return -1;
+		f->data = *p;
+		f->len = n;
+		*p += n;
+		return 0;
+	}
+	case 2:
+		if (get_varint(p, end, &f->v) < 0 || f->v > (uint64_t)(end - *p))
+			return -1;
+		f->data = *p;
+		f->len = (size_t)f->v;
+		*p += f->len;
+		return 0;
+	}
+	return -1;
+}
+
+static double le_double(const uint8_t *b)
+{
+	uint64_t u = 0;
+	for (int i = 7; i >= 0; i--)
+		u = u << 8 | b[i];
+	double d;
+	memcpy(&d, &u, 8);
+	return d;
+}
+
+static float le_float(const uint8_t *b)
+{
+	uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
+		     (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void decode_value(const uint8_t *p, const uint8_t *end, int64_t step,
+			 struct tu_event_file *ef)
+{
+	struct field f;
+	struct tu_event_scalar *s = &ef->s[ef->n];
+	int have_tag = 0, have_value = 0;
+	while (p < end) {
+		ck_assert_int_eq(next_field(&p, end, &f), 0);
+		if (f.num == 1 && f.wt == 2) {
+			ck_assert_uint_lt(f.len, sizeof(s->tag));
+			memcpy(s->tag, f.data, f.len);
+			s->tag[f.len] = 0;
+			have_tag = 1;
+		} else if (f.num == 2 && f.wt == 5) {
+			s->value = le_float(f.data);
+			have_value = 1;
+		}
+	}
+	ck_assert(have_tag && have_value);
+	s->step = step;
+	ck_assert_int_lt(ef->n, TU_EVENTS_MAX - 1);
+	ef->n++;
+}
+
+static void decode_event(const uint8_t *p, size_t len, struct tu_event_file *ef)
+{
+	const uint8_t *end = p + len;
+	struct field f;
+	double wall = 0;
+	int64_t step = 0;
+	const uint8_t *summary = NULL;
+	size_t slen = 0;
+	while (p < end) {
+		ck_assert_int_eq(next_field(&p, end, &f), 0);
+		if (f.num == 1 && f.wt == 1)
+			wall = le_double(f.data);
+		else if (f.num == 2 && f.wt == 0)
+			step = (int64_t)f.v;
+		else if (f.num == 3 && f.wt == 2) {
+			ck_assert_int_eq(ef->nevents, 0); /* first record only */
+			ck_assert_uint_lt(f.len, sizeof(ef->version));
+			memcpy(ef->version, f.data, f.len);
+			ef->version[f.len] = 0;
+		} else if (f.num == 5 && f.wt == 2) {
+			summary = f.data;
+			slen = f.len;
+		} else if (f.num == 7 && f.wt == 2) {
+			const uint8_t *q = f.data;
+			struct field g;
+			ck_assert_int_eq(next_field(&q, f.data + f.len, &g), 0);
+			ck_assert_int_eq(g.num, 1); /* status */
+			ck_assert_uint_eq(g.v, 1);  /* START */
+			ef->session_starts++;
+			ef->start_step = step;
+		}
+	}
+	ck_assert_msg(wall > 1e9, "wall_time %f", wall); /* seconds since 1970 */
+	if (ef->nevents == 0)
+		ef->first_wall = wall;
+	ef->nevents++;
+	if (summary) {
+		const uint8_t *q = summary, *qend = summary + slen;
+		while (q < qend) {
+			ck_assert_int_eq(next_field(&q, qend, &f), 0);
+			ck_assert_int_eq(f.num, 1); /* Summary.value */
+			ck_assert_int_eq(f.wt, 2);
+			decode_value(f.data, f.data + f.len, step, ef);
+		}
+	}
+}
+
+void tu_events_read(const char *path, struct tu_event_file *ef)
+{
+	memset(ef, 0, sizeof(*ef));
+	struct dtf_tfrecord_reader *r;
+	ck_assert_msg(dtf_tfrecord_reader_open(path, &r) == 0, "%s",
+		      dtf_error_msg());
+	const uint8_t *data;
+	size_t len;
+	int rc;
+	while ((rc = dtf_tfrecord_reader_next(r, &data, &len)) == 1)
+		decode_event(data, len, ef);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	dtf_tfrecord_reader_free(r);
+	ck_assert_str_eq(ef->version, "brain.Event:2");
+}
+
+const struct tu_event_scalar *tu_events_find(const struct tu_event_file *ef,
+					int64_t step, const char *tag)
+{
+	for (int i = 0; i < ef->n; i++)
+		if (ef->s[i].step == step && strcmp(ef->s[i].tag, tag) == 0)
+			return &ef->s[i];
+	return NULL;
+}
+
+void tu_one_file(const char *pattern, char *out, size_t size)
+{
+	glob_t g;
+	ck_assert_msg(glob(pattern, 0, NULL, &g) == 0, "no %s", pattern);
+	ck_assert_msg(g.gl_pathc == 1, "%zu files match %s", g.gl_pathc,
+		      pattern);
+	snprintf(out, size, "%s", g.gl_pathv[0]);
+	globfree(&g);
 }
 
 /* ---- main --------------------------------------------------------------- */

@@ -213,6 +213,43 @@ double tu_model_loss(struct tu_model *m);
 /* Frees everything m holds (the job, if any, included). */
 void tu_model_free(struct tu_model *m);
 
+/* ---- TensorBoard event files ------------------------------------------- */
+
+/* One scalar of a Summary: the event's step, its tag and simple_value. */
+struct tu_event_scalar {
+	int64_t step;
+	char tag[64];
+	float value;
+};
+
+#define TU_EVENTS_MAX 4096
+
+/* What tu_events_read found in one events.out.tfevents.* file. */
+struct tu_event_file {
+	char version[32];      /* file_version of the first event */
+	double first_wall;     /* its wall_time, seconds since 1970 */
+	int nevents, session_starts;
+	int64_t start_step;    /* step of the last SessionLog START */
+	struct tu_event_scalar s[TU_EVENTS_MAX];
+	int n;
+};
+
+/* Decodes every Event record of the file at `path` (TFRecord framing read
+ * by the library's dtf_tfrecord_reader; the Event, Summary and
+ * Summary.Value protobufs by a walker of the tests' own, following
+ * tensorflow/core/util/event.proto and summary.proto) into *ef.  A record
+ * that does not decode, a file_version other than "brain.Event:2", or more
+ * than TU_EVENTS_MAX scalars aborts the test.  *ef is large: malloc it. */
+void tu_events_read(const char *path, struct tu_event_file *ef);
+
+/* The scalar with this step and tag, or NULL. */
+const struct tu_event_scalar *tu_events_find(const struct tu_event_file *ef,
+					     int64_t step, const char *tag);
+
+/* The path of the only file matching the glob(3) pattern into out[size];
+ * no match or several abort the test. */
+void tu_one_file(const char *pattern, char *out, size_t size);
+
 /* ---- main --------------------------------------------------------------- */
 
 /* Runs every test of s (CK_NORMAL output) in forked children when `fork`

@@ -92,10 +92,13 @@ struct dtf_comm *dtf_strategy_replica_comm(const struct dtf_strategy *s);
 /* Number of training replicas (chief and workers). */
 int dtf_strategy_num_replicas(const struct dtf_strategy *s);
 
-/* The learning rate of update `step` (0-based): `base` times the number of
- * replicas under train.learning_rate_scaling: linear, reached linearly
- * from `base` over the warmup steps (Goyal et al. 2017, "gradual warmup");
- * `base` without scaling. */
+/* The learning rate of update `step` (0-based): `base`, the rate of
+ * train.schedule at that step (dtf_schedule_lr), times the number of
+ * replicas under train.learning_rate_scaling: linear, the factor reached
+ * linearly from 1 over the scaling's warmup steps (Goyal et al. 2017,
+ * "gradual warmup"); `base` itself without scaling.  The factor
+ * multiplies the whole schedule, as Horovod's LearningRateWarmupCallback
+ * and LearningRateScheduleCallback compose. */
 double dtf_strategy_learning_rate(const struct dtf_strategy *s, double base,
 				  int64_t step);
 

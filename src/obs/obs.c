@@ -152,7 +152,7 @@ static char *join(const char *dir, const char *name)
 static void jnum(FILE *f, const char *key, double v)
 {
 	if (isfinite(v))
-		fprintf(f, "\"%s\":%.6g", key, v);
+		fprintf(f, "\"%s\":%.9g", key, v); /* float32 round trip */
 	else
 		fprintf(f, "\"%s\":null", key);
 }

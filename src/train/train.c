@@ -1034,7 +1034,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	}
 	struct dtf_schedule sched;
 	dtf_schedule_init(&sched, job, total_steps);
-	double lr = dtf_schedule_lr(&sched, step);
+	double lr = 0; /* of the step in progress */
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 	const int64_t every = job->train.eval_every_steps;
 
@@ -1074,7 +1074,9 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			struct dtf_step_times stt = {0};
 			double t_begin = now_seconds();
 			ctx.step = (uint64_t)step;
-			lr = dtf_schedule_lr(&sched, step);
+			/* train.schedule's rate, then the replicas' scaling */
+			lr = dtf_strategy_learning_rate(
+				strat, dtf_schedule_lr(&sched, step), step);
 			dtf_fault_progress(fault, "training step", step);
 			dtf_fault_at_step(fault, step);
 			if (rc == 0)
@@ -1083,8 +1085,6 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				   dtf_checkpointer_time_due(ck), agreed = 0;
 			int read_ahead = s + 1 < steps_per_epoch[0] &&
 					 step + 1 < total_steps;
-			lr = dtf_strategy_learning_rate(
-				strat, job->train.learning_rate, step);
 			if (r.gpu)
 				rc = train_step(job, comm, &r, train, &ctx, rc,
 						vote, &agreed, step, read_ahead,
