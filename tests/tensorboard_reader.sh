@@ -2,12 +2,16 @@
 # TensorBoard reads what dtf-train writes: train 1 rank on synthetic data
 # with logging.dir set, then load train/ and eval/ with TensorBoard's own
 # EventAccumulator and check tags, steps and the loss against
-# metrics.jsonl.  Exit 77 (skip) when the Python interpreter
-# ($DTF_PYTHON, default python3) cannot import tensorboard
-# (pip install tensorboard).
+# metrics.jsonl.  The interpreter is $DTF_PYTHON, else the one of the
+# checkers' virtual environment that tests/setup-venv.sh makes (.venv in
+# the source tree), else python3; exit 77 (skip) when it cannot import
+# tensorboard (run tests/setup-venv.sh, as the README's first command and
+# CI do).
 set -eu
-py=${DTF_PYTHON:-python3}
-"$py" -c "import tensorboard" 2>/dev/null || { echo "tensorboard not installed: skip"; exit 77; }
+venv_py=${DTF_SOURCE_ROOT:-.}/.venv/bin/python
+[ -x "$venv_py" ] || venv_py=python3
+py=${DTF_PYTHON:-$venv_py}
+"$py" -c "import tensorboard" 2>/dev/null || { echo "tensorboard not installed (tests/setup-venv.sh): skip"; exit 77; }
 build=${DTF_BUILD_ROOT:?}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dtf-tb-test-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
