@@ -999,6 +999,32 @@ START_TEST(second_run_on_a_locked_dir_is_refused)
 }
 END_TEST
 
+START_TEST(dtf_launch_overwrites_once_then_resumes)
+{
+	/* an earlier run's 40, 50 and 60; this one is killed at step 25 */
+	ck_assert_int_eq(tu_run("rm -rf %s/lover && cp -r %s/ref1 %s/lover",
+				tmp, tmp, tmp), 0);
+	int st = tu_run("DTF_FAULT=kill:rank=0:step=25 timeout 120 %s/dtf-launch "
+			"--np 1 --max-restarts 1 --delay 0 -- -t 1 --overwrite-checkpoints "
+			"--set checkpoint.dir=%s/lover --export-variables %s/LOVER "
+			"%s/job.yaml >/dev/null 2>%s/lover.log",
+			build_root, tmp, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, tu_slurp(tmp, "lover.log"));
+	ck_assert_log("lover.log", "/dtf-train --overwrite-checkpoints -t 1 ");
+	ck_assert_log("lover.log", "deleted 3 checkpoint(s) of an earlier run, steps 40 to 60");
+	ck_assert_log("lover.log", "dtf-launch: attempt 2 of 2: ");
+	ck_assert_log("lover.log", "/dtf-train --resume -t 1 --set ");
+	/* the restart continued the new run (from 10 or 20, as the write of
+	 * 20 may have been cut by the kill), not the old one */
+	const char *l = tu_slurp(tmp, "lover.log");
+	ck_assert_msg(strstr(l, "/lover/ckpt-10.dtf: step 10, epoch 1") ||
+		      strstr(l, "/lover/ckpt-20.dtf: step 20, epoch 1"),
+		      "%s", l);
+	ck_assert_int_eq(count_lines("lover.log", "deleted "), 1);
+	assert_same_vars("LOVER", "REF1");
+}
+END_TEST
+
 static Suite *checkpoint_suite(void)
 {
 	Suite *s = suite_create("checkpoint");
@@ -1035,6 +1061,7 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, rerun_without_resume_refuses_and_keeps_checkpoints);
 	tcase_add_test(tc, overwrite_checkpoints_starts_over);
 	tcase_add_test(tc, second_run_on_a_locked_dir_is_refused);
+	tcase_add_test(tc, dtf_launch_overwrites_once_then_resumes);
 	suite_add_tcase(s, tc);
 	return s;
 }
