@@ -853,6 +853,20 @@ START_TEST(unwritable_dir_fails_before_training_on_every_rank)
 	ck_assert_int_eq(count_lines("ro.log", "is not writable"), 1);
 	ck_assert_int_le(tu_file_size(tmp, "RO"), 0); /* nothing exported */
 	ck_assert_int_eq(tu_run("test -z \"$(ls -A %s/ro)\"", tmp), 0);
+
+	/* the lock file of an earlier run is there and opens: the probe
+	 * file is what cannot be made; a resume is checked the same way */
+	tu_write_file(tmp, "ro/checkpoint.lock", "%s", "");
+	how = make_unwritable("ro", prefix, sizeof(prefix), &reason);
+	st = train(1, prefix, "ro", "--resume", "ro2.log");
+	undo_unwritable("ro", how);
+	ck_assert_int_eq(st, 4);
+	ck_assert_log("ro2.log", want);
+	ck_assert_log("ro2.log", reason);
+	if (how == UW_CHATTR || how == UW_CHMOD)
+		ck_assert_log("ro2.log", "/ro/checkpoint.probe.tmp: cannot create: ");
+	ck_assert(strstr(tu_slurp(tmp, "ro2.log"), "step 10/60") == NULL);
+	ck_assert_int_eq(tu_run("test \"$(ls -A %s/ro)\" = checkpoint.lock", tmp), 0);
 }
 END_TEST
 

@@ -742,10 +742,16 @@ int dtf_checkpoint_dir_open(const char *dir, enum dtf_ckpt_start start,
 	snprintf(lock, sizeof(lock), "%s/checkpoint.lock", dir);
 	snprintf(probe, sizeof(probe), "%s/checkpoint.probe.tmp", dir);
 	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0)
+	if (fd < 0) {
+		int err = errno;
+		struct stat st;
 		return dtf_error(DTF_ERR_CHECKPOINT,
-				 "checkpoint.dir %s is not writable: %s: cannot create: %s\n" UNWRITABLE_HINT,
-				 dir, lock, strerror(errno));
+				 "checkpoint.dir %s is not writable: %s: %s: %s\n" UNWRITABLE_HINT,
+				 dir, lock,
+				 stat(lock, &st) == 0 ? "cannot open for writing"
+						      : "cannot create",
+				 strerror(err));
+	}
 	char busy[2 * PATH_BYTES];
 	snprintf(busy, sizeof(busy),
 		 "checkpoint.dir %s: another run is using it (%s is locked)\n"
