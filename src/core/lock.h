@@ -23,9 +23,12 @@
  * Lock the open file `fd` (named `path` in messages) exclusively, without
  * waiting.  Returns 0 (held until fd is closed) or -code: when another
  * open file (another run) holds it, with the message `busy` as given;
- * else "<path>: cannot lock: <strerror>".
+ * else "<path>: cannot lock: <strerror>".  With `unsupported_ok`, a
+ * filesystem that has no such locks (ENOSYS, EOPNOTSUPP, ENOLCK: e.g.
+ * Lustre mounted without flock) is a warning naming `path`, and 0: the
+ * run goes on unprotected rather than not at all.
  */
 int dtf_lock_exclusive(int fd, const char *path, enum dtf_err code,
-		       const char *busy);
+		       const char *busy, int unsupported_ok);
 
 #endif

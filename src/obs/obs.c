@@ -223,7 +223,7 @@ static int open_metrics(struct dtf_obs *o, const char *dir)
 		 "%s: another run is writing to this logging.dir (the file is locked)",
 		 o->metrics_path);
 	return dtf_lock_exclusive(fileno(o->metrics), o->metrics_path,
-				  DTF_ERR_IO, busy);
+				  DTF_ERR_IO, busy, 0);
 }
 
 static int open_chief_files(struct dtf_obs *o)

@@ -757,7 +757,8 @@ int dtf_checkpoint_dir_open(const char *dir, enum dtf_ckpt_start start,
 		 "checkpoint.dir %s: another run is using it (%s is locked)\n"
 		 "HINT: wait for that run to end, or give this one another checkpoint.dir",
 		 dir, lock);
-	if ((rc = dtf_lock_exclusive(fd, lock, DTF_ERR_CHECKPOINT, busy)) < 0 ||
+	if ((rc = dtf_lock_exclusive(fd, lock, DTF_ERR_CHECKPOINT, busy,
+				     1)) < 0 ||
 	    (rc = probe_writable(dir, probe)) < 0)
 		goto fail;
 	if (start == DTF_CKPT_START_RESUME) { /* restore reads them */
