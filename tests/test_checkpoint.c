@@ -8,6 +8,9 @@
  * steps in all.  Reference runs of 60 uninterrupted steps on 1 and on 2
  * ranks are made once; every interrupted-and-resumed run must reproduce
  * their final variables bit for bit.  Every mpirun is bounded by timeout(1).
+ * Case "directory": checkpoint.dir is checked at start-up (unwritable,
+ * locked by a running run, holding an earlier run's checkpoints) and
+ * --overwrite-checkpoints starts over, also under dtf-launch.
  */
 #include <check.h>
 #include <signal.h>
