@@ -38,6 +38,10 @@ static const char usage[] =
 	"                           that verifies (none there: start at step 0)\n"
 	"      --allow-fresh-start  with --resume: if no checkpoint verifies, start at\n"
 	"                           step 0 instead of exiting 4\n"
+	"      --overwrite-checkpoints  start over in a checkpoint.dir that holds an\n"
+	"                           earlier run's checkpoints, deleting them first\n"
+	"                           (without it a new run there exits 4; --resume\n"
+	"                           continues the earlier run)\n"
 	"  -q, --quiet              only warnings and errors on the console\n"
 	"  -v, --verbose            also debug messages (files opened, per-rank details)\n"
 	"      --merge-trace TRACE  merge the per-rank trace files of TRACE (left by a\n"
@@ -50,7 +54,7 @@ static const char usage[] =
 	"See dtf-train(1) and dtf-train-job(5).\n";
 
 enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH, OPT_MERGE_TRACE,
-       OPT_PRINT_CLUSTER };
+       OPT_PRINT_CLUSTER, OPT_OVERWRITE };
 
 /*
  * The cluster: TF_CONFIG when set (checked against this rank and the
@@ -99,6 +103,7 @@ int main(int argc, char **argv)
 		{"print-cluster", no_argument, NULL, OPT_PRINT_CLUSTER},
 		{"resume", no_argument, NULL, OPT_RESUME},
 		{"allow-fresh-start", no_argument, NULL, OPT_FRESH},
+		{"overwrite-checkpoints", no_argument, NULL, OPT_OVERWRITE},
 		{"merge-trace", required_argument, NULL, OPT_MERGE_TRACE},
 		{"quiet", no_argument, NULL, 'q'},
 		{"verbose", no_argument, NULL, 'v'},
@@ -143,6 +148,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_FRESH:
 			opts.allow_fresh_start = 1;
+			break;
+		case OPT_OVERWRITE:
+			opts.overwrite_checkpoints = 1;
 			break;
 		case OPT_MERGE_TRACE: {
 			int n = 0, mrc = dtf_obs_merge_trace(optarg, &n);

@@ -8,6 +8,9 @@
  * steps in all.  Reference runs of 60 uninterrupted steps on 1 and on 2
  * ranks are made once; every interrupted-and-resumed run must reproduce
  * their final variables bit for bit.  Every mpirun is bounded by timeout(1).
+ * Case "directory": checkpoint.dir is checked at start-up (unwritable,
+ * locked by a running run, holding an earlier run's checkpoints) and
+ * --overwrite-checkpoints starts over, also under dtf-launch.
  */
 #include <check.h>
 #include <signal.h>
@@ -139,6 +142,11 @@ static void setup(void)
 
 static void teardown(void)
 {
+	/* a failed test may leave its unwritable directory behind */
+	if (geteuid() == 0)
+		tu_run("chattr -i %s/ro 2>/dev/null", tmp);
+	else
+		tu_run("chmod 755 %s/ro 2>/dev/null", tmp);
 	tu_tmpdir_remove(tmp);
 }
 
@@ -772,6 +780,268 @@ START_TEST(dtf_launch_forwards_sigterm_as_usr1_and_exits_75)
 }
 END_TEST
 
+/* ---- the directory: checked at start, owned by one run ------------------- */
+
+/* How TMP/<name> was made a directory this process cannot create files
+ * in, so the caller can undo it. */
+enum unwritable { UW_NONE, UW_CHATTR, UW_BIND, UW_CHMOD };
+
+/*
+ * Make TMP/<name> (created here) unwritable for dtf-train: as root with
+ * chattr +i where the filesystem supports it, else as root by a
+ * read-only bind mount in a private mount namespace (*prefix, put before
+ * mpirun), else (not root) mode 0555.  *reason: strerror of what a create
+ * there fails with.  UW_NONE: none of them works here.
+ */
+static enum unwritable make_unwritable(const char *name, char *prefix,
+				       size_t n, const char **reason)
+{
+	char dir[300];
+	tu_path(dir, sizeof(dir), tmp, name);
+	ck_assert_int_eq(tu_run("mkdir -p %s", dir), 0);
+	prefix[0] = 0;
+	if (geteuid() != 0) {
+		ck_assert_int_eq(chmod(dir, 0555), 0);
+		*reason = "Permission denied";
+		return UW_CHMOD;
+	}
+	if (tu_run("chattr +i %s 2>/dev/null", dir) == 0) {
+		*reason = "Operation not permitted";
+		return UW_CHATTR;
+	}
+	snprintf(prefix, n,
+		 "unshare -m --propagation private sh -c 'mount --bind %s %s && "
+		 "mount -o remount,bind,ro %s && exec \"$@\"' sh",
+		 dir, dir, dir);
+	if (tu_run("%s true 2>/dev/null", prefix) == 0) {
+		*reason = "Read-only file system";
+		return UW_BIND;
+	}
+	prefix[0] = 0;
+	return UW_NONE;
+}
+
+static void undo_unwritable(const char *name, enum unwritable how)
+{
+	char dir[512];
+	tu_path(dir, sizeof(dir), tmp, name);
+	if (how == UW_CHATTR)
+		tu_run("chattr -i %s", dir);
+	else if (how == UW_CHMOD)
+		chmod(dir, 0755);
+}
+
+START_TEST(unwritable_dir_fails_before_training_on_every_rank)
+{
+	char prefix[2048];
+	const char *reason = NULL;
+	enum unwritable how = make_unwritable("ro", prefix, sizeof(prefix),
+					      &reason);
+	if (how == UW_NONE) {
+		printf("no way to make a directory unwritable here: skipped\n");
+		return;
+	}
+	/* no checkpoint before the end: today's only save */
+	int st = train(2, prefix, "ro", "--set checkpoint.every_steps=0 "
+		       "--export-variables @/RO", "ro.log");
+	undo_unwritable("ro", how);
+	ck_assert_int_eq(st, 4);
+	char want[768];
+	snprintf(want, sizeof(want), "error: checkpoint.dir %s/ro is not writable: %s/ro/", tmp, tmp);
+	ck_assert_log("ro.log", want);
+	ck_assert_log("ro.log", reason);
+	/* found before the first step, on rank 0 alone, told to rank 1 */
+	ck_assert(strstr(tu_slurp(tmp, "ro.log"), "step 10/60") == NULL);
+	ck_assert(strstr(tu_slurp(tmp, "ro.log"), "saving the checkpoint") == NULL);
+	ck_assert_int_eq(count_lines("ro.log", "is not writable"), 1);
+	ck_assert_int_le(tu_file_size(tmp, "RO"), 0); /* nothing exported */
+	ck_assert_int_eq(tu_run("test -z \"$(ls -A %s/ro)\"", tmp), 0);
+
+	/* the lock file of an earlier run is there and opens: the probe
+	 * file is what cannot be made; a resume is checked the same way */
+	tu_write_file(tmp, "ro/checkpoint.lock", "%s", "");
+	how = make_unwritable("ro", prefix, sizeof(prefix), &reason);
+	st = train(1, prefix, "ro", "--resume", "ro2.log");
+	undo_unwritable("ro", how);
+	ck_assert_int_eq(st, 4);
+	ck_assert_log("ro2.log", want);
+	ck_assert_log("ro2.log", reason);
+	if (how == UW_CHATTR || how == UW_CHMOD)
+		ck_assert_log("ro2.log", "/ro/checkpoint.probe.tmp: cannot create: ");
+	ck_assert(strstr(tu_slurp(tmp, "ro2.log"), "step 10/60") == NULL);
+	ck_assert_int_eq(tu_run("test \"$(ls -A %s/ro)\" = checkpoint.lock", tmp), 0);
+}
+END_TEST
+
+/* The directory's entries, sorted, one per line. */
+static const char *listing(const char *name)
+{
+	static char text[4096];
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "ls -A %s/%s", tmp, name);
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	size_t n = fread(text, 1, sizeof(text) - 1, p);
+	text[n] = 0;
+	pclose(p);
+	return text;
+}
+
+START_TEST(rerun_without_resume_refuses_and_keeps_checkpoints)
+{
+	/* the previous run's checkpoints 40, 50 and 60 */
+	ck_assert_int_eq(tu_run("rm -rf %s/again && cp -r %s/ref1 %s/again",
+				tmp, tmp, tmp), 0);
+	/* the same command again, on 2 ranks: a fresh run would save step
+	 * 10 and used to delete 40, 50 and 60 as "newer" */
+	ck_assert_int_eq(train(2, "", "again", "", "again.log"), 4);
+	char want[768];
+	snprintf(want, sizeof(want),
+		 "error: checkpoint.dir %s/again holds 3 checkpoint(s) of an earlier run, "
+		 "steps 40 to 60 (the newest %s/again/ckpt-60.dtf)", tmp, tmp);
+	ck_assert_log("again.log", want);
+	ck_assert_log("again.log", "HINT: --resume continues that run from its newest "
+		      "checkpoint; --overwrite-checkpoints deletes them and starts "
+		      "over from step 0");
+	ck_assert_int_eq(count_lines("again.log", "error:"), 1);
+	ck_assert(strstr(tu_slurp(tmp, "again.log"), "step 10/60") == NULL);
+	for (int s = 40; s <= 60; s += 10) {
+		char a[600], b[600];
+		snprintf(a, sizeof(a), "%s/again/ckpt-%d.dtf", tmp, s);
+		snprintf(b, sizeof(b), "%s/ref1/ckpt-%d.dtf", tmp, s);
+		ck_assert_msg(tu_run("cmp -s %s %s", a, b) == 0, "%s changed", a);
+	}
+	ck_assert(!tu_exists(tmp, "again/ckpt-10.dtf"));
+	ck_assert_str_eq(tu_slurp(tmp, "again/checkpoint"),
+			 tu_slurp(tmp, "ref1/checkpoint"));
+	/* with checkpoint.resume: auto the same command continues it */
+	ck_assert_int_eq(train(1, "", "again", "--set checkpoint.resume=auto",
+			       "again2.log"), 0);
+	ck_assert_log("again2.log", "/again/ckpt-60.dtf: step 60");
+}
+END_TEST
+
+START_TEST(overwrite_checkpoints_starts_over)
+{
+	ck_assert_int_eq(tu_run("rm -rf %s/over && cp -r %s/ref1 %s/over && "
+				"printf 'x' > %s/over/ckpt-70.dtf.corrupt && "
+				"printf 'x' > %s/over/notes.txt",
+				tmp, tmp, tmp, tmp, tmp), 0);
+	ck_assert_int_eq(train(2, "", "over", "--overwrite-checkpoints "
+			       "--set train.max_steps=25 --export-variables @/OVER",
+			       "over.log"), 0);
+	char want[768];
+	snprintf(want, sizeof(want),
+		 "deleted 3 checkpoint(s) of an earlier run, steps 40 to 60, "
+		 "from %s/over (--overwrite-checkpoints)", tmp);
+	ck_assert_log("over.log", want);
+	ck_assert_log("over.log", "step 10/25");
+	/* only this run's files, the lock, and what was not a checkpoint */
+	ck_assert_str_eq(listing("over"), "checkpoint\ncheckpoint.lock\n"
+			 "ckpt-10.dtf\nckpt-20.dtf\nckpt-25.dtf\nnotes.txt\n");
+	ck_assert_str_eq(tu_slurp(tmp, "over/checkpoint"),
+			 "model_checkpoint_path: \"ckpt-25.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-10.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-20.dtf\"\n"
+			 "all_model_checkpoint_paths: \"ckpt-25.dtf\"\n");
+	struct dtf_ckpt_file f;
+	char path[512];
+	snprintf(path, sizeof(path), "%s/over/ckpt-25.dtf", tmp);
+	ck_assert_msg(dtf_ckpt_file_read(path, &f) == 0, "%s", dtf_error_msg());
+	ck_assert_int_eq(f.pos.step, 25);
+	ck_assert_int_eq(f.pos.world, 2);
+	dtf_ckpt_file_deinit(&f);
+	/* --resume and --overwrite-checkpoints contradict each other */
+	ck_assert_int_eq(train(1, "", "over", "--resume --overwrite-checkpoints",
+			       "over2.log"), 2);
+	ck_assert_log("over2.log", "error: --overwrite-checkpoints starts a new run: "
+		      "it cannot be given with --resume\n");
+	ck_assert(tu_exists(tmp, "over/ckpt-25.dtf"));
+}
+END_TEST
+
+START_TEST(second_run_on_a_locked_dir_is_refused)
+{
+	/* run A, long, holds checkpoint.dir "shared" */
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "exec mpirun -np 1 %s/dtf-train -t 1 --set checkpoint.dir=%s/shared "
+		 "--set train.max_steps=0 --set train.epochs=100000 %s/job.yaml "
+		 ">/dev/null 2>%s/locka.log", build_root, tmp, tmp, tmp);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 300 && !tu_exists(tmp, "shared/ckpt-10.dtf"); i++)
+		usleep(100000);
+	/* run B: a resume, or a fresh start that would delete A's files */
+	int st1 = train(1, "", "shared", "--resume --set train.max_steps=5",
+			"lockb.log");
+	int st2 = train(2, "", "shared", "--overwrite-checkpoints "
+			"--set train.max_steps=5", "lockc.log");
+	kill(pid, SIGUSR1); /* A checkpoints and stops */
+	int st = 0, i;
+	for (i = 0; i < 600 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(100000);
+	if (i == 600) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		ck_abort_msg("run A did not end within 60 s");
+	}
+	ck_assert_int_eq(st1, 4);
+	ck_assert_int_eq(st2, 4);
+	char want[768];
+	snprintf(want, sizeof(want),
+		 "error: checkpoint.dir %s/shared: another run is using it "
+		 "(%s/shared/checkpoint.lock is locked)", tmp, tmp);
+	ck_assert_log("lockb.log", want);
+	ck_assert_log("lockc.log", want);
+	ck_assert(strstr(tu_slurp(tmp, "lockc.log"), "deleted") == NULL);
+	ck_assert_log("locka.log", "stopped by SIGUSR1");
+	/* A's files only, its newest named by the index and verifying */
+	int64_t newest = -1;
+	char dir[512];
+	tu_path(dir, sizeof(dir), tmp, "shared");
+	ck_assert_int_eq(dtf_checkpoint_latest(dir, &newest), 0);
+	ck_assert_int_ge(newest, 10);
+	char name[64];
+	snprintf(name, sizeof(name), "shared/ckpt-%lld.dtf", (long long)newest);
+	verify(name, NULL);
+	ck_assert(!tu_exists(tmp, "shared/ckpt-5.dtf"));
+	/* A has ended: the lock went with it */
+	ck_assert_int_eq(train(1, "", "shared", "--resume --set train.max_steps=5",
+			       "lockd.log"), 0);
+}
+END_TEST
+
+START_TEST(dtf_launch_overwrites_once_then_resumes)
+{
+	/* an earlier run's 40, 50 and 60; this one is killed at step 25 */
+	ck_assert_int_eq(tu_run("rm -rf %s/lover && cp -r %s/ref1 %s/lover",
+				tmp, tmp, tmp), 0);
+	int st = tu_run("DTF_FAULT=kill:rank=0:step=25 timeout 120 %s/dtf-launch "
+			"--np 1 --max-restarts 1 --delay 0 -- -t 1 --overwrite-checkpoints "
+			"--set checkpoint.dir=%s/lover --export-variables %s/LOVER "
+			"%s/job.yaml >/dev/null 2>%s/lover.log",
+			build_root, tmp, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, tu_slurp(tmp, "lover.log"));
+	ck_assert_log("lover.log", "/dtf-train --overwrite-checkpoints -t 1 ");
+	ck_assert_log("lover.log", "deleted 3 checkpoint(s) of an earlier run, steps 40 to 60");
+	ck_assert_log("lover.log", "dtf-launch: attempt 2 of 2: ");
+	ck_assert_log("lover.log", "/dtf-train --resume -t 1 --set ");
+	/* the restart continued the new run (from 10 or 20, as the write of
+	 * 20 may have been cut by the kill), not the old one */
+	const char *l = tu_slurp(tmp, "lover.log");
+	ck_assert_msg(strstr(l, "/lover/ckpt-10.dtf: step 10, epoch 1") ||
+		      strstr(l, "/lover/ckpt-20.dtf: step 20, epoch 1"),
+		      "%s", l);
+	ck_assert_int_eq(count_lines("lover.log", "deleted "), 1);
+	assert_same_vars("LOVER", "REF1");
+}
+END_TEST
+
 static Suite *checkpoint_suite(void)
 {
 	Suite *s = suite_create("checkpoint");
@@ -799,6 +1069,16 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, dtf_launch_min_np_restarts_with_fewer_ranks);
 	tcase_add_test(tc, dtf_launch_gives_up_and_says_why);
 	tcase_add_test(tc, dtf_launch_forwards_sigterm_as_usr1_and_exits_75);
+	suite_add_tcase(s, tc);
+	/* checkpoint.dir checked at start and owned by one run */
+	tc = tcase_create("directory");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, unwritable_dir_fails_before_training_on_every_rank);
+	tcase_add_test(tc, rerun_without_resume_refuses_and_keeps_checkpoints);
+	tcase_add_test(tc, overwrite_checkpoints_starts_over);
+	tcase_add_test(tc, second_run_on_a_locked_dir_is_refused);
+	tcase_add_test(tc, dtf_launch_overwrites_once_then_resumes);
 	suite_add_tcase(s, tc);
 	return s;
 }

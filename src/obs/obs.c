@@ -22,7 +22,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -30,6 +29,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/lock.h"
 #include "core/log.h"
 #include "dist/comm.h"
 #include "obs/tfevents.h"
@@ -218,14 +218,12 @@ static int open_metrics(struct dtf_obs *o, const char *dir)
 		return dtf_error(DTF_ERR_IO, "%s: cannot open for append: %s",
 				 o->metrics_path, strerror(errno));
 	setvbuf(o->metrics, o->metrics_buf, _IOFBF, METRICS_BUFFER);
-	if (flock(fileno(o->metrics), LOCK_EX | LOCK_NB) != 0)
-		return errno == EWOULDBLOCK
-			       ? dtf_error(DTF_ERR_IO,
-					   "%s: another run is writing to this logging.dir (the file is locked)",
-					   o->metrics_path)
-			       : dtf_error(DTF_ERR_IO, "%s: cannot lock: %s",
-					   o->metrics_path, strerror(errno));
-	return 0;
+	char busy[PATH_SIZE + 96];
+	snprintf(busy, sizeof(busy),
+		 "%s: another run is writing to this logging.dir (the file is locked)",
+		 o->metrics_path);
+	return dtf_lock_exclusive(fileno(o->metrics), o->metrics_path,
+				  DTF_ERR_IO, busy, 0);
 }
 
 static int open_chief_files(struct dtf_obs *o)

@@ -14,6 +14,9 @@
 #   other    a rank failed, died or hung: restart
 # A SIGTERM, SIGINT or SIGUSR1 sent to dtf-launch is passed to mpirun as
 # SIGUSR1, which Open MPI forwards to every rank: they checkpoint and stop.
+# With dtf-train's --overwrite-checkpoints among the options, the first
+# attempt starts over (it replaces --resume there) and the restarts
+# continue that new run with --resume.
 set -u
 
 prog=dtf-launch
@@ -21,7 +24,9 @@ usage() {
 	cat <<EOF
 Usage: $prog [OPTION]... [--] [DTF-TRAIN OPTION]... JOB.yaml
 Run dtf-train under mpirun with --resume; when a run fails or exits 75,
-run it again from the newest checkpoint.
+run it again from the newest checkpoint.  With --overwrite-checkpoints
+among the dtf-train options, the first attempt starts over instead and
+the restarts resume that new run.
 
 Options:
   -n, --np N            ranks (mpirun -n N; default: let mpirun decide)
@@ -115,15 +120,30 @@ forward() {
 }
 trap forward TERM INT USR1
 
+# --overwrite-checkpoints: the first attempt's start, taken out of the
+# options the restarts get
+start=--resume
+n=$#
+while [ "$n" -gt 0 ]; do
+	a=$1
+	shift
+	if [ "$a" = --overwrite-checkpoints ]; then
+		start=$a
+	else
+		set -- "$@" "$a"
+	fi
+	n=$((n - 1))
+done
+
 attempts=$((max_restarts + 1))
 attempt=1
 st=0
 while :; do
 	npopt=
 	[ -n "$np" ] && npopt="-n $np"
-	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt $train --resume $*" >&2
+	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt $train $start $*" >&2
 	# shellcheck disable=SC2086 # $mpirun and $npopt are word lists
-	DTF_LAUNCH_ATTEMPT=$attempt $mpirun $npopt "$train" --resume "$@" &
+	DTF_LAUNCH_ATTEMPT=$attempt $mpirun $npopt "$train" "$start" "$@" &
 	child=$!
 	while :; do
 		wait "$child"
@@ -167,4 +187,5 @@ while :; do
 		exit "$st"
 	fi
 	attempt=$((attempt + 1))
+	start=--resume
 done

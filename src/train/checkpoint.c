@@ -32,6 +32,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/lock.h"
 #include "core/log.h"
 #include "data/crc32c.h"
 #include "dist/comm.h"
@@ -625,6 +626,179 @@ static int fsync_dir(const char *dir)
 	return r;
 }
 
+/* ---- start-up: one run owns the directory ------------------------------ */
+
+#define UNWRITABLE_HINT                                                    \
+	"HINT: let this user create files there, or set checkpoint.dir to a directory it can write"
+
+/* Create, write, fsync and remove `probe`, then fsync `dir`: what every
+ * save does.  Errors: DTF_ERR_CHECKPOINT naming the failing call. */
+static int probe_writable(const char *dir, const char *probe)
+{
+	static const char text[] = "write test\n";
+	int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "checkpoint.dir %s is not writable: %s: cannot create: %s\n" UNWRITABLE_HINT,
+				 dir, probe, strerror(errno));
+	const char *what = NULL;
+	int err = 0;
+	ssize_t w;
+	do
+		w = write(fd, text, sizeof(text) - 1);
+	while (w < 0 && errno == EINTR);
+	if (w != (ssize_t)sizeof(text) - 1) {
+		what = "write failed";
+		err = w < 0 ? errno : ENOSPC;
+	} else if (fsync(fd) < 0) {
+		what = "fsync failed";
+		err = errno;
+	}
+	if (close(fd) < 0 && !what) {
+		what = "close failed";
+		err = errno;
+	}
+	if (unlink(probe) < 0 && !what) {
+		what = "cannot remove it";
+		err = errno;
+	}
+	if (!what && fsync_dir(dir) < 0)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "checkpoint.dir %s is not writable: fsync of the directory failed: %s\n" UNWRITABLE_HINT,
+				 dir, strerror(errno));
+	if (what)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "checkpoint.dir %s is not writable: %s: %s: %s\n" UNWRITABLE_HINT,
+				 dir, probe, what, strerror(err));
+	return 0;
+}
+
+/* 1 when `name` is a file this program writes into checkpoint.dir, other
+ * than the lock: the index and its temporary, a checkpoint, its
+ * temporary, or one a restore set aside as corrupt. */
+static int is_ours(const char *name)
+{
+	if (!strcmp(name, "checkpoint") || !strcmp(name, "checkpoint.tmp"))
+		return 1;
+	if (strncmp(name, "ckpt-", 5) != 0)
+		return 0;
+	char base[NAME_MAX + 1];
+	snprintf(base, sizeof(base), "%s", name);
+	size_t len = strlen(base);
+	static const char *const tails[] = {".tmp", ".corrupt"};
+	for (int i = 0; i < 2; i++) {
+		size_t t = strlen(tails[i]);
+		if (len > t && !strcmp(base + len - t, tails[i])) {
+			base[len - t] = 0;
+			break;
+		}
+	}
+	return parse_name(base) >= 0;
+}
+
+/* --overwrite-checkpoints: delete every file is_ours() names, the index
+ * first (so nothing names a file that is gone), then fsync the
+ * directory. */
+static int delete_earlier_run(const char *dir)
+{
+	char path[PATH_BYTES];
+	snprintf(path, sizeof(path), "%s/checkpoint", dir);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot delete: %s",
+				 path, strerror(errno));
+	DIR *d = opendir(dir);
+	if (!d)
+		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s", dir,
+				 strerror(errno));
+	int rc = 0;
+	struct dirent *de;
+	while (rc == 0 && (de = readdir(d)) != NULL) {
+		if (!is_ours(de->d_name))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (unlink(path) < 0 && errno != ENOENT)
+			rc = dtf_error(DTF_ERR_CHECKPOINT,
+				       "%s: cannot delete: %s", path,
+				       strerror(errno));
+	}
+	closedir(d);
+	if (rc == 0 && fsync_dir(dir) < 0)
+		rc = dtf_error(DTF_ERR_CHECKPOINT, "%s: fsync failed: %s", dir,
+			       strerror(errno));
+	return rc;
+}
+
+int dtf_checkpoint_dir_open(const char *dir, enum dtf_ckpt_start start,
+			    int *lock_fd)
+{
+	*lock_fd = -1;
+	char lock[PATH_BYTES], probe[PATH_BYTES];
+	if (strlen(dir) > PATH_MAX - 64)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "checkpoint.dir: path too long");
+	int rc = make_dirs(dir);
+	if (rc < 0)
+		return rc;
+	snprintf(lock, sizeof(lock), "%s/checkpoint.lock", dir);
+	snprintf(probe, sizeof(probe), "%s/checkpoint.probe.tmp", dir);
+	int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		int err = errno;
+		struct stat st;
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "checkpoint.dir %s is not writable: %s: %s: %s\n" UNWRITABLE_HINT,
+				 dir, lock,
+				 stat(lock, &st) == 0 ? "cannot open for writing"
+						      : "cannot create",
+				 strerror(err));
+	}
+	char busy[2 * PATH_BYTES];
+	snprintf(busy, sizeof(busy),
+		 "checkpoint.dir %s: another run is using it (%s is locked)\n"
+		 "HINT: wait for that run to end, or give this one another checkpoint.dir",
+		 dir, lock);
+	if ((rc = dtf_lock_exclusive(fd, lock, DTF_ERR_CHECKPOINT, busy,
+				     1)) < 0 ||
+	    (rc = probe_writable(dir, probe)) < 0)
+		goto fail;
+	if (start == DTF_CKPT_START_RESUME) { /* restore reads them */
+		*lock_fd = fd;
+		return 0;
+	}
+	int64_t steps[MAX_LISTED];
+	int aside = 0, n = list_steps(dir, steps, MAX_LISTED, &aside);
+	if (n < 0) {
+		rc = dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s", dir,
+			       strerror(errno));
+		goto fail;
+	}
+	if (n > 0 && start == DTF_CKPT_START_FRESH) {
+		rc = dtf_error(DTF_ERR_CHECKPOINT,
+			       "checkpoint.dir %s holds %d checkpoint(s) of an earlier run, steps %lld to %lld "
+			       "(the newest %s/ckpt-%lld.dtf); a new run would delete them\n"
+			       "HINT: --resume continues that run from its newest checkpoint; "
+			       "--overwrite-checkpoints deletes them and starts over from step 0; "
+			       "or give this run another checkpoint.dir",
+			       dir, n, (long long)steps[n - 1],
+			       (long long)steps[0], dir, (long long)steps[0]);
+		goto fail;
+	}
+	if (start == DTF_CKPT_START_OVERWRITE &&
+	    (rc = delete_earlier_run(dir)) < 0)
+		goto fail;
+	if (start == DTF_CKPT_START_OVERWRITE && n > 0)
+		dtf_info("deleted %d checkpoint(s) of an earlier run, steps %lld to %lld, from %s (--overwrite-checkpoints)",
+			 n, (long long)steps[n - 1], (long long)steps[0], dir);
+	if (start == DTF_CKPT_START_OVERWRITE && aside > 0)
+		dtf_info("deleted %d file(s) an earlier resume set aside as *.corrupt from %s (--overwrite-checkpoints)",
+			 aside, dir);
+	*lock_fd = fd;
+	return 0;
+fail:
+	close(fd);
+	return rc;
+}
+
 /* Write `n` bytes to a new file `tmp`, fsync, rename to `final`, fsync
  * the directory.  `kill_half`: SIGKILL ourselves half way (injection). */
 static int write_atomically(const char *dir, const char *tmp,
@@ -693,13 +867,17 @@ static int update_index(struct dtf_checkpointer *ck, int64_t newest)
 	if (n < 0)
 		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s",
 				 ck->dir, strerror(errno));
-	/* Files newer than the one just written are from a run that was
-	 * abandoned (resumed from an older file): they go too. */
+	/* Files newer than the one just written were not written by this
+	 * run: a fresh run starts in a directory without checkpoints (or is
+	 * refused), a resume starts from the newest that verifies (newer
+	 * ones are set aside as *.corrupt), and the lock keeps
+	 * other runs out (dtf_checkpoint_dir_open).  Whatever put them
+	 * there, they are neither listed nor deleted. */
 	int first = 0;
 	while (first < n && steps[first] > newest)
 		first++;
 	if (first)
-		dtf_warn("%s: deleting %d checkpoint(s) newer than step %lld, left by another run",
+		dtf_warn("%s: %d checkpoint(s) newer than step %lld that this run did not write are left as they are (not in the index)",
 			 ck->dir, first, (long long)newest);
 	int kept = n - first < ck->keep ? n - first : ck->keep;
 	char text[8192];
@@ -717,9 +895,7 @@ static int update_index(struct dtf_checkpointer *ck, int64_t newest)
 				  (size_t)off, 0);
 	if (rc < 0)
 		return rc;
-	for (int i = 0; i < n; i++) {
-		if (i >= first && i < first + kept)
-			continue;
+	for (int i = first + kept; i < n; i++) { /* checkpoint.keep */
 		snprintf(tmp, sizeof(tmp), "%s/ckpt-%lld.dtf", ck->dir,
 			 (long long)steps[i]);
 		unlink(tmp);

@@ -49,7 +49,11 @@
  * model_checkpoint_path: "ckpt-40.dtf", then one all_model_checkpoint_paths
  * line per kept file) the same way; then checkpoints beyond the newest
  * `keep` are deleted.  A crash at any moment leaves every complete file
- * intact.  Only the chief writes into the directory.
+ * intact.  Only the chief writes into the directory, and only one run at a
+ * time: it holds "checkpoint.lock" (core/lock.h) from start-up to its end.
+ * Nothing is deleted that the run did not write (a resumed run continues
+ * the files it resumed from), except by an explicit
+ * --overwrite-checkpoints at start-up (dtf_checkpoint_dir_open).
  */
 #ifndef DTF_TRAIN_CHECKPOINT_H
 #define DTF_TRAIN_CHECKPOINT_H
@@ -122,6 +126,33 @@ int dtf_ckpt_file_read(const char *path, struct dtf_ckpt_file *out);
 void dtf_ckpt_file_deinit(struct dtf_ckpt_file *f);
 const struct dtf_ckpt_tensor *dtf_ckpt_file_find(const struct dtf_ckpt_file *f,
 						 const char *name);
+
+/* How a run starts with the files already in checkpoint.dir. */
+enum dtf_ckpt_start {
+	DTF_CKPT_START_FRESH,     /* none may be there (a new run) */
+	DTF_CKPT_START_RESUME,    /* resume from them (--resume) */
+	DTF_CKPT_START_OVERWRITE, /* delete them (--overwrite-checkpoints) */
+};
+
+/*
+ * The chief, at start-up, before any collective (the caller agrees on the
+ * status with every rank): make checkpoint.dir `dir` (mkdir -p), lock it
+ * for the life of the run (<dir>/checkpoint.lock, core/lock.h; *lock_fd
+ * holds it, close it after the last save), and prove a checkpoint can be
+ * written there by creating, writing, fsyncing and removing
+ * <dir>/checkpoint.probe.tmp.  Then, by `start`: FRESH refuses a
+ * directory holding checkpoints (ckpt-<step>.dtf) of an earlier run;
+ * RESUME leaves them to dtf_checkpointer_restore; OVERWRITE deletes the
+ * index, every ckpt-<step>.dtf and its .tmp and .corrupt files (the
+ * earlier run is superseded; nothing else in the directory is touched)
+ * and says what it deleted.  *lock_fd is -1 on error.
+ * Errors: DTF_ERR_CHECKPOINT: "checkpoint.dir DIR is not writable: FILE:
+ * CALL: REASON", "checkpoint.dir DIR: another run is using it", "... holds
+ * N checkpoint(s) of an earlier run, steps A to B" with a HINT naming
+ * --resume and --overwrite-checkpoints, or the directory cannot be made.
+ */
+int dtf_checkpoint_dir_open(const char *dir, enum dtf_ckpt_start start,
+			    int *lock_fd);
 
 struct dtf_checkpointer;
 

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -812,13 +813,25 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	struct dtf_fault *fault = NULL;
 	struct dtf_checkpointer *ck = NULL;
 	struct start st = {0};
-	int resume = opts->resume || job->checkpoint.resume;
+	/* --overwrite-checkpoints starts a new run, whatever
+	 * checkpoint.resume says */
+	int resume = (opts->resume || job->checkpoint.resume) &&
+		     !opts->overwrite_checkpoints;
+	int ckpt_lock = -1; /* the chief's lock on checkpoint.dir */
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
 	result->eval_top_k_accuracy = -1;
 
 	rc = 0;
-	if (opts->allow_fresh_start && !resume)
+	if (opts->overwrite_checkpoints && opts->resume)
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "--overwrite-checkpoints starts a new run: it cannot be given with --resume");
+	if (rc == 0 && opts->overwrite_checkpoints && !opts->dry_run &&
+	    !job->checkpoint.dir)
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "%s: --overwrite-checkpoints needs checkpoint.dir in the job file",
+			       job->path);
+	if (rc == 0 && opts->allow_fresh_start && !resume)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "--allow-fresh-start applies to a resume only: "
 			       "give --resume too (or set checkpoint.resume: auto)");
@@ -844,12 +857,26 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		else
 			fclose(f);
 	}
-	/* rank 0 alone checked --export-variables: every rank, ps and
-	 * evaluator included, learns of its failure before any other
-	 * collective */
+	if (rc == 0 && !opts->dry_run && job->checkpoint.dir && rank == 0 &&
+	    role != DTF_TASK_PS && role != DTF_TASK_EVALUATOR)
+		/* the chief, which writes the checkpoints: lock checkpoint.dir
+		 * for this run, prove it writable, and refuse (or, asked to,
+		 * delete) an earlier run's checkpoints now, not at the first
+		 * save */
+		rc = dtf_checkpoint_dir_open(
+			job->checkpoint.dir,
+			resume ? DTF_CKPT_START_RESUME
+			: opts->overwrite_checkpoints ? DTF_CKPT_START_OVERWRITE
+						      : DTF_CKPT_START_FRESH,
+			&ckpt_lock);
+	/* rank 0 alone checked --export-variables and checkpoint.dir: every
+	 * rank, ps and evaluator included, learns of a failure before any
+	 * other collective */
 	if ((rc = agree(world_comm, rc, "checking the options before", 0,
 			result)) < 0) {
 		dtf_strategy_free(strat);
+		if (ckpt_lock >= 0)
+			close(ckpt_lock);
 		return rc;
 	}
 	rc = build(job, batch, 1, &r);
@@ -1201,6 +1228,8 @@ out:
 	dtf_strategy_free(strat);
 	dtf_obs_free(obs);
 	dtf_checkpointer_free(ck); /* joins a write in flight */
+	if (ckpt_lock >= 0)
+		close(ckpt_lock); /* another run may use checkpoint.dir now */
 	if (notify) {
 		int nrc = dtf_evaluator_notify(world_comm, evaluator, rc,
 					       result->steps);

@@ -28,6 +28,10 @@ struct dtf_train_opts {
 	int resume;         /* --resume: as checkpoint.resume: auto */
 	int allow_fresh_start; /* --allow-fresh-start: no checkpoint verifies
 				  -> train from step 0 instead of failing */
+	int overwrite_checkpoints; /* --overwrite-checkpoints: delete an
+				      earlier run's checkpoints in
+				      checkpoint.dir and start over (else a
+				      new run finding them is refused) */
 };
 
 /* Seconds spent per phase of the training step (sums over steps). */
