@@ -691,6 +691,67 @@ START_TEST(test_override_flow)
 }
 END_TEST
 
+/* A --set inside a {kind: {...}} choice that names another kind than the
+ * job's is an error naming the override and the job's choice; a value
+ * given whole switches. */
+START_TEST(test_override_cannot_switch_choice)
+{
+	const char *ov[] = {"train.optimizer.sgd.learning_rate=0.1"};
+	static const char hint[] =
+		"HINT: to switch, replace the whole key: --set "
+		"train.optimizer='{sgd: {learning_rate: 0.1}}'";
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "--set train.optimizer.sgd.learning_rate: train.optimizer: "
+		 "this would switch the optimizer from 'adam' "
+		 "(graphs/x.yaml:25:14) to 'sgd'; a --set inside "
+		 "train.optimizer only changes settings of the optimizer the "
+		 "job has\n%s",
+		 hint);
+	ck_assert_msg_is(load_fail(edit("{adam: {learning_rate: 0.001}}", "adam"),
+				   ov, 1, DTF_ERR_CONFIG),
+			 want);
+	/* {adam: {...}} in the file: the sgd key would sit beside adam */
+	snprintf(want, sizeof(want),
+		 "--set train.optimizer.sgd.learning_rate: train.optimizer: "
+		 "this would switch the optimizer from 'adam' "
+		 "(graphs/x.yaml:25:15) to 'sgd'; a --set inside "
+		 "train.optimizer only changes settings of the optimizer the "
+		 "job has\n%s",
+		 hint);
+	ck_assert_msg_is(load_fail(SKETCH, ov, 1, DTF_ERR_CONFIG), want);
+	/* the whole key switches, from either form */
+	const char *whole[] = {"train.optimizer={sgd: {learning_rate: 0.1}}"};
+	for (int form = 0; form < 2; form++) {
+		struct dtf_job *job = load_ok(
+			form ? SKETCH
+			     : edit("{adam: {learning_rate: 0.001}}", "adam"),
+			whole, 1);
+		ck_assert_int_eq(job->train.optimizer, DTF_OPT_SGD);
+		ck_assert(job->train.learning_rate == 0.1);
+		dtf_job_free(job);
+	}
+	/* the same kind is a setting: adam stays */
+	const char *same[] = {"train.optimizer.adam.learning_rate=0.1"};
+	struct dtf_job *job = load_ok(SKETCH, same, 1);
+	ck_assert_int_eq(job->train.optimizer, DTF_OPT_ADAM);
+	ck_assert(job->train.learning_rate == 0.1);
+	dtf_job_free(job);
+	/* any choice, an earlier override's included */
+	const char *sched[] = {"train.schedule={cosine_decay: {alpha: 0.1}}",
+			       "train.schedule.exponential_decay.decay_rate=0.5"};
+	ck_assert_msg_is(
+		load_fail(SKETCH, sched, 2, DTF_ERR_CONFIG),
+		"--set train.schedule.exponential_decay.decay_rate: "
+		"train.schedule: this would switch the schedule from "
+		"'cosine_decay' (--set train.schedule) to 'exponential_decay'; "
+		"a --set inside train.schedule only changes settings of the "
+		"schedule the job has\n"
+		"HINT: to switch, replace the whole key: --set "
+		"train.schedule='{exponential_decay: {decay_rate: 0.5}}'");
+}
+END_TEST
+
 START_TEST(test_override_malformed)
 {
 	static const char *const bad[] = {"train.epochs", "=1", ".epochs=1",
@@ -1010,6 +1071,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_override_existing);
 	tcase_add_test(tc, test_override_creates);
 	tcase_add_test(tc, test_override_flow);
+	tcase_add_test(tc, test_override_cannot_switch_choice);
 	tcase_add_test(tc, test_override_malformed);
 	tcase_add_test(tc, test_override_errors_name_set);
 	tcase_add_test(tc, test_override_errors_blame_set);

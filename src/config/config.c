@@ -750,6 +750,81 @@ static const char *choice_name_at(const void *table, int i)
  * Finds the choice; *kind gets the node naming it (for positions), *attrs
  * the attribute node or NULL.
  */
+/*
+ * A --set inside a {kind: {attrs}} choice that names another kind than the
+ * file's would switch it silently: with "optimizer: adam" (or {adam: {...}})
+ * in the file, --set train.optimizer.sgd.learning_rate=0.1 grafts an sgd
+ * key beside (or in place of) adam.  Refuse it, naming the override and the
+ * file's choice; a value given whole (--set train.optimizer={sgd: {...}})
+ * replaces the choice and is not caught here.
+ */
+static int check_switch(struct ctx *c, const yaml_node_t *node,
+			const char *path, const char *what)
+{
+	const yaml_node_t *old = dtf_ytree_replaced(c->t, node);
+	const char *old_name = old ? dtf_ytree_text(old) : NULL;
+	const yaml_node_t *added = NULL;
+	if (old && !old_name)
+		return 0; /* a list made a mapping: not a choice */
+	for (yaml_node_pair_t *pr = node->data.mapping.pairs.start;
+	     pr < node->data.mapping.pairs.top; pr++) {
+		const yaml_node_t *k = yaml_document_get_node(&c->t->doc,
+							      pr->key);
+		const char *name = dtf_ytree_text(k);
+		if (!name)
+			continue;
+		if (!old) { /* the first key: the job's choice */
+			old = k;
+			old_name = name;
+		} else if (!added && strcmp(name, old_name) &&
+			   dtf_ytree_is_override(c->t, k) &&
+			   dtf_ytree_override_text(c->t, k) !=
+				   dtf_ytree_override_text(c->t, old)) {
+			added = k; /* grafted beside it by a later override */
+		}
+	}
+	if (!old || !added || !strcmp(dtf_ytree_text(added), old_name))
+		return 0;
+	const char *name = dtf_ytree_text(added);
+	const char *ov = dtf_ytree_override_text(c->t, added);
+	char where[DTF_WHERE_MAX], whole[512];
+	dtf_ytree_where(c->t, old, where, sizeof(where));
+	/* the hint: the override's keys from the new kind on, as one value
+	 * ("...sgd.learning_rate=0.1" -> {sgd: {learning_rate: 0.1}}) */
+	snprintf(whole, sizeof(whole), "{%s: {...}}", name);
+	const char *eq = ov ? strchr(ov, '=') : NULL;
+	const char *from = NULL;
+	size_t nlen = strlen(name);
+	for (const char *k = ov; eq && k < eq; k = strchr(k, '.') + 1) {
+		if (!strncmp(k, name, nlen) && (k[nlen] == '.' || k[nlen] == '=')) {
+			from = k;
+			break;
+		}
+		if (!strchr(k, '.') || strchr(k, '.') > eq)
+			break;
+	}
+	if (from) {
+		size_t at = 0;
+		int depth = 0;
+		for (const char *k = from; k < eq && at < sizeof(whole); depth++) {
+			size_t len = strcspn(k, ".=");
+			at += (size_t)snprintf(whole + at, sizeof(whole) - at,
+					       "{%.*s: ", (int)len, k);
+			k += len + 1;
+		}
+		if (at < sizeof(whole))
+			at += (size_t)snprintf(whole + at, sizeof(whole) - at,
+					       "%s%.*s", eq + 1, depth, "}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}");
+		if (at >= sizeof(whole))
+			snprintf(whole, sizeof(whole), "{%s: {...}}", name);
+	}
+	return fail(c, added, path,
+		    "this would switch the %s from '%s' (%s) to '%s'; a --set "
+		    "inside %s only changes settings of the %s the job has\n"
+		    "HINT: to switch, replace the whole key: --set %s='%s'",
+		    what, old_name, where, name, path, what, path, whole);
+}
+
 static int read_choice(struct ctx *c, const yaml_node_t *node,
 		       const char *path, const char *what,
 		       const struct choice *table, int n,
@@ -759,6 +834,11 @@ static int read_choice(struct ctx *c, const yaml_node_t *node,
 	char buf[80], sug[96], all[256];
 
 	*attrs = NULL;
+	if (node->type == YAML_MAPPING_NODE) {
+		int rc = check_switch(c, node, path, what);
+		if (rc)
+			return rc;
+	}
 	if (node->type == YAML_SCALAR_NODE && !dtf_ytree_is_null(node)) {
 		*kind = node;
 	} else if (node->type == YAML_MAPPING_NODE &&
