@@ -541,6 +541,40 @@ START_TEST(test_bad_values)
 }
 END_TEST
 
+/* data.compression is the default of data.train.compression and
+ * data.eval.compression; each split may have its own. */
+START_TEST(test_compression_per_split)
+{
+	struct dtf_job *job = load_ok(SKETCH, NULL, 0);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_NONE);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_NONE);
+	dtf_job_free(job);
+	const char *both[] = {"data.compression=gzip"};
+	job = load_ok(SKETCH, both, 1);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_GZIP);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_GZIP);
+	dtf_job_free(job);
+	const char *eval[] = {"data.eval.compression=gzip"};
+	job = load_ok(SKETCH, eval, 1);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_NONE);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_GZIP);
+	dtf_job_free(job);
+	/* a split's own key wins over data.compression, in either order */
+	job = load_ok(edit("  train: {files:",
+			   "  compression: zlib\n  train: {compression: none, files:"),
+		      eval, 1);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_NONE);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_GZIP);
+	ck_assert_int_eq(job->data.read.compression, DTF_COMPRESSION_ZLIB);
+	dtf_job_free(job);
+	const char *bad[] = {"data.eval.compression=gz"};
+	ck_assert_msg_is(load_fail(SKETCH, bad, 1, DTF_ERR_CONFIG),
+			 "--set data.eval.compression: data.eval.compression: "
+			 "expected one of none, gzip, zlib, got 'gz' (did you "
+			 "mean 'gzip'?)");
+}
+END_TEST
+
 START_TEST(test_cross_references)
 {
 	ck_assert_msg_is(load_fail(edit("{dropout: {rate: 0.4}}",
@@ -1065,6 +1099,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_yaml_syntax);
 	tcase_add_test(tc, test_bad_values);
 	tcase_add_test(tc, test_cross_references);
+	tcase_add_test(tc, test_compression_per_split);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("overrides");

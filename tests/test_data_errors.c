@@ -403,6 +403,48 @@ START_TEST(gzip_read_as_none)
 }
 END_TEST
 
+/* A gzip eval set beside plain training files: data.eval.compression
+ * applies to the eval files alone, data.compression to both. */
+START_TEST(gzip_eval_beside_plain_train)
+{
+	char dir[1024];
+	case_dir("gzip-eval", dir, sizeof(dir));
+	ck_assert_int_eq(tu_run("gzip -c '%s/train-00001-of-00002.tfrecord' "
+				">'%s/eval.tfrecord'",
+				dir, dir),
+			 0);
+	char args[1400];
+	snprintf(args, sizeof(args),
+		 "--set data.eval.files=%s/eval.tfrecord "
+		 "--set data.eval.compression=gzip",
+		 dir);
+	static char log[65536];
+	int st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	/* the 20 records of the file, over both ranks */
+	ck_assert_msg(strstr(log, "; eval loss ") && strstr(log, "(20 examples, "),
+		      "%s", log);
+	/* data.compression: gzip is for both, with train's own none */
+	snprintf(args, sizeof(args),
+		 "--set data.eval.files=%s/eval.tfrecord "
+		 "--set data.compression=gzip --set data.train.compression=none",
+		 dir);
+	st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "(20 examples, "), "%s", log);
+	/* without the eval split's key the gzip file is read as plain */
+	snprintf(args, sizeof(args), "--set data.eval.files=%s/eval.tfrecord",
+		 dir);
+	st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "HINT: the file starts with the gzip magic "
+				  "bytes (1f 8b): set `compression: gzip` in "
+				  "the job's data section, or in data.train or "
+				  "data.eval for those files alone"),
+		      "%s", log);
+}
+END_TEST
+
 /* dtf-records: synth gzip, merge 3 shards into 2 (zlib), verify, inspect
  * with the inferred schema. */
 START_TEST(records_tool_shard_and_inspect)
@@ -488,6 +530,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, float_list_declared_int64);
 	tcase_add_test(tc, file_policy_too_few_files);
 	tcase_add_test(tc, gzip_read_as_none);
+	tcase_add_test(tc, gzip_eval_beside_plain_train);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("recovery");

@@ -2251,6 +2251,13 @@ static const struct field augment_fields[] = {
 static const struct section augment_section = {
 	augment_fields, NFIELDS(augment_fields), -1, NULL};
 
+static const struct enum_name compressions[] = {
+	{"none", DTF_COMPRESSION_NONE},
+	{"gzip", DTF_COMPRESSION_GZIP},
+	{"zlib", DTF_COMPRESSION_ZLIB},
+	{NULL, 0},
+};
+
 static const struct field data_train_fields[] = {
 	{.key = "files", .type = T_STRDUP, .flags = F_REQUIRED,
 	 .off = JOB(data.train_files)},
@@ -2259,11 +2266,16 @@ static const struct field data_train_fields[] = {
 	{.key = "drop_remainder", .type = T_BOOL,
 	 .off = JOB(data.drop_remainder), .def = 1},
 	{.key = "augment", .type = T_SECTION, .sub = &augment_section},
+	/* -1: data.compression's (check_data) */
+	{.key = "compression", .type = T_ENUM, .off = JOB(data.train_compression),
+	 .def = -1, .names = compressions},
 };
 
 static const struct field data_eval_fields[] = {
 	{.key = "files", .type = T_STRDUP, .flags = F_REQUIRED,
 	 .off = JOB(data.eval_files)},
+	{.key = "compression", .type = T_ENUM, .off = JOB(data.eval_compression),
+	 .def = -1, .names = compressions},
 };
 
 static int check_data_train(struct ctx *c, void *base, const yaml_node_t *key,
@@ -2291,13 +2303,6 @@ static const struct enum_name shard_policies[] = {
 	{"file", DTF_SHARD_FILE},
 	{"data", DTF_SHARD_DATA},
 	{"off", DTF_SHARD_OFF},
-	{NULL, 0},
-};
-
-static const struct enum_name compressions[] = {
-	{"none", DTF_COMPRESSION_NONE},
-	{"gzip", DTF_COMPRESSION_GZIP},
-	{"zlib", DTF_COMPRESSION_ZLIB},
 	{NULL, 0},
 };
 
@@ -2553,8 +2558,21 @@ static const struct section checkpoint_section = {
 static const struct section fault_section = {
 	fault_fields, NFIELDS(fault_fields), -1, NULL};
 
+/* data.train.compression and data.eval.compression default to
+ * data.compression, whichever order the keys come in. */
+static int check_data(struct ctx *c, void *base, const yaml_node_t *key,
+		      const yaml_node_t *map, const char *path)
+{
+	struct dtf_job *job = base;
+	if (job->data.train_compression < 0)
+		job->data.train_compression = (int)job->data.read.compression;
+	if (job->data.eval_compression < 0)
+		job->data.eval_compression = (int)job->data.read.compression;
+	return 0;
+}
+
 static const struct section data_section = {
-	data_fields, NFIELDS(data_fields), -1, NULL};
+	data_fields, NFIELDS(data_fields), -1, check_data};
 static const struct section model_section = {
 	model_fields, NFIELDS(model_fields), -1, NULL};
 static const struct section train_section = {

@@ -321,13 +321,18 @@ static int open_pipeline(const struct dtf_job *job, const char *pattern,
 				 pattern == job->data.train_files ? "train" : "eval",
 				 msg);
 	}
+	/* data.compression, or the split's own */
+	struct dtf_read_spec rd = job->data.read;
+	rd.compression = (enum dtf_compression)(training
+							? job->data.train_compression
+							: job->data.eval_compression);
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = world,
 		.features = job->data.features,
 		.nfeatures = job->data.nfeatures, .batch = batch,
 		.shuffle_buffer = training ? (size_t)job->data.shuffle_buffer : 0,
-		.seed = job->seed, .read = &job->data.read,
+		.seed = job->seed, .read = &rd,
 		.drop_remainder = training ? job->data.drop_remainder : 0,
 		.augment = training ? &job->data.augment : NULL,
 		.label = training ? "data.train" : "data.eval"};
