@@ -238,6 +238,39 @@ static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 		      const char *when, int64_t step,
 		      struct dtf_train_result *result);
 
+/*
+ * Labels outside [0, classes) would make the loss NaN (and the accuracy
+ * quietly wrong): a data error naming the file, record index and byte
+ * offset of the first such example of the batch, for training and
+ * evaluation data alike.  The caller agrees on the status before the next
+ * collective, so every rank stops.
+ */
+static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
+			int count, const char *logits_layer)
+{
+	const struct dtf_graph *g = &r->g;
+	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
+		return 0; /* float labels: any value is a valid target */
+	const int32_t *labels = g->nodes[g->labels].data;
+	int classes = (int)g->nodes[g->logits].shape.d[1];
+	for (int i = 0; i < count; i++) {
+		if (labels[i] >= 0 && labels[i] < classes)
+			continue;
+		uint64_t id = r->ids[i], off = 0;
+		char at[64] = "";
+		/* the offset only costs a read up to the record */
+		if (dtf_pipeline_record_offset(p, id, &off) == 0)
+			snprintf(at, sizeof(at), " at byte offset %llu",
+				 (unsigned long long)off);
+		return dtf_error(DTF_ERR_DATA,
+				 "%s: record %llu%s: label %d is outside [0, %d), the classes of layer '%s'",
+				 dtf_pipeline_file(p, (int)(id >> 40)),
+				 (unsigned long long)(id & ((1ull << 40) - 1)),
+				 at, labels[i], classes, logits_layer);
+	}
+	return 0;
+}
+
 static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
 		    struct eval_totals *tot, struct dtf_train_result *result)
@@ -255,6 +288,8 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	while (rc == 0 && !r->gpu) {
 		int count = 0;
 		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
+		if (rc == 0)
+			rc = check_labels(r, eval, count, job->model.loss_logits);
 		if (rc < 0 || count == 0)
 			break;
 		ctx.valid = count;
@@ -282,12 +317,16 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 
 /*
  * Read this rank's eval data once at start (framing, CRCs, decoding into
- * the input buffers), so that a bad eval record stops the run before
- * training instead of at the first evaluation, maybe hours in.  With
- * data.on_error: skip the bad records are left out here as at every
- * evaluation.  Errors: those of dtf_pipeline_next().
+ * the input buffers, labels against the classes), so that a bad eval
+ * record stops the run before training instead of at the first
+ * evaluation, maybe hours in.  With data.on_error: skip the bad records
+ * are left out here as at every evaluation (a label out of range is never
+ * skipped, as in training).  The GPU's evaluation checks no labels
+ * itself: this pass does it for every path.  Errors: those of
+ * dtf_pipeline_next() and check_labels().
  */
-static int check_eval_data(struct replica *r, struct dtf_pipeline *eval)
+static int check_eval_data(const struct dtf_job *job, struct replica *r,
+			   struct dtf_pipeline *eval)
 {
 	double t0 = now_seconds();
 	int64_t n = 0;
@@ -295,7 +334,8 @@ static int check_eval_data(struct replica *r, struct dtf_pipeline *eval)
 	int rc = dtf_pipeline_begin_epoch(eval, 0);
 	while (rc == 0 &&
 	       (rc = dtf_pipeline_next(eval, r->feed, r->ids, &count)) == 0 &&
-	       count > 0)
+	       count > 0 &&
+	       (rc = check_labels(r, eval, count, job->model.loss_logits)) == 0)
 		n += count;
 	if (rc == 0)
 		dtf_log(DTF_LOG_DEBUG, 1,
@@ -472,26 +512,6 @@ static void add_times(struct dtf_step_times *sum,
 	sum->backward += t->backward;
 	sum->comm += t->comm;
 	sum->optimizer += t->optimizer;
-}
-
-/* Labels outside [0, classes) would make the loss NaN: a data error naming
- * the file and record of the example. */
-static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
-			int count, const char *logits_layer)
-{
-	const struct dtf_graph *g = &r->g;
-	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
-		return 0; /* float labels: any value is a valid target */
-	const int32_t *labels = g->nodes[g->labels].data;
-	int classes = (int)g->nodes[g->logits].shape.d[1];
-	for (int i = 0; i < count; i++)
-		if (labels[i] < 0 || labels[i] >= classes)
-			return dtf_error(DTF_ERR_DATA,
-					 "%s: record %llu: label %d is outside [0, %d), the classes of layer '%s'",
-					 dtf_pipeline_file(p, (int)(r->ids[i] >> 40)),
-					 (unsigned long long)(r->ids[i] & ((1ull << 40) - 1)),
-					 labels[i], classes, logits_layer);
-	return 0;
 }
 
 /*
@@ -763,7 +783,7 @@ static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
 		rc = open_pipeline(job, job->data.eval_files, 0, 1, batch, 0,
 				   &eval);
 	if (rc == 0)
-		rc = check_eval_data(r, eval);
+		rc = check_eval_data(job, r, eval);
 	task.eval = eval;
 	if (rc == 0)
 		rc = dtf_evaluator_new(&(struct dtf_evaluator_config){
@@ -959,7 +979,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
 	if (rc == 0 && eval)
-		rc = check_eval_data(&r, eval);
+		rc = check_eval_data(job, &r, eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
 	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
