@@ -691,6 +691,32 @@ START_TEST(progress_line_redraws_on_a_terminal)
 }
 END_TEST
 
+/* The bar fills with the steps of the run, the numbers beside it: a run
+ * of 9 steps (less than the epoch of 30) ends drawn full at 9/9, and half
+ * of a 20-step run is half full. */
+START_TEST(progress_bar_fills_with_the_steps_of_the_run)
+{
+	if (tu_run("command -v script >/dev/null") != 0)
+		return; /* no script(1): nothing to drive a terminal with */
+	ck_assert_int_eq(tu_run("script -qec '%s/dtf-train --threads 1 "
+				"--set train.max_steps=9 --set logging.every_steps=1 "
+				"--set logging.dir= --set logging.trace= "
+				"--set data.eval= %s/job.yaml' /dev/null >%s/bar.txt "
+				"2>&1 </dev/null",
+				build_root, tmpdir, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/bar.txt", tmpdir);
+	char *out = tu_read_file(NULL, path, NULL);
+	ck_assert_msg(strstr(out, "\repoch 1/1  step 9/9 [====================]  loss ") != NULL,
+		      "%s", out);
+	/* every step is drawn (logging.every_steps 1): step 4 of 9 is 8 of
+	 * the 20 characters, then the arrow */
+	ck_assert_msg(strstr(out, "\repoch 1/1  step 4/9 [========>...........]  loss ") != NULL,
+		      "%s", out);
+	free(out);
+}
+END_TEST
+
 START_TEST(merge_trace_option_merges_rank_files)
 {
 	char out[512], p[512];
@@ -739,6 +765,7 @@ static Suite *obs_suite(void)
 	tcase_add_test(tc, resume_continues_metrics_and_events);
 	tcase_add_test(tc, locked_logging_dir_fails_the_run);
 	tcase_add_test(tc, progress_line_redraws_on_a_terminal);
+	tcase_add_test(tc, progress_bar_fills_with_the_steps_of_the_run);
 	suite_add_tcase(s, tc);
 	return s;
 }
