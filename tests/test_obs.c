@@ -717,6 +717,31 @@ START_TEST(progress_bar_fills_with_the_steps_of_the_run)
 }
 END_TEST
 
+/* With train.eval_every_steps each evaluation prints one line, with the
+ * job's top-k accuracy. */
+START_TEST(eval_every_steps_prints_one_line)
+{
+	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train --threads 1 "
+				"--set train.max_steps=20 --set train.eval_every_steps=10 "
+				"--set logging.dir= --set logging.trace= %s/job.yaml "
+				">/dev/null 2>%s/every.txt",
+				build_root, tmpdir, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/every.txt", tmpdir);
+	char *err = tu_read_file(NULL, path, NULL);
+	/* steps 10 and 20: one line each, nothing else about them */
+	ck_assert_msg(count_str(err, "epoch 1, step 10: ") == 1 &&
+			      count_str(err, "epoch 1, step 20: ") == 1,
+		      "%s", err);
+	ck_assert_msg(count_str(err, "eval loss ") == 2 &&
+			      count_str(err, "  top-2 accuracy ") == 2 &&
+			      count_str(err, "(200 examples, ") == 2,
+		      "%s", err);
+	ck_assert_msg(count_str(err, "test loss") == 0, "%s", err);
+	free(err);
+}
+END_TEST
+
 START_TEST(merge_trace_option_merges_rank_files)
 {
 	char out[512], p[512];
@@ -766,6 +791,7 @@ static Suite *obs_suite(void)
 	tcase_add_test(tc, locked_logging_dir_fails_the_run);
 	tcase_add_test(tc, progress_line_redraws_on_a_terminal);
 	tcase_add_test(tc, progress_bar_fills_with_the_steps_of_the_run);
+	tcase_add_test(tc, eval_every_steps_prints_one_line);
 	suite_add_tcase(s, tc);
 	return s;
 }

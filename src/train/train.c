@@ -1157,14 +1157,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				if (job->model.metric_top_k && !r.gpu)
 					result->eval_top_k_accuracy =
 						tot.top_k / tot.count;
+				/* the evaluation's one console line */
 				dtf_obs_eval(obs, step, epoch, result->eval_loss,
 					     result->eval_accuracy,
 					     result->eval_top_k_accuracy,
 					     tot.count, te, now_seconds());
-				dtf_info("step %lld: %.1f s since the start; test loss %.4f  accuracy %.4f  (%.0f examples)",
-					 (long long)step, now_seconds() - t_start,
-					 result->eval_loss, result->eval_accuracy,
-					 tot.count);
 				if (job->train.stop_at_accuracy > 0 &&
 				    result->eval_accuracy >= job->train.stop_at_accuracy) {
 					dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
