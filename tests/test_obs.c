@@ -742,6 +742,44 @@ START_TEST(eval_every_steps_prints_one_line)
 }
 END_TEST
 
+/* The start-up lines name the optimizer and the schedule in force, with
+ * their settings (cosine's decay_steps resolved to the run's). */
+START_TEST(startup_line_names_optimizer_and_schedule)
+{
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
+				"--set train.max_steps=20 --set 'train.schedule="
+				"{cosine_decay: {warmup_steps: 5, alpha: 0.1}}' "
+				"--set logging.dir= --set logging.trace= %s/job.yaml "
+				">/dev/null 2>%s/start.txt",
+				build_root, tmpdir, tmpdir), 0);
+	const char *err = tu_slurp(tmpdir, "start.txt");
+	ck_assert_msg(count_str(err, "\noptimizer adam lr 0.01 (beta_1 0.9, "
+				     "beta_2 0.999, epsilon 1e-07); schedule "
+				     "cosine_decay(decay_steps 15, alpha 0.1) "
+				     "after 5 warmup steps\n") == 1,
+		      "%s", err);
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
+				"--set train.max_steps=2 --set 'train.optimizer="
+				"{sgd: {learning_rate: 0.1, momentum: 0.9}}' "
+				"--set train.clipnorm=1 --set 'train.schedule="
+				"{exponential_decay: {decay_steps: 10, decay_rate: 0.5, "
+				"staircase: true}}' --set logging.dir= "
+				"--set logging.trace= %s/job.yaml >/dev/null 2>%s/start.txt",
+				build_root, tmpdir, tmpdir), 0);
+	err = tu_slurp(tmpdir, "start.txt");
+	ck_assert_msg(count_str(err, "\noptimizer sgd lr 0.1 (momentum 0.9; "
+				     "clipnorm 1); schedule exponential_decay("
+				     "decay_steps 10, decay_rate 0.5, staircase)\n") == 1,
+		      "%s", err);
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
+				"--set train.max_steps=2 --set logging.dir= "
+				"--set logging.trace= %s/job.yaml >/dev/null 2>%s/start.txt",
+				build_root, tmpdir, tmpdir), 0);
+	err = tu_slurp(tmpdir, "start.txt");
+	ck_assert_msg(count_str(err, "; schedule constant\n") == 1, "%s", err);
+}
+END_TEST
+
 START_TEST(merge_trace_option_merges_rank_files)
 {
 	char out[512], p[512];
@@ -792,6 +830,7 @@ static Suite *obs_suite(void)
 	tcase_add_test(tc, progress_line_redraws_on_a_terminal);
 	tcase_add_test(tc, progress_bar_fills_with_the_steps_of_the_run);
 	tcase_add_test(tc, eval_every_steps_prints_one_line);
+	tcase_add_test(tc, startup_line_names_optimizer_and_schedule);
 	suite_add_tcase(s, tc);
 	return s;
 }

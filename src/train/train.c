@@ -1059,6 +1059,13 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	}
 	struct dtf_schedule sched;
 	dtf_schedule_init(&sched, job, total_steps);
+	{
+		/* what the update is: optimizer and schedule in force */
+		char od[256], sd[512];
+		dtf_optimizer_describe(job, od, sizeof(od));
+		dtf_schedule_describe(&sched, sd, sizeof(sd));
+		dtf_info("optimizer %s; schedule %s", od, sd);
+	}
 	double lr = dtf_schedule_lr(&sched, step);
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 	const int64_t every = job->train.eval_every_steps;
