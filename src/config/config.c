@@ -751,6 +751,44 @@ static const char *choice_name_at(const void *table, int i)
  * the attribute node or NULL.
  */
 /*
+ * For the hint of check_switch(): override `ov` ("a.b.kind.x.y=v") from
+ * component `kind` on, as one value "{kind: {x: {y: v}}}"; "{kind: {...}}"
+ * when `kind` is not among its components or the value does not fit.
+ */
+static void whole_value(const char *ov, const char *kind, char *buf,
+			size_t size)
+{
+	snprintf(buf, size, "{%s: {...}}", kind);
+	const char *eq = ov ? strchr(ov, '=') : NULL;
+	size_t klen = strlen(kind), at = 0;
+	const char *k = ov;
+	while (eq && k < eq &&
+	       !(!strncmp(k, kind, klen) && (k[klen] == '.' || k[klen] == '='))) {
+		k += strcspn(k, ".=");
+		k += *k == '.'; /* the next component, or stop at '=' */
+		if (*k == '=')
+			return;
+	}
+	if (!eq || k >= eq)
+		return;
+	int depth = 0;
+	for (; k < eq && at < size; depth++) {
+		size_t len = strcspn(k, ".=");
+		at += (size_t)snprintf(buf + at, size - at, "{%.*s: ", (int)len, k);
+		k += len + 1;
+	}
+	if (at < size)
+		at += (size_t)snprintf(buf + at, size - at, "%s", eq + 1);
+	for (; depth > 0 && at + 1 < size; depth--)
+		buf[at++] = '}';
+	if (depth > 0 || at >= size) {
+		snprintf(buf, size, "{%s: {...}}", kind);
+		return;
+	}
+	buf[at] = '\0';
+}
+
+/*
  * A --set inside a {kind: {attrs}} choice that names another kind than the
  * file's would switch it silently: with "optimizer: adam" (or {adam: {...}})
  * in the file, --set train.optimizer.sgd.learning_rate=0.1 grafts an sgd
@@ -764,8 +802,8 @@ static int check_switch(struct ctx *c, const yaml_node_t *node,
 	const yaml_node_t *old = dtf_ytree_replaced(c->t, node);
 	const char *old_name = old ? dtf_ytree_text(old) : NULL;
 	const yaml_node_t *added = NULL;
-	if (old && !old_name)
-		return 0; /* a list made a mapping: not a choice */
+	if (old && (!old_name || dtf_ytree_is_null(old)))
+		return 0; /* a list or null made a mapping: nothing chosen */
 	for (yaml_node_pair_t *pr = node->data.mapping.pairs.start;
 	     pr < node->data.mapping.pairs.top; pr++) {
 		const yaml_node_t *k = yaml_document_get_node(&c->t->doc,
@@ -789,35 +827,7 @@ static int check_switch(struct ctx *c, const yaml_node_t *node,
 	const char *ov = dtf_ytree_override_text(c->t, added);
 	char where[DTF_WHERE_MAX], whole[512];
 	dtf_ytree_where(c->t, old, where, sizeof(where));
-	/* the hint: the override's keys from the new kind on, as one value
-	 * ("...sgd.learning_rate=0.1" -> {sgd: {learning_rate: 0.1}}) */
-	snprintf(whole, sizeof(whole), "{%s: {...}}", name);
-	const char *eq = ov ? strchr(ov, '=') : NULL;
-	const char *from = NULL;
-	size_t nlen = strlen(name);
-	for (const char *k = ov; eq && k < eq; k = strchr(k, '.') + 1) {
-		if (!strncmp(k, name, nlen) && (k[nlen] == '.' || k[nlen] == '=')) {
-			from = k;
-			break;
-		}
-		if (!strchr(k, '.') || strchr(k, '.') > eq)
-			break;
-	}
-	if (from) {
-		size_t at = 0;
-		int depth = 0;
-		for (const char *k = from; k < eq && at < sizeof(whole); depth++) {
-			size_t len = strcspn(k, ".=");
-			at += (size_t)snprintf(whole + at, sizeof(whole) - at,
-					       "{%.*s: ", (int)len, k);
-			k += len + 1;
-		}
-		if (at < sizeof(whole))
-			at += (size_t)snprintf(whole + at, sizeof(whole) - at,
-					       "%s%.*s", eq + 1, depth, "}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}}");
-		if (at >= sizeof(whole))
-			snprintf(whole, sizeof(whole), "{%s: {...}}", name);
-	}
+	whole_value(ov, name, whole, sizeof(whole));
 	return fail(c, added, path,
 		    "this would switch the %s from '%s' (%s) to '%s'; a --set "
 		    "inside %s only changes settings of the %s the job has\n"
