@@ -238,38 +238,8 @@ static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 		      const char *when, int64_t step,
 		      struct dtf_train_result *result);
 
-/*
- * Labels outside [0, classes) would make the loss NaN (and the accuracy
- * quietly wrong): a data error naming the file, record index and byte
- * offset of the first such example of the batch, for training and
- * evaluation data alike.  The caller agrees on the status before the next
- * collective, so every rank stops.
- */
 static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
-			int count, const char *logits_layer)
-{
-	const struct dtf_graph *g = &r->g;
-	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
-		return 0; /* float labels: any value is a valid target */
-	const int32_t *labels = g->nodes[g->labels].data;
-	int classes = (int)g->nodes[g->logits].shape.d[1];
-	for (int i = 0; i < count; i++) {
-		if (labels[i] >= 0 && labels[i] < classes)
-			continue;
-		uint64_t id = r->ids[i], off = 0;
-		char at[64] = "";
-		/* the offset only costs a read up to the record */
-		if (dtf_pipeline_record_offset(p, id, &off) == 0)
-			snprintf(at, sizeof(at), " at byte offset %llu",
-				 (unsigned long long)off);
-		return dtf_error(DTF_ERR_DATA,
-				 "%s: record %llu%s: label %d is outside [0, %d), the classes of layer '%s'",
-				 dtf_pipeline_file(p, (int)(id >> 40)),
-				 (unsigned long long)(id & ((1ull << 40) - 1)),
-				 at, labels[i], classes, logits_layer);
-	}
-	return 0;
-}
+			int count, const char *logits_layer);
 
 static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
@@ -512,6 +482,39 @@ static void add_times(struct dtf_step_times *sum,
 	sum->backward += t->backward;
 	sum->comm += t->comm;
 	sum->optimizer += t->optimizer;
+}
+
+/*
+ * Labels outside [0, classes) would make the loss NaN (and the accuracy
+ * quietly wrong): a data error naming the file, record index and byte
+ * offset of the first such example of the batch, for training and
+ * evaluation data alike.  The caller agrees on the status before the next
+ * collective, so every rank stops.
+ */
+static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
+			int count, const char *logits_layer)
+{
+	const struct dtf_graph *g = &r->g;
+	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
+		return 0; /* float labels: any value is a valid target */
+	const int32_t *labels = g->nodes[g->labels].data;
+	int classes = (int)g->nodes[g->logits].shape.d[1];
+	for (int i = 0; i < count; i++) {
+		if (labels[i] >= 0 && labels[i] < classes)
+			continue;
+		uint64_t id = r->ids[i], off = 0;
+		char at[64] = "";
+		/* the offset only costs a read up to the record */
+		if (dtf_pipeline_record_offset(p, id, &off) == 0)
+			snprintf(at, sizeof(at), " at byte offset %llu",
+				 (unsigned long long)off);
+		return dtf_error(DTF_ERR_DATA,
+				 "%s: record %llu%s: label %d is outside [0, %d), the classes of layer '%s'",
+				 dtf_pipeline_file(p, (int)(id >> 40)),
+				 (unsigned long long)(id & ((1ull << 40) - 1)),
+				 at, labels[i], classes, logits_layer);
+	}
+	return 0;
 }
 
 /*
