@@ -61,7 +61,9 @@ enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH, OPT_MERGE_TRACE,
  * world), else derived from the job.  Every rank then agrees on the status
  * before anything else talks, so a bad TF_CONFIG on one rank stops all of
  * them with exit status 2 instead of leaving the others in a collective.
- * *failed_here: this rank's own error (else another rank's).
+ * *failed_here: TF_CONFIG failed on this rank (its own error, which only
+ * this rank may know of); an error passed in as `rc` (reading the job
+ * file and --set, the same on every rank) is not counted.
  */
 static int load_cluster(const struct dtf_job *job, struct dtf_comm *comm,
 			int rc, int print_only, struct dtf_cluster *cl,
@@ -70,15 +72,16 @@ static int load_cluster(const struct dtf_job *job, struct dtf_comm *comm,
 	const char *tf = getenv("TF_CONFIG");
 	int rank = comm ? dtf_comm_rank(comm) : 0;
 	int world = comm ? dtf_comm_size(comm) : 1;
+	*failed_here = 0;
 	if (rc == 0 && tf && tf[0]) {
 		rc = dtf_cluster_parse(tf, cl);
 		/* a lone --print-cluster shows TF_CONFIG's cluster as is */
 		if (rc == 0 && !(print_only && world == 1))
 			rc = dtf_cluster_check(cl, job, rank, world);
+		*failed_here = rc < 0;
 	} else if (rc == 0) {
 		rc = dtf_cluster_from_job(job, world, cl);
 	}
-	*failed_here = rc < 0;
 	if (!comm)
 		return rc;
 	int worst = 0, who = 0;

@@ -541,6 +541,40 @@ START_TEST(test_bad_values)
 }
 END_TEST
 
+/* data.compression is the default of data.train.compression and
+ * data.eval.compression; each split may have its own. */
+START_TEST(test_compression_per_split)
+{
+	struct dtf_job *job = load_ok(SKETCH, NULL, 0);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_NONE);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_NONE);
+	dtf_job_free(job);
+	const char *both[] = {"data.compression=gzip"};
+	job = load_ok(SKETCH, both, 1);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_GZIP);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_GZIP);
+	dtf_job_free(job);
+	const char *eval[] = {"data.eval.compression=gzip"};
+	job = load_ok(SKETCH, eval, 1);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_NONE);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_GZIP);
+	dtf_job_free(job);
+	/* a split's own key wins over data.compression, in either order */
+	job = load_ok(edit("  train: {files:",
+			   "  compression: zlib\n  train: {compression: none, files:"),
+		      eval, 1);
+	ck_assert_int_eq(job->data.train_compression, DTF_COMPRESSION_NONE);
+	ck_assert_int_eq(job->data.eval_compression, DTF_COMPRESSION_GZIP);
+	ck_assert_int_eq(job->data.read.compression, DTF_COMPRESSION_ZLIB);
+	dtf_job_free(job);
+	const char *bad[] = {"data.eval.compression=gz"};
+	ck_assert_msg_is(load_fail(SKETCH, bad, 1, DTF_ERR_CONFIG),
+			 "--set data.eval.compression: data.eval.compression: "
+			 "expected one of none, gzip, zlib, got 'gz' (did you "
+			 "mean 'gzip'?)");
+}
+END_TEST
+
 START_TEST(test_cross_references)
 {
 	ck_assert_msg_is(load_fail(edit("{dropout: {rate: 0.4}}",
@@ -688,6 +722,67 @@ START_TEST(test_override_flow)
 	ck_assert(job->train.beta_1 == 0.5);
 	ck_assert(job->train.learning_rate == 0.001);
 	dtf_job_free(job);
+}
+END_TEST
+
+/* A --set inside a {kind: {...}} choice that names another kind than the
+ * job's is an error naming the override and the job's choice; a value
+ * given whole switches. */
+START_TEST(test_override_cannot_switch_choice)
+{
+	const char *ov[] = {"train.optimizer.sgd.learning_rate=0.1"};
+	static const char hint[] =
+		"HINT: to switch, replace the whole key: --set "
+		"train.optimizer='{sgd: {learning_rate: 0.1}}'";
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "--set train.optimizer.sgd.learning_rate: train.optimizer: "
+		 "this would switch the optimizer from 'adam' "
+		 "(graphs/x.yaml:25:14) to 'sgd'; a --set inside "
+		 "train.optimizer only changes settings of the optimizer the "
+		 "job has\n%s",
+		 hint);
+	ck_assert_msg_is(load_fail(edit("{adam: {learning_rate: 0.001}}", "adam"),
+				   ov, 1, DTF_ERR_CONFIG),
+			 want);
+	/* {adam: {...}} in the file: the sgd key would sit beside adam */
+	snprintf(want, sizeof(want),
+		 "--set train.optimizer.sgd.learning_rate: train.optimizer: "
+		 "this would switch the optimizer from 'adam' "
+		 "(graphs/x.yaml:25:15) to 'sgd'; a --set inside "
+		 "train.optimizer only changes settings of the optimizer the "
+		 "job has\n%s",
+		 hint);
+	ck_assert_msg_is(load_fail(SKETCH, ov, 1, DTF_ERR_CONFIG), want);
+	/* the whole key switches, from either form */
+	const char *whole[] = {"train.optimizer={sgd: {learning_rate: 0.1}}"};
+	for (int form = 0; form < 2; form++) {
+		struct dtf_job *job = load_ok(
+			form ? SKETCH
+			     : edit("{adam: {learning_rate: 0.001}}", "adam"),
+			whole, 1);
+		ck_assert_int_eq(job->train.optimizer, DTF_OPT_SGD);
+		ck_assert(job->train.learning_rate == 0.1);
+		dtf_job_free(job);
+	}
+	/* the same kind is a setting: adam stays */
+	const char *same[] = {"train.optimizer.adam.learning_rate=0.1"};
+	struct dtf_job *job = load_ok(SKETCH, same, 1);
+	ck_assert_int_eq(job->train.optimizer, DTF_OPT_ADAM);
+	ck_assert(job->train.learning_rate == 0.1);
+	dtf_job_free(job);
+	/* any choice, an earlier override's included */
+	const char *sched[] = {"train.schedule={cosine_decay: {alpha: 0.1}}",
+			       "train.schedule.exponential_decay.decay_rate=0.5"};
+	ck_assert_msg_is(
+		load_fail(SKETCH, sched, 2, DTF_ERR_CONFIG),
+		"--set train.schedule.exponential_decay.decay_rate: "
+		"train.schedule: this would switch the schedule from "
+		"'cosine_decay' (--set train.schedule) to 'exponential_decay'; "
+		"a --set inside train.schedule only changes settings of the "
+		"schedule the job has\n"
+		"HINT: to switch, replace the whole key: --set "
+		"train.schedule='{exponential_decay: {decay_rate: 0.5}}'");
 }
 END_TEST
 
@@ -1004,12 +1099,14 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_yaml_syntax);
 	tcase_add_test(tc, test_bad_values);
 	tcase_add_test(tc, test_cross_references);
+	tcase_add_test(tc, test_compression_per_split);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("overrides");
 	tcase_add_test(tc, test_override_existing);
 	tcase_add_test(tc, test_override_creates);
 	tcase_add_test(tc, test_override_flow);
+	tcase_add_test(tc, test_override_cannot_switch_choice);
 	tcase_add_test(tc, test_override_malformed);
 	tcase_add_test(tc, test_override_errors_name_set);
 	tcase_add_test(tc, test_override_errors_blame_set);

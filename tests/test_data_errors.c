@@ -216,6 +216,90 @@ START_TEST(bad_eval_record_found_at_start)
 }
 END_TEST
 
+/* Write `path`: 20 records of an 8x8 image and label i % 4, except record
+ * `bad` with label `label`; its byte offset goes to *off. */
+static void write_labels(const char *path, int bad, int64_t label, long *off)
+{
+	struct dtf_tfrecord_writer *w;
+	ck_assert_int_eq(dtf_tfrecord_writer_open(path, &w), 0);
+	struct dtf_example_builder b;
+	dtf_example_builder_init(&b);
+	uint8_t img[64];
+	long at = 0;
+	for (int i = 0; i < 20; i++) {
+		int64_t lab = i == bad ? label : i % 4;
+		const uint8_t *d;
+		size_t n;
+		memset(img, i * 9, sizeof(img));
+		dtf_example_builder_reset(&b);
+		dtf_example_builder_add_bytes(&b, "image", img, 64);
+		dtf_example_builder_add_int64s(&b, "label", &lab, 1);
+		ck_assert_int_eq(dtf_example_builder_finish(&b, &d, &n), 0);
+		ck_assert_int_eq(dtf_tfrecord_writer_write(w, d, n), 0);
+		if (i == bad)
+			*off = at;
+		at += (long)n + 16;
+	}
+	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
+	dtf_example_builder_deinit(&b);
+}
+
+/* A training label outside the 4 classes: exit 3, file, record and byte
+ * offset. */
+START_TEST(train_label_out_of_range)
+{
+	char dir[1024], path[1100];
+	case_dir("train-label", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
+	long off = 0;
+	write_labels(path, 7, 4, &off);
+	ck_assert_int_gt(off, 0);
+	expect_record_error(dir, 3, 7, off,
+			    "label 4 is outside [0, 4), the classes of layer "
+			    "'logits'");
+}
+END_TEST
+
+/* An eval label outside the classes stops the run at start, on every
+ * rank, with the same message as a training label; not "eval loss nan". */
+START_TEST(eval_label_out_of_range)
+{
+	char dir[1024], path[1100];
+	case_dir("eval-label", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/eval.tfrecord", dir);
+	long off = 0;
+	write_labels(path, 13, 11, &off);
+	char args[1400];
+	snprintf(args, sizeof(args),
+		 "--set data.eval.files=%s --set logging.every_steps=1", path);
+	static char log[65536];
+	int st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	char want[2048];
+	snprintf(want, sizeof(want),
+		 "error: %s: record 13 at byte offset %ld: label 11 is outside "
+		 "[0, 4), the classes of layer 'logits'\n",
+		 path, off);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+	/* record 13 is rank 1's (one file, sharded by record); rank 0
+	 * learns of it before any collective and says why it stops */
+	ck_assert_msg(strstr(log, "error: stopping: rank 1 failed opening data "
+				  "before step 0\n"),
+		      "%s", log);
+	ck_assert_msg(!strstr(log, "step 1/") && !strstr(log, "nan"),
+		      "trained or evaluated:\n%s", log);
+	/* a negative label too, on rank 0 */
+	write_labels(path, 4, -1, &off);
+	st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	snprintf(want, sizeof(want),
+		 "error: %s: record 4 at byte offset %ld: label -1 is outside "
+		 "[0, 4), the classes of layer 'logits'\n",
+		 path, off);
+	ck_assert_msg(strstr(log, want), "no '%s' in:\n%s", want, log);
+}
+END_TEST
+
 START_TEST(huge_length)
 {
 	char dir[1024], path[1100];
@@ -403,6 +487,48 @@ START_TEST(gzip_read_as_none)
 }
 END_TEST
 
+/* A gzip eval set beside plain training files: data.eval.compression
+ * applies to the eval files alone, data.compression to both. */
+START_TEST(gzip_eval_beside_plain_train)
+{
+	char dir[1024];
+	case_dir("gzip-eval", dir, sizeof(dir));
+	ck_assert_int_eq(tu_run("gzip -c '%s/train-00001-of-00002.tfrecord' "
+				">'%s/eval.tfrecord'",
+				dir, dir),
+			 0);
+	char args[1400];
+	snprintf(args, sizeof(args),
+		 "--set data.eval.files=%s/eval.tfrecord "
+		 "--set data.eval.compression=gzip",
+		 dir);
+	static char log[65536];
+	int st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	/* the 20 records of the file, over both ranks */
+	ck_assert_msg(strstr(log, "; eval loss ") && strstr(log, "(20 examples, "),
+		      "%s", log);
+	/* data.compression: gzip is for both, with train's own none */
+	snprintf(args, sizeof(args),
+		 "--set data.eval.files=%s/eval.tfrecord "
+		 "--set data.compression=gzip --set data.train.compression=none",
+		 dir);
+	st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "(20 examples, "), "%s", log);
+	/* without the eval split's key the gzip file is read as plain */
+	snprintf(args, sizeof(args), "--set data.eval.files=%s/eval.tfrecord",
+		 dir);
+	st = train2(dir, args, log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "HINT: the file starts with the gzip magic "
+				  "bytes (1f 8b): set `compression: gzip` in "
+				  "the job's data section, or in data.train or "
+				  "data.eval for those files alone"),
+		      "%s", log);
+}
+END_TEST
+
 /* dtf-records: synth gzip, merge 3 shards into 2 (zlib), verify, inspect
  * with the inferred schema. */
 START_TEST(records_tool_shard_and_inspect)
@@ -478,6 +604,8 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, flipped_data_byte);
 	tcase_add_test(tc, huge_length);
 	tcase_add_test(tc, bad_eval_record_found_at_start);
+	tcase_add_test(tc, train_label_out_of_range);
+	tcase_add_test(tc, eval_label_out_of_range);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("files");
@@ -488,6 +616,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, float_list_declared_int64);
 	tcase_add_test(tc, file_policy_too_few_files);
 	tcase_add_test(tc, gzip_read_as_none);
+	tcase_add_test(tc, gzip_eval_beside_plain_train);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("recovery");

@@ -28,6 +28,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "data/example.h"
+#include "data/tfrecord.h"
+
 static char tmpdir[256];
 static const char *build_root;
 
@@ -70,6 +73,17 @@ static const char wrapper[] =
 	"esac\n"
 	"TF_CONFIG=\"{\\\"cluster\\\": {\\\"chief\\\": [\\\"h0:2222\\\"], "
 	"\\\"worker\\\": [\\\"h1:2222\\\"], \\\"evaluator\\\": [\\\"h2:2222\\\"]}, "
+	"\\\"task\\\": {\\\"type\\\": $t}}\" exec \"$@\"\n";
+
+/* two ranks: chief and evaluator */
+static const char wrapper2[] =
+	"#!/bin/sh\n"
+	"case $OMPI_COMM_WORLD_RANK in\n"
+	"0) t='\"chief\", \"index\": 0';;\n"
+	"*) t='\"evaluator\", \"index\": 0';;\n"
+	"esac\n"
+	"TF_CONFIG=\"{\\\"cluster\\\": {\\\"chief\\\": [\\\"h0:2222\\\"], "
+	"\\\"evaluator\\\": [\\\"h2:2222\\\"]}, "
 	"\\\"task\\\": {\\\"type\\\": $t}}\" exec \"$@\"\n";
 
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -150,7 +164,12 @@ static void setup(void)
 	ck_assert_ptr_nonnull(f);
 	fputs(wrapper, f);
 	fclose(f);
-	ck_assert_int_eq(run("chmod +x %s/tf.sh", tmpdir), 0);
+	snprintf(path, sizeof(path), "%s/tf2.sh", tmpdir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(wrapper2, f);
+	fclose(f);
+	ck_assert_int_eq(run("chmod +x %s/tf.sh %s/tf2.sh", tmpdir, tmpdir), 0);
 }
 
 static void teardown(void)
@@ -325,6 +344,55 @@ START_TEST(resumed_run)
 }
 END_TEST
 
+/* The evaluator checks eval labels against the classes as the training
+ * ranks check theirs: one outside [0, 4) stops every rank at start with
+ * exit status 3, the evaluator naming file, record and byte offset. */
+START_TEST(eval_label_out_of_range_stops_evaluator)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/badlabel.tfrecord", tmpdir);
+	struct dtf_tfrecord_writer *w;
+	ck_assert_int_eq(dtf_tfrecord_writer_open(path, &w), 0);
+	struct dtf_example_builder b;
+	dtf_example_builder_init(&b);
+	uint8_t img[64];
+	long at = 0, off = -1;
+	for (int i = 0; i < 40; i++) {
+		int64_t lab = i == 17 ? 10 : i % 4;
+		const uint8_t *d;
+		size_t n;
+		memset(img, i * 5, sizeof(img));
+		dtf_example_builder_reset(&b);
+		dtf_example_builder_add_bytes(&b, "image", img, 64);
+		dtf_example_builder_add_int64s(&b, "label", &lab, 1);
+		ck_assert_int_eq(dtf_example_builder_finish(&b, &d, &n), 0);
+		ck_assert_int_eq(dtf_tfrecord_writer_write(w, d, n), 0);
+		if (i == 17)
+			off = at;
+		at += (long)n + 16;
+	}
+	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
+	dtf_example_builder_deinit(&b);
+	write_job("lab", 1, 1);
+	int st = run("timeout 120 mpirun -np 2 %s/tf2.sh %s/dtf-train --threads 1 "
+		     "--set data.eval.files=%s %s/lab.yaml >/dev/null 2>%s/lab.log",
+		     tmpdir, build_root, path, tmpdir, tmpdir);
+	char *log = slurp("lab.log");
+	ck_assert_msg(st == 3, "exit %d\n%s", st, log);
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "] error: %s: record 17 at byte offset %ld: label 10 is outside "
+		 "[0, 4), the classes of layer 'logits'\n",
+		 path, off);
+	ck_assert_msg(strstr(log, want) && strstr(log, "[rank 1 "),
+		      "no '%s' in:\n%s", want, log);
+	ck_assert_msg(strstr(log, "error: stopping: rank 1 failed setting up "
+				  "before step 0\n"),
+		      "%s", log);
+	ck_assert_msg(!strstr(log, "nan"), "%s", log);
+}
+END_TEST
+
 START_TEST(job_errors)
 {
 	static const struct {
@@ -359,6 +427,12 @@ static Suite *evaluator_suite(void)
 	tcase_add_test(tc, evaluates_each_checkpoint);
 	tcase_add_test(tc, training_failure_ends_evaluator);
 	tcase_add_test(tc, resumed_run);
+	suite_add_tcase(s, tc);
+	/* 2 ranks: chief and evaluator */
+	tc = tcase_create("eval_labels");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, eval_label_out_of_range_stops_evaluator);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -497,6 +497,95 @@ START_TEST(progress_line_redraws_on_a_terminal)
 }
 END_TEST
 
+/* The bar fills with the steps of the run, the numbers beside it: a run
+ * of 9 steps (less than the epoch of 30) ends drawn full at 9/9, and half
+ * of a 20-step run is half full. */
+START_TEST(progress_bar_fills_with_the_steps_of_the_run)
+{
+	if (tu_run("command -v script >/dev/null") != 0)
+		return; /* no script(1): nothing to drive a terminal with */
+	ck_assert_int_eq(tu_run("script -qec '%s/dtf-train --threads 1 "
+				"--set train.max_steps=9 --set logging.every_steps=1 "
+				"--set logging.dir= --set logging.trace= "
+				"--set data.eval= %s/job.yaml' /dev/null >%s/bar.txt "
+				"2>&1 </dev/null",
+				build_root, tmpdir, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/bar.txt", tmpdir);
+	char *out = tu_read_file(NULL, path, NULL);
+	ck_assert_msg(strstr(out, "\repoch 1/1  step 9/9 [====================]  loss ") != NULL,
+		      "%s", out);
+	/* every step is drawn (logging.every_steps 1): step 4 of 9 is 8 of
+	 * the 20 characters, then the arrow */
+	ck_assert_msg(strstr(out, "\repoch 1/1  step 4/9 [========>...........]  loss ") != NULL,
+		      "%s", out);
+	free(out);
+}
+END_TEST
+
+/* With train.eval_every_steps each evaluation prints one line, with the
+ * job's top-k accuracy. */
+START_TEST(eval_every_steps_prints_one_line)
+{
+	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train --threads 1 "
+				"--set train.max_steps=20 --set train.eval_every_steps=10 "
+				"--set logging.dir= --set logging.trace= %s/job.yaml "
+				">/dev/null 2>%s/every.txt",
+				build_root, tmpdir, tmpdir), 0);
+	char path[512];
+	snprintf(path, sizeof(path), "%s/every.txt", tmpdir);
+	char *err = tu_read_file(NULL, path, NULL);
+	/* steps 10 and 20: one line each, nothing else about them */
+	ck_assert_msg(count_str(err, "epoch 1, step 10: ") == 1 &&
+			      count_str(err, "epoch 1, step 20: ") == 1,
+		      "%s", err);
+	ck_assert_msg(count_str(err, "eval loss ") == 2 &&
+			      count_str(err, "  top-2 accuracy ") == 2 &&
+			      count_str(err, "(200 examples, ") == 2,
+		      "%s", err);
+	ck_assert_msg(count_str(err, "test loss") == 0, "%s", err);
+	free(err);
+}
+END_TEST
+
+/* The start-up lines name the optimizer and the schedule in force, with
+ * their settings (cosine's decay_steps resolved to the run's). */
+START_TEST(startup_line_names_optimizer_and_schedule)
+{
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
+				"--set train.max_steps=20 --set 'train.schedule="
+				"{cosine_decay: {warmup_steps: 5, alpha: 0.1}}' "
+				"--set logging.dir= --set logging.trace= %s/job.yaml "
+				">/dev/null 2>%s/start.txt",
+				build_root, tmpdir, tmpdir), 0);
+	const char *err = tu_slurp(tmpdir, "start.txt");
+	ck_assert_msg(count_str(err, "\noptimizer adam lr 0.01 (beta_1 0.9, "
+				     "beta_2 0.999, epsilon 1e-07); schedule "
+				     "cosine_decay(decay_steps 15, alpha 0.1) "
+				     "after 5 warmup steps\n") == 1,
+		      "%s", err);
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
+				"--set train.max_steps=2 --set 'train.optimizer="
+				"{sgd: {learning_rate: 0.1, momentum: 0.9}}' "
+				"--set train.clipnorm=1 --set 'train.schedule="
+				"{exponential_decay: {decay_steps: 10, decay_rate: 0.5, "
+				"staircase: true}}' --set logging.dir= "
+				"--set logging.trace= %s/job.yaml >/dev/null 2>%s/start.txt",
+				build_root, tmpdir, tmpdir), 0);
+	err = tu_slurp(tmpdir, "start.txt");
+	ck_assert_msg(count_str(err, "\noptimizer sgd lr 0.1 (momentum 0.9; "
+				     "clipnorm 1); schedule exponential_decay("
+				     "decay_steps 10, decay_rate 0.5, staircase)\n") == 1,
+		      "%s", err);
+	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
+				"--set train.max_steps=2 --set logging.dir= "
+				"--set logging.trace= %s/job.yaml >/dev/null 2>%s/start.txt",
+				build_root, tmpdir, tmpdir), 0);
+	err = tu_slurp(tmpdir, "start.txt");
+	ck_assert_msg(count_str(err, "; schedule constant\n") == 1, "%s", err);
+}
+END_TEST
+
 START_TEST(merge_trace_option_merges_rank_files)
 {
 	char out[512], p[512];
@@ -545,6 +634,9 @@ static Suite *obs_suite(void)
 	tcase_add_test(tc, resume_continues_metrics_and_events);
 	tcase_add_test(tc, locked_logging_dir_fails_the_run);
 	tcase_add_test(tc, progress_line_redraws_on_a_terminal);
+	tcase_add_test(tc, progress_bar_fills_with_the_steps_of_the_run);
+	tcase_add_test(tc, eval_every_steps_prints_one_line);
+	tcase_add_test(tc, startup_line_names_optimizer_and_schedule);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -277,7 +277,8 @@ START_TEST(gzip_read_as_none_hint)
 		 "%s: record 0 at byte offset 0: length CRC mismatch (corrupt "
 		 "length field)\nHINT: the file starts with the gzip magic "
 		 "bytes (1f 8b): set `compression: gzip` in the job's data "
-		 "section (dtf-records: --compression gzip)",
+		 "section, or in data.train or data.eval for those files "
+		 "alone (dtf-records: --compression gzip)",
 		 paths[0]);
 	ck_assert_str_eq(dtf_error_msg(), want);
 	write_files(1, counts, DTF_COMPRESSION_ZLIB);

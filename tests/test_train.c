@@ -232,6 +232,45 @@ START_TEST(bad_job_file_exit_2)
 }
 END_TEST
 
+static int count_of(const char *hay, const char *needle)
+{
+	int k = 0;
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		k++;
+	return k;
+}
+
+/* Job-file and --set errors are the same on every rank: rank 0 alone
+ * prints them (dtf-train-job(5)), every rank exits 2. */
+START_TEST(job_errors_printed_once)
+{
+	char path[512];
+	tu_path(path, sizeof(path), tmpdir, "bad.yaml");
+	tu_write_file(NULL, path, "train:\n  batch_size: 16\n  epoch: 2\n");
+	int st = tu_run("mpirun -np 2 %s/dtf-train %s 2>%s/once.log >/dev/null",
+			build_root, path, tmpdir);
+	const char *log = tu_slurp(tmpdir, "once.log");
+	ck_assert_msg(st == 2, "exit status %d, log:\n%s", st, log);
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "error: %s:3:3: train.epoch: unknown key 'epoch' (did you "
+		 "mean 'epochs'?)\n",
+		 path);
+	ck_assert_msg(count_of(log, want) == 1 && count_of(log, "error: ") == 1 &&
+			      strstr(log, "[rank 0 ") && !strstr(log, "[rank 1 "),
+		      "not once, by rank 0:\n%s", log);
+	st = tu_run("mpirun -np 2 %s/dtf-train --set train.epochs=x %s/job.yaml "
+		    "2>%s/once.log >/dev/null",
+		    build_root, tmpdir, tmpdir);
+	log = tu_slurp(tmpdir, "once.log");
+	ck_assert_msg(st == 2, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(count_of(log, "error: --set train.epochs: train.epochs: "
+				    "expected a positive integer, got 'x'\n") == 1 &&
+			      count_of(log, "error: ") == 1,
+		      "not once:\n%s", log);
+}
+END_TEST
+
 START_TEST(batch_not_divisible_exit_2)
 {
 	int st = tu_run("mpirun -np 2 %s/dtf-train --set train.batch_size=15 "
@@ -270,6 +309,7 @@ static Suite *train_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, one_rank_equals_two_ranks);
 	tcase_add_test(tc, bad_job_file_exit_2);
+	tcase_add_test(tc, job_errors_printed_once);
 	tcase_add_test(tc, batch_not_divisible_exit_2);
 	tcase_add_test(tc, usage_errors_before_training);
 	tcase_add_test(tc, corrupt_record_stops_every_rank);

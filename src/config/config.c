@@ -750,6 +750,91 @@ static const char *choice_name_at(const void *table, int i)
  * Finds the choice; *kind gets the node naming it (for positions), *attrs
  * the attribute node or NULL.
  */
+/*
+ * For the hint of check_switch(): override `ov` ("a.b.kind.x.y=v") from
+ * component `kind` on, as one value "{kind: {x: {y: v}}}"; "{kind: {...}}"
+ * when `kind` is not among its components or the value does not fit.
+ */
+static void whole_value(const char *ov, const char *kind, char *buf,
+			size_t size)
+{
+	snprintf(buf, size, "{%s: {...}}", kind);
+	const char *eq = ov ? strchr(ov, '=') : NULL;
+	size_t klen = strlen(kind), at = 0;
+	const char *k = ov;
+	while (eq && k < eq &&
+	       !(!strncmp(k, kind, klen) && (k[klen] == '.' || k[klen] == '='))) {
+		k += strcspn(k, ".=");
+		k += *k == '.'; /* the next component, or stop at '=' */
+		if (*k == '=')
+			return;
+	}
+	if (!eq || k >= eq)
+		return;
+	int depth = 0;
+	for (; k < eq && at < size; depth++) {
+		size_t len = strcspn(k, ".=");
+		at += (size_t)snprintf(buf + at, size - at, "{%.*s: ", (int)len, k);
+		k += len + 1;
+	}
+	if (at < size)
+		at += (size_t)snprintf(buf + at, size - at, "%s", eq + 1);
+	for (; depth > 0 && at + 1 < size; depth--)
+		buf[at++] = '}';
+	if (depth > 0 || at >= size) {
+		snprintf(buf, size, "{%s: {...}}", kind);
+		return;
+	}
+	buf[at] = '\0';
+}
+
+/*
+ * A --set inside a {kind: {attrs}} choice that names another kind than the
+ * file's would switch it silently: with "optimizer: adam" (or {adam: {...}})
+ * in the file, --set train.optimizer.sgd.learning_rate=0.1 grafts an sgd
+ * key beside (or in place of) adam.  Refuse it, naming the override and the
+ * file's choice; a value given whole (--set train.optimizer={sgd: {...}})
+ * replaces the choice and is not caught here.
+ */
+static int check_switch(struct ctx *c, const yaml_node_t *node,
+			const char *path, const char *what)
+{
+	const yaml_node_t *old = dtf_ytree_replaced(c->t, node);
+	const char *old_name = old ? dtf_ytree_text(old) : NULL;
+	const yaml_node_t *added = NULL;
+	if (old && (!old_name || dtf_ytree_is_null(old)))
+		return 0; /* a list or null made a mapping: nothing chosen */
+	for (yaml_node_pair_t *pr = node->data.mapping.pairs.start;
+	     pr < node->data.mapping.pairs.top; pr++) {
+		const yaml_node_t *k = yaml_document_get_node(&c->t->doc,
+							      pr->key);
+		const char *name = dtf_ytree_text(k);
+		if (!name)
+			continue;
+		if (!old) { /* the first key: the job's choice */
+			old = k;
+			old_name = name;
+		} else if (!added && strcmp(name, old_name) &&
+			   dtf_ytree_is_override(c->t, k) &&
+			   dtf_ytree_override_text(c->t, k) !=
+				   dtf_ytree_override_text(c->t, old)) {
+			added = k; /* grafted beside it by a later override */
+		}
+	}
+	if (!old || !added || !strcmp(dtf_ytree_text(added), old_name))
+		return 0;
+	const char *name = dtf_ytree_text(added);
+	const char *ov = dtf_ytree_override_text(c->t, added);
+	char where[DTF_WHERE_MAX], whole[512];
+	dtf_ytree_where(c->t, old, where, sizeof(where));
+	whole_value(ov, name, whole, sizeof(whole));
+	return fail(c, added, path,
+		    "this would switch the %s from '%s' (%s) to '%s'; a --set "
+		    "inside %s only changes settings of the %s the job has\n"
+		    "HINT: to switch, replace the whole key: --set %s='%s'",
+		    what, old_name, where, name, path, what, path, whole);
+}
+
 static int read_choice(struct ctx *c, const yaml_node_t *node,
 		       const char *path, const char *what,
 		       const struct choice *table, int n,
@@ -759,6 +844,11 @@ static int read_choice(struct ctx *c, const yaml_node_t *node,
 	char buf[80], sug[96], all[256];
 
 	*attrs = NULL;
+	if (node->type == YAML_MAPPING_NODE) {
+		int rc = check_switch(c, node, path, what);
+		if (rc)
+			return rc;
+	}
 	if (node->type == YAML_SCALAR_NODE && !dtf_ytree_is_null(node)) {
 		*kind = node;
 	} else if (node->type == YAML_MAPPING_NODE &&
@@ -2171,6 +2261,13 @@ static const struct field augment_fields[] = {
 static const struct section augment_section = {
 	augment_fields, NFIELDS(augment_fields), -1, NULL};
 
+static const struct enum_name compressions[] = {
+	{"none", DTF_COMPRESSION_NONE},
+	{"gzip", DTF_COMPRESSION_GZIP},
+	{"zlib", DTF_COMPRESSION_ZLIB},
+	{NULL, 0},
+};
+
 static const struct field data_train_fields[] = {
 	{.key = "files", .type = T_STRDUP, .flags = F_REQUIRED,
 	 .off = JOB(data.train_files)},
@@ -2179,11 +2276,16 @@ static const struct field data_train_fields[] = {
 	{.key = "drop_remainder", .type = T_BOOL,
 	 .off = JOB(data.drop_remainder), .def = 1},
 	{.key = "augment", .type = T_SECTION, .sub = &augment_section},
+	/* -1: data.compression's (check_data) */
+	{.key = "compression", .type = T_ENUM, .off = JOB(data.train_compression),
+	 .def = -1, .names = compressions},
 };
 
 static const struct field data_eval_fields[] = {
 	{.key = "files", .type = T_STRDUP, .flags = F_REQUIRED,
 	 .off = JOB(data.eval_files)},
+	{.key = "compression", .type = T_ENUM, .off = JOB(data.eval_compression),
+	 .def = -1, .names = compressions},
 };
 
 static int check_data_train(struct ctx *c, void *base, const yaml_node_t *key,
@@ -2211,13 +2313,6 @@ static const struct enum_name shard_policies[] = {
 	{"file", DTF_SHARD_FILE},
 	{"data", DTF_SHARD_DATA},
 	{"off", DTF_SHARD_OFF},
-	{NULL, 0},
-};
-
-static const struct enum_name compressions[] = {
-	{"none", DTF_COMPRESSION_NONE},
-	{"gzip", DTF_COMPRESSION_GZIP},
-	{"zlib", DTF_COMPRESSION_ZLIB},
 	{NULL, 0},
 };
 
@@ -2473,8 +2568,21 @@ static const struct section checkpoint_section = {
 static const struct section fault_section = {
 	fault_fields, NFIELDS(fault_fields), -1, NULL};
 
+/* data.train.compression and data.eval.compression default to
+ * data.compression, whichever order the keys come in. */
+static int check_data(struct ctx *c, void *base, const yaml_node_t *key,
+		      const yaml_node_t *map, const char *path)
+{
+	struct dtf_job *job = base;
+	if (job->data.train_compression < 0)
+		job->data.train_compression = (int)job->data.read.compression;
+	if (job->data.eval_compression < 0)
+		job->data.eval_compression = (int)job->data.read.compression;
+	return 0;
+}
+
 static const struct section data_section = {
-	data_fields, NFIELDS(data_fields), -1, NULL};
+	data_fields, NFIELDS(data_fields), -1, check_data};
 static const struct section model_section = {
 	model_fields, NFIELDS(model_fields), -1, NULL};
 static const struct section train_section = {

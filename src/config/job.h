@@ -240,6 +240,10 @@ struct dtf_job {
 		/* shard_policy, cycle_length, block_length, compression,
 		 * on_error, prefetch: defaults in data/input.h */
 		struct dtf_read_spec read;
+		/* enum dtf_compression of each split: data.train.compression,
+		 * data.eval.compression, default read.compression
+		 * (data.compression), which the pipelines use in its place */
+		int train_compression, eval_compression;
 		int drop_remainder; /* data.train.drop_remainder, default 1 */
 		struct dtf_augment_spec augment; /* data.train.augment, off */
 	} data;

@@ -158,6 +158,11 @@ void dtf_ytree_deinit(struct dtf_ytree *t)
 	dtf_free(t->ovr_key);
 	dtf_free(t->ovr_first);
 	dtf_free(t->ovr_removed);
+	for (int k = 0; t->ovr_text && k < t->novr; k++)
+		dtf_free(t->ovr_text[k]);
+	dtf_free(t->ovr_text);
+	dtf_free(t->ovr_replaced);
+	dtf_free(t->ovr_mapping);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -187,6 +192,40 @@ void dtf_ytree_where(const struct dtf_ytree *t, const yaml_node_t *n,
 	}
 	snprintf(buf, size, "%s:%zu:%zu", t->file, n->start_mark.line + 1,
 		 n->start_mark.column + 1);
+}
+
+/* The override that made node id `id`, or -1 (a node of the file, or an
+ * empty file's stand-in root, which precedes them all). */
+static int override_of(const struct dtf_ytree *t, int id)
+{
+	if (id <= t->nbase)
+		return -1;
+	int k = t->novr - 1;
+	while (k >= 0 && t->ovr_first[k] > id)
+		k--;
+	return k;
+}
+
+const char *dtf_ytree_override_text(const struct dtf_ytree *t,
+				    const yaml_node_t *n)
+{
+	if (!n || !t->loaded || !t->ovr_text)
+		return NULL;
+	int k = override_of(t, id_of(t, n));
+	return k >= 0 ? t->ovr_text[k] : NULL;
+}
+
+const yaml_node_t *dtf_ytree_replaced(const struct dtf_ytree *t,
+				      const yaml_node_t *map)
+{
+	if (!map || !t->loaded || !t->ovr_mapping)
+		return NULL;
+	int id = id_of(t, map);
+	for (int k = 0; k < t->novr; k++)
+		if (t->ovr_mapping[k] == id)
+			return yaml_document_get_node(
+				(yaml_document_t *)&t->doc, t->ovr_replaced[k]);
+	return NULL;
 }
 
 int dtf_ytree_is_override(const struct dtf_ytree *t, const yaml_node_t *n)
@@ -524,8 +563,11 @@ static int remove_one(struct dtf_ytree *t, char **keys, int nk,
 			 keypath, keypath);
 }
 
+/* Apply one override; *removed as ovr_removed, *replaced and *mapping as
+ * ovr_replaced and ovr_mapping (ytree.h). */
 static int apply_one(struct dtf_ytree *t, char **keys, int nk,
-		     const char *keypath, const char *value, int *removed)
+		     const char *keypath, const char *value, int *removed,
+		     int *replaced, int *mapping)
 {
 	/* the caller made sure the root exists; it is node 1 */
 	if (node_of(t, 1)->type != YAML_MAPPING_NODE)
@@ -570,6 +612,8 @@ static int apply_one(struct dtf_ytree *t, char **keys, int nk,
 			if (!m)
 				return dtf_error(DTF_ERR_NOMEM, "out of memory");
 			slot_set(t, where, m);
+			*replaced = cur;
+			*mapping = m;
 			cur = m;
 			n = node_of(t, cur);
 		}
@@ -616,7 +660,11 @@ int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
 	t->ovr_first = dtf_calloc((size_t)n, sizeof(*t->ovr_first));
 	t->ovr_key = dtf_calloc((size_t)n, sizeof(*t->ovr_key));
 	t->ovr_removed = dtf_calloc((size_t)n, sizeof(*t->ovr_removed));
-	if (!t->ovr_first || !t->ovr_key || !t->ovr_removed)
+	t->ovr_text = dtf_calloc((size_t)n, sizeof(*t->ovr_text));
+	t->ovr_replaced = dtf_calloc((size_t)n, sizeof(*t->ovr_replaced));
+	t->ovr_mapping = dtf_calloc((size_t)n, sizeof(*t->ovr_mapping));
+	if (!t->ovr_first || !t->ovr_key || !t->ovr_removed || !t->ovr_text ||
+	    !t->ovr_replaced || !t->ovr_mapping)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	if (!t->loaded) {
 		if (!yaml_document_initialize(&t->doc, NULL, NULL, NULL, 1, 1))
@@ -644,13 +692,19 @@ int dtf_ytree_apply_overrides(struct dtf_ytree *t, const char *const *ov,
 		}
 		memcpy(t->ovr_key[i], ov[i], klen);
 		t->ovr_key[i][klen] = '\0';
+		t->ovr_text[i] = dtf_strdup(ov[i]);
+		if (!t->ovr_text[i]) {
+			dtf_free(s);
+			return dtf_error(DTF_ERR_NOMEM, "out of memory");
+		}
 		t->ovr_first[i] = node_count(t) + 1;
 		t->novr = i + 1;
 		int nk = split_override(s, keys, &value);
 		rc = nk < 0 ? dtf_error(DTF_ERR_USAGE, "--set '%s': malformed",
 					ov[i])
 			    : apply_one(t, keys, nk, t->ovr_key[i], value,
-					&t->ovr_removed[i]);
+					&t->ovr_removed[i], &t->ovr_replaced[i],
+					&t->ovr_mapping[i]);
 		dtf_free(s);
 		if (rc)
 			return rc;

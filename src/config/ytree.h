@@ -24,6 +24,14 @@ struct dtf_ytree {
 	char **ovr_key;   /* [novr]: "a.b.c" of override k (owned) */
 	int *ovr_removed; /* [novr]: id of the mapping that override k
 			   * removed its key from ("a.b.c="), else 0 */
+	char **ovr_text;  /* [novr]: override k as given, "a.b.c=value"
+			   * (owned) */
+	int *ovr_replaced; /* [novr]: id of the scalar or list that override
+			    * k's key path went through and replaced by a
+			    * mapping ("optimizer: adam" and --set
+			    * train.optimizer.sgd.learning_rate=0.1), else 0;
+			    * the node stays in the document */
+	int *ovr_mapping; /* [novr]: id of that mapping, else 0 */
 };
 
 /*
@@ -76,6 +84,19 @@ const yaml_node_t *dtf_ytree_blame(const struct dtf_ytree *t,
  * `key` from mapping `map` with an empty value, NULL if none did. */
 const char *dtf_ytree_removed_by(const struct dtf_ytree *t,
 				 const yaml_node_t *map, const char *key);
+
+/* The override that made node n, as given ("a.b.c=value", owned by t);
+ * NULL for a node of the file. */
+const char *dtf_ytree_override_text(const struct dtf_ytree *t,
+				    const yaml_node_t *n);
+
+/* When mapping `map` was made by an override in place of a scalar or list
+ * that the override's key path went through (see ovr_replaced), the node it
+ * replaced (its text and position are the file's, or an earlier
+ * override's); else NULL.  A value given whole ("--set
+ * train.optimizer={sgd: {...}}") replaces nothing in this sense. */
+const yaml_node_t *dtf_ytree_replaced(const struct dtf_ytree *t,
+				      const yaml_node_t *map);
 
 /* A plain "", "~" or "null" scalar (or NULL). */
 int dtf_ytree_is_null(const yaml_node_t *n);

@@ -879,6 +879,32 @@ const char *dtf_pipeline_file(const struct dtf_pipeline *p, int index)
 	return index >= 0 && index < p->nfiles ? p->paths[index] : "?";
 }
 
+int dtf_pipeline_record_offset(const struct dtf_pipeline *p, uint64_t id,
+			       uint64_t *offset)
+{
+	int file = (int)(id >> 40);
+	int64_t idx = (int64_t)(id & ((1ull << 40) - 1));
+	if (file < 0 || file >= p->nfiles)
+		return dtf_error(DTF_ERR_DATA, "example id %#" PRIx64
+			         ": no file %d in %s", id, file, p->label);
+	struct dtf_tfrecord_reader *rd = NULL;
+	int rc = dtf_tfrecord_reader_open_c(p->paths[file], p->read.compression,
+					    &rd);
+	while (rc == 0 && dtf_tfrecord_reader_index(rd) < idx) {
+		rc = dtf_tfrecord_reader_skip(rd, NULL);
+		if (rc == 0)
+			rc = dtf_error(DTF_ERR_DATA,
+				       "%s: has fewer than %" PRId64 " records",
+				       p->paths[file], idx + 1);
+		else if (rc > 0)
+			rc = 0;
+	}
+	if (rc == 0)
+		*offset = dtf_tfrecord_reader_offset(rd);
+	dtf_tfrecord_reader_free(rd);
+	return rc;
+}
+
 int64_t dtf_pipeline_num_records(const struct dtf_pipeline *p)
 {
 	return p->stats.records;

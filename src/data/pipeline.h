@@ -210,6 +210,20 @@ void dtf_pipeline_set_exclude(struct dtf_pipeline *p,
  * id >> 40), or "?" when out of range.  Owned by the pipeline. */
 const char *dtf_pipeline_file(const struct dtf_pipeline *p, int index);
 
+/*
+ * Byte offset in its file of the record of example `id` (file index id >>
+ * 40, record index id & (2^40 - 1)), for a message about an example after
+ * it was decoded (a label out of range): the file is read again from its
+ * start up to the record, framing only, so it costs a read of that much of
+ * the file (for error paths).  The offset is counted as in the pipeline's
+ * own messages (in the uncompressed stream of a compressed file).  Safe
+ * while the prefetch thread runs (its own reader).  Errors: DTF_ERR_DATA
+ * (no such file or record, or the file cannot be read up to it),
+ * DTF_ERR_NOMEM.
+ */
+int dtf_pipeline_record_offset(const struct dtf_pipeline *p, uint64_t id,
+			       uint64_t *offset);
+
 /* Stops the prefetch thread; dtf_pipeline_free(NULL) is a no-op. */
 void dtf_pipeline_free(struct dtf_pipeline *p);
 

@@ -663,11 +663,13 @@ static const char *compression_hint(const struct dtf_tfrecord_reader *r,
 	if (h[0] == 0x1f && h[1] == 0x8b)
 		return "\nHINT: the file starts with the gzip magic bytes "
 		       "(1f 8b): set `compression: gzip` in the job's data "
-		       "section (dtf-records: --compression gzip)";
+		       "section, or in data.train or data.eval for those files "
+		       "alone (dtf-records: --compression gzip)";
 	if ((h[0] & 0x0f) == 8 && (h[0] >> 4) <= 7 &&
 	    ((unsigned)h[0] << 8 | h[1]) % 31 == 0)
 		return "\nHINT: the file starts with a zlib header: set "
-		       "`compression: zlib` in the job's data section "
+		       "`compression: zlib` in the job's data section, or in "
+		       "data.train or data.eval for those files alone "
 		       "(dtf-records: --compression zlib)";
 	return "";
 }

@@ -486,13 +486,15 @@ static void eta(const struct dtf_obs *o, int64_t step, char *buf, size_t size)
 	snprintf(buf, size, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
 }
 
+/* The progress line.  Its bar fills with the steps of the whole run, as
+ * the "step S/T" beside it counts them (a run cut short by max_steps, or
+ * resumed inside an epoch, would not fill an epoch's bar). */
 static void draw_progress(struct dtf_obs *o, const struct dtf_obs_step *s)
 {
 	char line[256], left[32], bar[24];
-	int64_t in_epoch = o->ep.steps, width = 20;
-	int64_t done = o->steps_per_epoch > 0
-			       ? in_epoch * width / o->steps_per_epoch
-			       : width;
+	int64_t width = 20;
+	int64_t done = o->total_steps > 0 ? s->step * width / o->total_steps
+					  : width;
 	if (done > width)
 		done = width;
 	for (int64_t i = 0; i < width; i++)

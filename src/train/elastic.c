@@ -63,6 +63,7 @@ static int replay(const struct dtf_job *job, char **files, int nfiles,
 	/* the training pipeline's reading options (the order depends on
 	 * them), on this thread: the filter reads el->ids as they grow */
 	struct dtf_read_spec rd = job->data.read;
+	rd.compression = (enum dtf_compression)job->data.train_compression;
 	rd.prefetch = 0;
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,

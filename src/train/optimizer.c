@@ -6,6 +6,7 @@
 #include "train/optimizer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -297,4 +298,42 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 			break;
 		}
 	}
+}
+
+void dtf_optimizer_describe(const struct dtf_job *job, char *buf, size_t size)
+{
+	static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop"};
+	int k = (int)job->train.optimizer;
+	size_t at = 0;
+#define ADD(...)                                                          \
+	do {                                                              \
+		if (at < size)                                            \
+			at += (size_t)snprintf(buf + at, size - at,       \
+					       __VA_ARGS__);              \
+	} while (0)
+	ADD("%s lr %g (", k >= 0 && k < 4 ? names[k] : "?", job->train.learning_rate);
+	switch (job->train.optimizer) {
+	case DTF_OPT_SGD:
+		ADD("momentum %g%s", job->train.momentum, job->train.nesterov ? ", nesterov" : "");
+		break;
+	case DTF_OPT_ADAM:
+	case DTF_OPT_ADAMW:
+		ADD("beta_1 %g, beta_2 %g, epsilon %g", job->train.beta_1, job->train.beta_2,
+		    job->train.epsilon);
+		if (job->train.optimizer == DTF_OPT_ADAMW)
+			ADD(", weight_decay %g", job->train.decoupled_decay);
+		break;
+	case DTF_OPT_RMSPROP:
+		ADD("rho %g, momentum %g, epsilon %g%s", job->train.rho, job->train.momentum,
+		    job->train.epsilon, job->train.centered ? ", centered" : "");
+		break;
+	}
+	if (job->train.weight_decay > 0)
+		ADD("; L2 weight decay %g", job->train.weight_decay);
+	if (job->train.clipnorm > 0)
+		ADD("; clipnorm %g", job->train.clipnorm);
+	ADD(")");
+#undef ADD
+	if (size > 0 && at >= size)
+		buf[size - 1] = '\0';
 }

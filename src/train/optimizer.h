@@ -123,4 +123,14 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 				const struct dtf_opt_range *ranges,
 				int nranges);
 
+/*
+ * The job's optimizer and its settings in one phrase for the start-up line
+ * (NUL-terminated, cut to `size`): the Keras name, the learning rate before
+ * any schedule or scaling, the other settings of that optimizer and the
+ * gradient treatments in force, e.g. "adam lr 0.001 (beta_1 0.9, beta_2
+ * 0.999, epsilon 1e-07)" or "sgd lr 0.1 (momentum 0.9, nesterov; clipnorm
+ * 1)".
+ */
+void dtf_optimizer_describe(const struct dtf_job *job, char *buf, size_t size);
+
 #endif

@@ -4,6 +4,7 @@
 #include "train/schedule.h"
 
 #include <math.h>
+#include <stdio.h>
 
 void dtf_schedule_init(struct dtf_schedule *s, const struct dtf_job *job,
 		       int64_t total_steps)
@@ -52,4 +53,45 @@ double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step)
 	if (w > 0 && step < w)
 		return decayed(s, 0) * (double)step / (double)w;
 	return decayed(s, step - (w > 0 ? w : 0));
+}
+
+void dtf_schedule_describe(const struct dtf_schedule *s, char *buf,
+			   size_t size)
+{
+	const struct dtf_schedule_spec *p = &s->spec;
+	size_t at = 0;
+#define ADD(...)                                                          \
+	do {                                                              \
+		if (at < size)                                            \
+			at += (size_t)snprintf(buf + at, size - at,       \
+					       __VA_ARGS__);              \
+	} while (0)
+	switch (p->kind) {
+	case DTF_SCHED_CONSTANT:
+		ADD("constant");
+		break;
+	case DTF_SCHED_PIECEWISE_CONSTANT:
+		ADD("piecewise_constant(boundaries [");
+		for (int i = 0; i < p->nboundaries; i++)
+			ADD("%s%lld", i ? ", " : "", (long long)p->boundaries[i]);
+		ADD("], values [");
+		for (int i = 0; i <= p->nboundaries; i++)
+			ADD("%s%g", i ? ", " : "", p->values[i]);
+		ADD("])");
+		break;
+	case DTF_SCHED_EXPONENTIAL_DECAY:
+		ADD("exponential_decay(decay_steps %lld, decay_rate %g%s)",
+		    (long long)s->decay_steps, p->decay_rate,
+		    p->staircase ? ", staircase" : "");
+		break;
+	case DTF_SCHED_COSINE_DECAY:
+		ADD("cosine_decay(decay_steps %lld, alpha %g)",
+		    (long long)s->decay_steps, p->alpha);
+		break;
+	}
+	if (p->warmup_steps > 0)
+		ADD(" after %lld warmup steps", (long long)p->warmup_steps);
+#undef ADD
+	if (size > 0 && at >= size)
+		buf[size - 1] = '\0';
 }

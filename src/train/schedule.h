@@ -19,6 +19,7 @@
 #ifndef DTF_TRAIN_SCHEDULE_H
 #define DTF_TRAIN_SCHEDULE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config/job.h"
@@ -35,5 +36,16 @@ void dtf_schedule_init(struct dtf_schedule *s, const struct dtf_job *job,
 
 /* The learning rate of the update after `step` updates. */
 double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step);
+
+/*
+ * The schedule in force in one phrase for the start-up line (NUL-
+ * terminated, cut to `size`), with its resolved settings, e.g.
+ * "cosine_decay(decay_steps 1000, alpha 0) after 100 warmup steps",
+ * "exponential_decay(decay_steps 469, decay_rate 0.7, staircase)",
+ * "piecewise_constant(boundaries [2343, 3750], values [0.1, 0.01, 0.001])"
+ * or "constant".
+ */
+void dtf_schedule_describe(const struct dtf_schedule *s, char *buf,
+			   size_t size);
 
 #endif

@@ -239,6 +239,9 @@ static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 		      const char *when, int64_t step,
 		      struct dtf_train_result *result);
 
+static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
+			int count, const char *logits_layer);
+
 static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
 		    struct eval_totals *tot, struct dtf_train_result *result)
@@ -256,6 +259,8 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	while (rc == 0 && !r->gpu) {
 		int count = 0;
 		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
+		if (rc == 0)
+			rc = check_labels(r, eval, count, job->model.loss_logits);
 		if (rc < 0 || count == 0)
 			break;
 		ctx.valid = count;
@@ -283,12 +288,16 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 
 /*
  * Read this rank's eval data once at start (framing, CRCs, decoding into
- * the input buffers), so that a bad eval record stops the run before
- * training instead of at the first evaluation, maybe hours in.  With
- * data.on_error: skip the bad records are left out here as at every
- * evaluation.  Errors: those of dtf_pipeline_next().
+ * the input buffers, labels against the classes), so that a bad eval
+ * record stops the run before training instead of at the first
+ * evaluation, maybe hours in.  With data.on_error: skip the bad records
+ * are left out here as at every evaluation (a label out of range is never
+ * skipped, as in training).  The GPU's evaluation checks no labels
+ * itself: this pass does it for every path.  Errors: those of
+ * dtf_pipeline_next() and check_labels().
  */
-static int check_eval_data(struct replica *r, struct dtf_pipeline *eval)
+static int check_eval_data(const struct dtf_job *job, struct replica *r,
+			   struct dtf_pipeline *eval)
 {
 	double t0 = now_seconds();
 	int64_t n = 0;
@@ -296,7 +305,8 @@ static int check_eval_data(struct replica *r, struct dtf_pipeline *eval)
 	int rc = dtf_pipeline_begin_epoch(eval, 0);
 	while (rc == 0 &&
 	       (rc = dtf_pipeline_next(eval, r->feed, r->ids, &count)) == 0 &&
-	       count > 0)
+	       count > 0 &&
+	       (rc = check_labels(r, eval, count, job->model.loss_logits)) == 0)
 		n += count;
 	if (rc == 0)
 		dtf_log(DTF_LOG_DEBUG, 1,
@@ -322,13 +332,18 @@ static int open_pipeline(const struct dtf_job *job, const char *pattern,
 				 pattern == job->data.train_files ? "train" : "eval",
 				 msg);
 	}
+	/* data.compression, or the split's own */
+	struct dtf_read_spec rd = job->data.read;
+	rd.compression = (enum dtf_compression)(training
+							? job->data.train_compression
+							: job->data.eval_compression);
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = world,
 		.features = job->data.features,
 		.nfeatures = job->data.nfeatures, .batch = batch,
 		.shuffle_buffer = training ? (size_t)job->data.shuffle_buffer : 0,
-		.seed = job->seed, .read = &job->data.read,
+		.seed = job->seed, .read = &rd,
 		.drop_remainder = training ? job->data.drop_remainder : 0,
 		.augment = training ? &job->data.augment : NULL,
 		.label = training ? "data.train" : "data.eval"};
@@ -470,8 +485,13 @@ static void add_times(struct dtf_step_times *sum,
 	sum->optimizer += t->optimizer;
 }
 
-/* Labels outside [0, classes) would make the loss NaN: a data error naming
- * the file and record of the example. */
+/*
+ * Labels outside [0, classes) would make the loss NaN (and the accuracy
+ * quietly wrong): a data error naming the file, record index and byte
+ * offset of the first such example of the batch, for training and
+ * evaluation data alike.  The caller agrees on the status before the next
+ * collective, so every rank stops.
+ */
 static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 			int count, const char *logits_layer)
 {
@@ -480,13 +500,21 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 		return 0; /* float labels: any value is a valid target */
 	const int32_t *labels = g->nodes[g->labels].data;
 	int classes = (int)g->nodes[g->logits].shape.d[1];
-	for (int i = 0; i < count; i++)
-		if (labels[i] < 0 || labels[i] >= classes)
-			return dtf_error(DTF_ERR_DATA,
-					 "%s: record %llu: label %d is outside [0, %d), the classes of layer '%s'",
-					 dtf_pipeline_file(p, (int)(r->ids[i] >> 40)),
-					 (unsigned long long)(r->ids[i] & ((1ull << 40) - 1)),
-					 labels[i], classes, logits_layer);
+	for (int i = 0; i < count; i++) {
+		if (labels[i] >= 0 && labels[i] < classes)
+			continue;
+		uint64_t id = r->ids[i], off = 0;
+		char at[64] = "";
+		/* the offset only costs a read up to the record */
+		if (dtf_pipeline_record_offset(p, id, &off) == 0)
+			snprintf(at, sizeof(at), " at byte offset %llu",
+				 (unsigned long long)off);
+		return dtf_error(DTF_ERR_DATA,
+				 "%s: record %llu%s: label %d is outside [0, %d), the classes of layer '%s'",
+				 dtf_pipeline_file(p, (int)(id >> 40)),
+				 (unsigned long long)(id & ((1ull << 40) - 1)),
+				 at, labels[i], classes, logits_layer);
+	}
 	return 0;
 }
 
@@ -759,7 +787,7 @@ static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
 		rc = open_pipeline(job, job->data.eval_files, 0, 1, batch, 0,
 				   &eval);
 	if (rc == 0)
-		rc = check_eval_data(r, eval);
+		rc = check_eval_data(job, r, eval);
 	task.eval = eval;
 	if (rc == 0)
 		rc = dtf_evaluator_new(&(struct dtf_evaluator_config){
@@ -981,7 +1009,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = open_pipeline(job, job->data.eval_files, rank, world,
 				   batch, 0, &eval);
 	if (rc == 0 && eval)
-		rc = check_eval_data(&r, eval);
+		rc = check_eval_data(job, &r, eval);
 	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
 		goto out;
 	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
@@ -1061,6 +1089,13 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	}
 	struct dtf_schedule sched;
 	dtf_schedule_init(&sched, job, total_steps);
+	{
+		/* what the update is: optimizer and schedule in force */
+		char od[256], sd[512];
+		dtf_optimizer_describe(job, od, sizeof(od));
+		dtf_schedule_describe(&sched, sd, sizeof(sd));
+		dtf_info("optimizer %s; schedule %s", od, sd);
+	}
 	double lr = 0; /* of the step in progress */
 	uint64_t step_allocs = 0; /* allocations inside steps after the first */
 	const int64_t every = job->train.eval_every_steps;
@@ -1159,14 +1194,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				if (job->model.metric_top_k && !r.gpu)
 					result->eval_top_k_accuracy =
 						tot.top_k / tot.count;
+				/* the evaluation's one console line */
 				dtf_obs_eval(obs, step, epoch, result->eval_loss,
 					     result->eval_accuracy,
 					     result->eval_top_k_accuracy,
 					     tot.count, te, now_seconds());
-				dtf_info("step %lld: %.1f s since the start; test loss %.4f  accuracy %.4f  (%.0f examples)",
-					 (long long)step, now_seconds() - t_start,
-					 result->eval_loss, result->eval_accuracy,
-					 tot.count);
 				if (job->train.stop_at_accuracy > 0 &&
 				    result->eval_accuracy >= job->train.stop_at_accuracy) {
 					dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
