@@ -355,7 +355,7 @@ START_TEST(optimizer_uses_the_schedule)
 	ck_assert_int_eq(run(p, NULL, name[2], sets), 0);
 	char f[3][200];
 	for (int k = 0; k < 3; k++)
-		snprintf(f[k], sizeof(f[k]), "%s.bin", name[k]);
+		snprintf(f[k], sizeof(f[k]), "%.127s.bin", name[k]);
 	size_t nvars, moved;
 	double same = tu_vars_rel_diff(tmpdir, f[0], f[1], &nvars, &moved, NULL);
 	double apart = tu_vars_rel_diff(tmpdir, f[0], f[2], NULL, NULL, NULL);
