@@ -912,8 +912,8 @@ START_TEST(rerun_without_resume_refuses_and_keeps_checkpoints)
 		ck_assert_msg(tu_run("cmp -s %s %s", a, b) == 0, "%s changed", a);
 	}
 	ck_assert(!tu_exists(tmp, "again/ckpt-10.dtf"));
-	ck_assert_str_eq(tu_slurp(tmp, "again/checkpoint"),
-			 tu_slurp(tmp, "ref1/checkpoint"));
+	ck_assert_int_eq(tu_run("cmp -s %s/again/checkpoint %s/ref1/checkpoint",
+				tmp, tmp), 0);
 	/* with checkpoint.resume: auto the same command continues it */
 	ck_assert_int_eq(train(1, "", "again", "--set checkpoint.resume=auto",
 			       "again2.log"), 0);
