@@ -2,7 +2,7 @@
 # dtf-launch - run "mpirun -n N dtf-train --resume ..." and run it again
 # from the newest checkpoint when it fails or is stopped by a signal, up to
 # --max-restarts times, optionally with fewer ranks (--min-np).  See
-# dtf-train(1), section RESTARTS.
+# dtf-train(1), sections RESTARTS and EXIT STATUS.
 #
 # Exit statuses of an attempt (dtf-train's, passed through by mpirun):
 #   0        done: stop, exit 0
@@ -12,8 +12,15 @@
 #            dtf-launch itself was signalled (then exit 75 so that a
 #            scheduler can requeue)
 #   other    a rank failed, died or hung: restart
-# A SIGTERM, SIGINT or SIGUSR1 sent to dtf-launch is passed to mpirun as
-# SIGUSR1, which Open MPI forwards to every rank: they checkpoint and stop.
+#
+# Signals: a SIGTERM, SIGINT, SIGHUP or SIGUSR1 sent to dtf-launch is passed
+# to mpirun as SIGUSR1, which Open MPI forwards to every rank: they
+# checkpoint and stop with 75.  mpirun runs in a session of its own
+# (setsid), because Open MPI's mpirun answers a SIGINT or SIGTERM of its own
+# by SIGTERMing the ranks and exiting 1 whatever they exit with: a Ctrl-C
+# (SIGINT to the terminal's whole foreground process group), a hangup, or a
+# signal to dtf-launch's process group must reach dtf-launch alone.  A
+# second SIGTERM, SIGINT or SIGHUP passes SIGTERM on: the job ends at once.
 set -u
 
 prog=dtf-launch
@@ -33,8 +40,15 @@ Options:
       --delay SEC       seconds to wait before a restart (default 1)
   -h, --help            show this help and exit
 
-Exit status: 0 done; otherwise the status of the last attempt
-(2 job file, 3 data, 4 checkpoint error, 75 stopped by a signal).
+Signals: SIGINT (Ctrl-C), SIGTERM, SIGHUP or SIGUSR1 to $prog reach the
+ranks as SIGUSR1 (through mpirun, which runs in a session of its own); they
+write a checkpoint and exit 75, and $prog exits 75 without restarting.
+A second SIGINT, SIGTERM or SIGHUP ends the job at once.
+
+Exit status: 0 done; otherwise the status of the last attempt (2 job file,
+3 data, 4 checkpoint error, 75 stopped by a signal after writing a
+checkpoint).  Plain mpirun exits 1, not 75, when it is sent SIGINT or
+SIGTERM itself; $prog and srun give 75.
 EOF
 }
 
@@ -107,13 +121,28 @@ reason() { # status -> words
 	esac
 }
 
+# mpirun in a session of its own (see the top); setsid execs in place, as
+# a background job of a shell without job control leads no process group,
+# so $! is mpirun.  Without setsid, mpirun shares our process group.
+detach=
+command -v setsid >/dev/null 2>&1 && detach=setsid
+
 stop=0
 child=
-forward() {
-	stop=1
-	[ -n "$child" ] && kill -USR1 "$child" 2>/dev/null
+forward() { # signal name
+	stop=$((stop + 1))
+	[ -n "$child" ] || return 0
+	if [ "$stop" -eq 1 ] || [ "$1" = USR1 ]; then
+		kill -USR1 "$child" 2>/dev/null
+	else
+		echo "$prog: SIG$1 again: ending mpirun now (SIGTERM)" >&2
+		kill -TERM "$child" 2>/dev/null
+	fi
 }
-trap forward TERM INT USR1
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+trap 'forward HUP' HUP
+trap 'forward USR1' USR1
 
 attempts=$((max_restarts + 1))
 attempt=1
@@ -122,8 +151,8 @@ while :; do
 	npopt=
 	[ -n "$np" ] && npopt="-n $np"
 	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt $train --resume $*" >&2
-	# shellcheck disable=SC2086 # $mpirun and $npopt are word lists
-	DTF_LAUNCH_ATTEMPT=$attempt $mpirun $npopt "$train" --resume "$@" &
+	# shellcheck disable=SC2086 # $detach, $mpirun and $npopt are word lists
+	DTF_LAUNCH_ATTEMPT=$attempt $detach $mpirun $npopt "$train" --resume "$@" &
 	child=$!
 	while :; do
 		wait "$child"
@@ -146,7 +175,7 @@ while :; do
 		exit "$st"
 		;;
 	esac
-	if [ "$stop" -eq 1 ]; then
+	if [ "$stop" -ge 1 ]; then
 		echo "$prog: attempt $attempt ended with status $st ($why) after $prog was signalled; not restarting" >&2
 		[ "$st" -eq 75 ] && exit 75
 		exit "$st"
@@ -162,7 +191,7 @@ while :; do
 		echo "$prog: attempt $attempt ended with status $st ($why); restarting from the newest checkpoint in $delay s" >&2
 	fi
 	sleep "$delay"
-	if [ "$stop" -eq 1 ]; then
+	if [ "$stop" -ge 1 ]; then
 		echo "$prog: signalled while waiting to restart; not restarting" >&2
 		exit "$st"
 	fi
