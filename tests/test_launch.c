@@ -339,6 +339,57 @@ START_TEST(sighup_to_dtf_launch_group_exits_75)
 }
 END_TEST
 
+/* ---- root ------------------------------------------------------------------ */
+
+/* The environment meson gives the tests allows mpirun to run as root;
+ * these runs take that permission away. */
+#define NO_ROOT_ENV "env -u OMPI_ALLOW_RUN_AS_ROOT -u OMPI_ALLOW_RUN_AS_ROOT_CONFIRM "
+
+START_TEST(dtf_launch_as_root)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "dtf_launch_as_root: not root, nothing to test\n");
+		return;
+	}
+	/* without permission: one attempt, the advice, exit 2 */
+	int st = tu_run(NO_ROOT_ENV "timeout 120 %s/dtf-launch --np 2 --delay 0 "
+			"-- -t 1 --set checkpoint.dir=%s/root0 --set "
+			"train.max_steps=5 %s/job.yaml >/dev/null 2>%s/root0.log",
+			build_root, tmp, tmp, tmp);
+	ck_assert_msg(st == 2, "status %d:\n%s", st, tail("root0.log"));
+	ck_assert_int_eq(count_lines("root0.log", "dtf-launch: attempt "), 2);
+	ck_assert_log("root0.log", "dtf-launch: attempt 1 ended with status 1: "
+				   "mpirun refuses to run as root; pass "
+				   "--allow-run-as-root to dtf-launch, or set "
+				   "OMPI_ALLOW_RUN_AS_ROOT=1 and "
+				   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; not restarting");
+	/* dtf-launch --allow-run-as-root passes it to mpirun */
+	st = tu_run(NO_ROOT_ENV "timeout 120 %s/dtf-launch --allow-run-as-root "
+		    "--np 2 --delay 0 -- -t 1 --set checkpoint.dir=%s/root1 "
+		    "--set train.max_steps=5 %s/job.yaml >/dev/null "
+		    "2>%s/root1.log", build_root, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, tail("root1.log"));
+	ck_assert_log("root1.log", "dtf-launch: attempt 1 of 4: mpirun "
+				   "--allow-run-as-root -n 2 ");
+	/* so does a --mpirun command that has it */
+	st = tu_run(NO_ROOT_ENV "timeout 120 %s/dtf-launch --mpirun 'mpirun "
+		    "--allow-run-as-root' --np 2 --delay 0 -- -t 1 --set "
+		    "checkpoint.dir=%s/root2 --set train.max_steps=5 "
+		    "%s/job.yaml >/dev/null 2>%s/root2.log",
+		    build_root, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, tail("root2.log"));
+	/* the environment's permission: it runs, nothing added to mpirun's
+	 * command line */
+	st = tu_run("timeout 120 %s/dtf-launch --np 2 --delay 0 -- -t 1 --set "
+		    "checkpoint.dir=%s/root3 --set train.max_steps=5 "
+		    "%s/job.yaml >/dev/null 2>%s/root3.log",
+		    build_root, tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "status %d:\n%s", st, tail("root3.log"));
+	ck_assert_log("root3.log", "dtf-launch: attempt 1 of 4: mpirun -n 2 ");
+	ck_assert_not_log("root3.log", "--allow-run-as-root");
+}
+END_TEST
+
 static TCase *add_case(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -358,6 +409,8 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, ctrl_c_to_dtf_launch_exits_75_and_resumes);
 	tcase_add_test(tc, sigterm_to_dtf_launch_group_exits_75_and_resumes);
 	tcase_add_test(tc, sighup_to_dtf_launch_group_exits_75);
+	tc = add_case(s, "root");
+	tcase_add_test(tc, dtf_launch_as_root);
 	return s;
 }
 

@@ -11,7 +11,10 @@
 #   75       stopped by a signal after writing a checkpoint: restart, unless
 #            dtf-launch itself was signalled (then exit 75 so that a
 #            scheduler can requeue)
-#   other    a rank failed, died or hung: restart
+#   other    a rank failed, died or hung: restart; but when Open MPI's
+#            mpirun refused to run as root (no --allow-run-as-root, no
+#            OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1),
+#            say so and exit 2: every restart would be refused too
 #
 # Signals: a SIGTERM, SIGINT, SIGHUP or SIGUSR1 sent to dtf-launch is passed
 # to mpirun as SIGUSR1, which Open MPI forwards to every rank: they
@@ -38,6 +41,9 @@ Options:
                         or "mpirun"), e.g. "mpirun --hostfile hosts"
       --dtf-train PATH  the dtf-train binary (default: next to $prog, else PATH)
       --delay SEC       seconds to wait before a restart (default 1)
+      --allow-run-as-root  pass --allow-run-as-root to mpirun (Open MPI
+                        refuses root without it or OMPI_ALLOW_RUN_AS_ROOT=1
+                        and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
   -h, --help            show this help and exit
 
 Signals: SIGINT (Ctrl-C), SIGTERM, SIGHUP or SIGUSR1 to $prog reach the
@@ -45,10 +51,10 @@ ranks as SIGUSR1 (through mpirun, which runs in a session of its own); they
 write a checkpoint and exit 75, and $prog exits 75 without restarting.
 A second SIGINT, SIGTERM or SIGHUP ends the job at once.
 
-Exit status: 0 done; otherwise the status of the last attempt (2 job file,
-3 data, 4 checkpoint error, 75 stopped by a signal after writing a
-checkpoint).  Plain mpirun exits 1, not 75, when it is sent SIGINT or
-SIGTERM itself; $prog and srun give 75.
+Exit status: 0 done; 2 when mpirun refused to run as root; otherwise the
+status of the last attempt (2 job file, 3 data, 4 checkpoint error, 75
+stopped by a signal after writing a checkpoint).  Plain mpirun exits 1, not
+75, when it is sent SIGINT or SIGTERM itself; $prog and srun give 75.
 EOF
 }
 
@@ -57,6 +63,7 @@ min_np=
 max_restarts=3
 mpirun=${DTF_MPIRUN:-mpirun}
 delay=1
+allow_root=0
 here=$(dirname "$0")
 if [ -x "$here/dtf-train" ]; then
 	train="$here/dtf-train"
@@ -81,6 +88,7 @@ while [ $# -gt 0 ]; do
 	--mpirun) [ $# -ge 2 ] || { usage >&2; exit 2; }; mpirun=$2; shift 2 ;;
 	--dtf-train) [ $# -ge 2 ] || { usage >&2; exit 2; }; train=$2; shift 2 ;;
 	--delay) [ $# -ge 2 ] || { usage >&2; exit 2; }; need_int "$1" "$2"; delay=$2; shift 2 ;;
+	--allow-run-as-root) allow_root=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	--) shift; break ;;
 	*) break ;;
@@ -121,6 +129,21 @@ reason() { # status -> words
 	esac
 }
 
+# 1 when the last attempt failed because Open MPI's mpirun refuses to run
+# as root: we are root, nothing allowed it (this option, the option in
+# --mpirun, both environment variables) and the launcher is Open MPI's.
+refused_root() {
+	[ "$(id -u)" -eq 0 ] || return 1
+	[ "$allow_root" -eq 0 ] || return 1
+	case " $mpirun " in *" --allow-run-as-root "*) return 1 ;; esac
+	[ "${OMPI_ALLOW_RUN_AS_ROOT:-}" = 1 ] &&
+		[ "${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-}" = 1 ] && return 1
+	# shellcheck disable=SC2086 # $mpirun is a word list
+	$mpirun --version 2>/dev/null </dev/null | grep -q -e 'Open MPI' -e OpenRTE
+}
+
+launcher=$mpirun
+[ "$allow_root" -eq 1 ] && launcher="$mpirun --allow-run-as-root"
 # mpirun in a session of its own (see the top); setsid execs in place, as
 # a background job of a shell without job control leads no process group,
 # so $! is mpirun.  Without setsid, mpirun shares our process group.
@@ -150,9 +173,9 @@ st=0
 while :; do
 	npopt=
 	[ -n "$np" ] && npopt="-n $np"
-	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt $train --resume $*" >&2
-	# shellcheck disable=SC2086 # $detach, $mpirun and $npopt are word lists
-	DTF_LAUNCH_ATTEMPT=$attempt $detach $mpirun $npopt "$train" --resume "$@" &
+	echo "$prog: attempt $attempt of $attempts: $launcher $npopt $train --resume $*" >&2
+	# shellcheck disable=SC2086 # $detach, $launcher and $npopt are word lists
+	DTF_LAUNCH_ATTEMPT=$attempt $detach $launcher $npopt "$train" --resume "$@" &
 	child=$!
 	while :; do
 		wait "$child"
@@ -175,6 +198,10 @@ while :; do
 		exit "$st"
 		;;
 	esac
+	if refused_root; then
+		echo "$prog: attempt $attempt ended with status $st: mpirun refuses to run as root; pass --allow-run-as-root to $prog, or set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; not restarting" >&2
+		exit 2
+	fi
 	if [ "$stop" -ge 1 ]; then
 		echo "$prog: attempt $attempt ended with status $st ($why) after $prog was signalled; not restarting" >&2
 		[ "$st" -eq 75 ] && exit 75
