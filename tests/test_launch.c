@@ -305,9 +305,13 @@ static void group_signal_stops_with_75(int sig, const char *tag)
 			   "this checkpoint)");
 	ck_assert_not_log(log, "error:");
 
-	/* the checkpoint of the stop continues */
+	/* the checkpoint of the stop is the newest, and it continues */
 	long step = newest_step(dir);
 	ck_assert_msg(step >= 10, "no checkpoint index in %s", dir);
+	const char *at = strstr(strstr(tu_slurp(tmp, log), "stop requested"),
+				" at step ");
+	ck_assert_ptr_nonnull(at);
+	ck_assert_int_eq(strtol(at + 9, NULL, 10), step);
 	char want[128], rlog[64];
 	snprintf(rlog, sizeof(rlog), "grp-%s-resume.log", tag);
 	st = tu_run("timeout 120 mpirun -np 2 %s/dtf-train -t 1 --resume "
