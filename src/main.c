@@ -42,7 +42,8 @@ static const char usage[] =
 	"                           earlier run's checkpoints, deleting them first\n"
 	"                           (without it a new run there exits 4; --resume\n"
 	"                           continues the earlier run)\n"
-	"  -q, --quiet              only warnings and errors on the console\n"
+	"  -q, --quiet              only warnings, errors and the notice of a stop on\n"
+	"                           a signal on the console\n"
 	"  -v, --verbose            also debug messages (files opened, per-rank details)\n"
 	"      --merge-trace TRACE  merge the per-rank trace files of TRACE (left by a\n"
 	"                           stopped run) into TRACE, then exit\n"
@@ -239,8 +240,16 @@ int main(int argc, char **argv)
 				      rc == -DTF_ERR_GRAPH;
 		if (own_cluster_error)
 			same_everywhere = 0;
-		if (rank == 0 || (!same_everywhere && !result.remote_failure))
+		/* A stop on a signal was asked for: a notice, not an error;
+		 * the training's replica 0 printed it already for them all
+		 * (an evaluator task says its own). */
+		if (rc == -DTF_ERR_SIGNAL) {
+			if (!result.stop_announced)
+				dtf_log_notice("%s", dtf_error_msg());
+		} else if (rank == 0 ||
+			   (!same_everywhere && !result.remote_failure)) {
 			dtf_errlog("%s", dtf_error_msg());
+		}
 		status = dtf_error_exit_status(rc);
 	}
 	dtf_cluster_deinit(&cluster);

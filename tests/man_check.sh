@@ -1,6 +1,7 @@
 #!/bin/sh
-# Man pages: every option that `dtf-train --help` and `dtf-records --help`
-# print appears in the page of that command, and every page in man/
+# Man pages: every option that `dtf-train --help`, `dtf-records --help`
+# and `dtf-launch --help` print appears in the page of that command (for
+# dtf-launch: dtf-train.1, section RESTARTS), and every page in man/
 # formats without a warning (groff -ww; also mandoc -T lint when it is
 # installed).  Exit 77 (skip) without groff.
 set -u
@@ -8,8 +9,9 @@ src=${DTF_SOURCE_ROOT:?}
 build=${DTF_BUILD_ROOT:?}
 command -v groff >/dev/null 2>&1 || { echo "groff not installed: skip"; exit 77; }
 fail=0
-for tool in dtf-train dtf-records; do
+for tool in dtf-train dtf-records dtf-launch; do
 	page="$src/man/$tool.1"
+	[ "$tool" = dtf-launch ] && page="$src/man/dtf-train.1"
 	# the page's text with roff's \- as plain -
 	text=$(sed 's/\\-/-/g' "$page")
 	opts=$("$build/$tool" --help | grep -o -- '--[a-z][a-z-]*' | sort -u)
@@ -20,7 +22,7 @@ for tool in dtf-train dtf-records; do
 			fail=1
 		fi
 	done
-	echo "$tool: $(echo "$opts" | wc -l) options of --help checked against $tool.1"
+	echo "$tool: $(echo "$opts" | wc -l) options of --help checked against ${page##*/}"
 done
 for page in "$src"/man/*.[1-9]; do
 	w=$(groff -ww -man -Tutf8 "$page" 2>&1 >/dev/null)

@@ -40,19 +40,13 @@ int dtf_log_prefix(enum dtf_log_level level, char *buf, size_t size)
 	return off;
 }
 
-void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
+/* Print one prefixed line: one write, so ranks' lines do not interleave
+ * mid-line, after erasing an open progress line. */
+static void vlog(const char *prefix, const char *fmt, va_list ap)
 {
-	if (level > ident.level)
-		return;
-	if (level >= DTF_LOG_INFO && !all_ranks && ident.rank != 0)
-		return;
 	char line[2048];
-	int off = dtf_log_prefix(level, line, sizeof(line));
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line + off, sizeof(line) - off, fmt, ap);
-	va_end(ap);
-	/* one write per line so ranks' lines do not interleave mid-line */
+	int off = snprintf(line, sizeof(line), "%s", prefix);
+	vsnprintf(line + off, sizeof(line) - (size_t)off, fmt, ap);
 	if (ident.progress_open) {
 		fprintf(stderr, "\r\033[K%s\n", line);
 		ident.progress_open = 0;
@@ -60,6 +54,30 @@ void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
 		fprintf(stderr, "%s\n", line);
 	}
 	fflush(stderr);
+}
+
+void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
+{
+	if (level > ident.level)
+		return;
+	if (level >= DTF_LOG_INFO && !all_ranks && ident.rank != 0)
+		return;
+	char prefix[160];
+	dtf_log_prefix(level, prefix, sizeof(prefix));
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(prefix, fmt, ap);
+	va_end(ap);
+}
+
+void dtf_log_notice(const char *fmt, ...)
+{
+	if (ident.level < DTF_LOG_WARN)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vlog("notice: ", fmt, ap);
+	va_end(ap);
 }
 
 void dtf_log_progress(const char *line)

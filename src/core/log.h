@@ -29,6 +29,11 @@ enum dtf_log_level dtf_log_get_level(void);
 void dtf_log(enum dtf_log_level level, int all_ranks, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* "notice: " and the message, printed by the rank that calls it (callers
+ * pick one), also under DTF_LOG_WARN (--quiet): for what the user asked
+ * for and must see, such as a stop on a signal, which is not an error. */
+void dtf_log_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #define dtf_info(...) dtf_log(DTF_LOG_INFO, 0, __VA_ARGS__)
 #define dtf_warn(...) dtf_log(DTF_LOG_WARN, 1, __VA_ARGS__)
 #define dtf_errlog(...) dtf_log(DTF_LOG_ERROR, 1, __VA_ARGS__)

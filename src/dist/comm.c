@@ -208,6 +208,18 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who)
 	return 0;
 }
 
+int dtf_comm_gather_i32(struct dtf_comm *c, const int32_t *send, int n,
+			int32_t *recv, int root)
+{
+	if (!c || c->size == 1) {
+		memcpy(recv, send, (size_t)n * sizeof(*send));
+		return 0;
+	}
+	MPI_TRY(MPI_Gather(send, n, MPI_INT32_T, recv, n, MPI_INT32_T, root,
+			   c->comm));
+	return 0;
+}
+
 int dtf_comm_barrier(struct dtf_comm *c)
 {
 	if (c && c->size > 1)

@@ -68,6 +68,15 @@ int dtf_comm_agree(struct dtf_comm *c, int status, int *worst, int *who);
 
 int dtf_comm_barrier(struct dtf_comm *c);
 
+/*
+ * Gather n int32 from every rank to `root` (MPI_Gather): rank r's values
+ * land at recv[r * n .. r * n + n - 1].  recv holds size * n values on the
+ * root and is not touched elsewhere (may be NULL there).  A collective;
+ * small records only (which ranks saw a signal).  Errors: DTF_ERR_MPI.
+ */
+int dtf_comm_gather_i32(struct dtf_comm *c, const int32_t *send, int n,
+			int32_t *recv, int root);
+
 /* 1 when this MPI accepts CUDA device pointers in collectives (Open MPI's
  * MPIX_Query_cuda_support()); 0 otherwise, or when the environment sets
  * DTF_CUDA_AWARE_MPI=0.  Call after dtf_comm_init. */

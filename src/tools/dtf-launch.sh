@@ -2,7 +2,7 @@
 # dtf-launch - run "mpirun -n N dtf-train --resume ..." and run it again
 # from the newest checkpoint when it fails or is stopped by a signal, up to
 # --max-restarts times, optionally with fewer ranks (--min-np).  See
-# dtf-train(1), section RESTARTS.
+# dtf-train(1), sections RESTARTS and EXIT STATUS.
 #
 # Exit statuses of an attempt (dtf-train's, passed through by mpirun):
 #   0        done: stop, exit 0
@@ -11,9 +11,19 @@
 #   75       stopped by a signal after writing a checkpoint: restart, unless
 #            dtf-launch itself was signalled (then exit 75 so that a
 #            scheduler can requeue)
-#   other    a rank failed, died or hung: restart
-# A SIGTERM, SIGINT or SIGUSR1 sent to dtf-launch is passed to mpirun as
-# SIGUSR1, which Open MPI forwards to every rank: they checkpoint and stop.
+#   other    a rank failed, died or hung: restart; but when Open MPI's
+#            mpirun refused to run as root (no --allow-run-as-root, no
+#            OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1),
+#            say so and exit 2: every restart would be refused too
+#
+# Signals: a SIGTERM, SIGINT, SIGHUP or SIGUSR1 sent to dtf-launch is passed
+# to mpirun as SIGUSR1, which Open MPI forwards to every rank: they
+# checkpoint and stop with 75.  mpirun runs in a session of its own
+# (setsid), because Open MPI's mpirun answers a SIGINT or SIGTERM of its own
+# by SIGTERMing the ranks and exiting 1 whatever they exit with: a Ctrl-C
+# (SIGINT to the terminal's whole foreground process group), a hangup, or a
+# signal to dtf-launch's process group must reach dtf-launch alone.  A
+# second SIGTERM, SIGINT or SIGHUP passes SIGTERM on: the job ends at once.
 # With dtf-train's --overwrite-checkpoints among the options, the first
 # attempt starts over (it replaces --resume there) and the restarts
 # continue that new run with --resume.
@@ -36,10 +46,20 @@ Options:
                         or "mpirun"), e.g. "mpirun --hostfile hosts"
       --dtf-train PATH  the dtf-train binary (default: next to $prog, else PATH)
       --delay SEC       seconds to wait before a restart (default 1)
+      --allow-run-as-root  pass --allow-run-as-root to mpirun (Open MPI
+                        refuses root without it or OMPI_ALLOW_RUN_AS_ROOT=1
+                        and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
   -h, --help            show this help and exit
 
-Exit status: 0 done; otherwise the status of the last attempt
-(2 job file, 3 data, 4 checkpoint error, 75 stopped by a signal).
+Signals: SIGINT (Ctrl-C), SIGTERM, SIGHUP or SIGUSR1 to $prog reach the
+ranks as SIGUSR1 (through mpirun, which runs in a session of its own); they
+write a checkpoint and exit 75, and $prog exits 75 without restarting.
+A second SIGINT, SIGTERM or SIGHUP ends the job at once.
+
+Exit status: 0 done; 2 when mpirun refused to run as root; otherwise the
+status of the last attempt (2 job file, 3 data, 4 checkpoint error, 75
+stopped by a signal after writing a checkpoint).  Plain mpirun exits 1, not
+75, when it is sent SIGINT or SIGTERM itself; $prog and srun give 75.
 EOF
 }
 
@@ -48,6 +68,7 @@ min_np=
 max_restarts=3
 mpirun=${DTF_MPIRUN:-mpirun}
 delay=1
+allow_root=0
 here=$(dirname "$0")
 if [ -x "$here/dtf-train" ]; then
 	train="$here/dtf-train"
@@ -72,6 +93,7 @@ while [ $# -gt 0 ]; do
 	--mpirun) [ $# -ge 2 ] || { usage >&2; exit 2; }; mpirun=$2; shift 2 ;;
 	--dtf-train) [ $# -ge 2 ] || { usage >&2; exit 2; }; train=$2; shift 2 ;;
 	--delay) [ $# -ge 2 ] || { usage >&2; exit 2; }; need_int "$1" "$2"; delay=$2; shift 2 ;;
+	--allow-run-as-root) allow_root=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	--) shift; break ;;
 	*) break ;;
@@ -112,13 +134,43 @@ reason() { # status -> words
 	esac
 }
 
+# 1 when the last attempt failed because Open MPI's mpirun refuses to run
+# as root: we are root, nothing allowed it (this option, the option in
+# --mpirun, both environment variables) and the launcher is Open MPI's.
+refused_root() {
+	[ "$(id -u)" -eq 0 ] || return 1
+	[ "$allow_root" -eq 0 ] || return 1
+	case " $mpirun " in *" --allow-run-as-root "*) return 1 ;; esac
+	[ "${OMPI_ALLOW_RUN_AS_ROOT:-}" = 1 ] &&
+		[ "${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-}" = 1 ] && return 1
+	# shellcheck disable=SC2086 # $mpirun is a word list
+	$mpirun --version 2>/dev/null </dev/null | grep -q -e 'Open MPI' -e OpenRTE
+}
+
+launcher=$mpirun
+[ "$allow_root" -eq 1 ] && launcher="$mpirun --allow-run-as-root"
+# mpirun in a session of its own (see the top); setsid execs in place, as
+# a background job of a shell without job control leads no process group,
+# so $! is mpirun.  Without setsid, mpirun shares our process group.
+detach=
+command -v setsid >/dev/null 2>&1 && detach=setsid
+
 stop=0
 child=
-forward() {
-	stop=1
-	[ -n "$child" ] && kill -USR1 "$child" 2>/dev/null
+forward() { # signal name
+	stop=$((stop + 1))
+	[ -n "$child" ] || return 0
+	if [ "$stop" -eq 1 ] || [ "$1" = USR1 ]; then
+		kill -USR1 "$child" 2>/dev/null
+	else
+		echo "$prog: SIG$1 again: ending mpirun now (SIGTERM)" >&2
+		kill -TERM "$child" 2>/dev/null
+	fi
 }
-trap forward TERM INT USR1
+trap 'forward TERM' TERM
+trap 'forward INT' INT
+trap 'forward HUP' HUP
+trap 'forward USR1' USR1
 
 # --overwrite-checkpoints: the first attempt's start, taken out of the
 # options the restarts get
@@ -141,9 +193,9 @@ st=0
 while :; do
 	npopt=
 	[ -n "$np" ] && npopt="-n $np"
-	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt $train $start $*" >&2
-	# shellcheck disable=SC2086 # $mpirun and $npopt are word lists
-	DTF_LAUNCH_ATTEMPT=$attempt $mpirun $npopt "$train" "$start" "$@" &
+	echo "$prog: attempt $attempt of $attempts: $launcher $npopt $train $start $*" >&2
+	# shellcheck disable=SC2086 # $detach, $launcher and $npopt are word lists
+	DTF_LAUNCH_ATTEMPT=$attempt $detach $launcher $npopt "$train" "$start" "$@" &
 	child=$!
 	while :; do
 		wait "$child"
@@ -166,7 +218,11 @@ while :; do
 		exit "$st"
 		;;
 	esac
-	if [ "$stop" -eq 1 ]; then
+	if refused_root; then
+		echo "$prog: attempt $attempt ended with status $st: mpirun refuses to run as root; pass --allow-run-as-root to $prog, or set OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; not restarting" >&2
+		exit 2
+	fi
+	if [ "$stop" -ge 1 ]; then
 		echo "$prog: attempt $attempt ended with status $st ($why) after $prog was signalled; not restarting" >&2
 		[ "$st" -eq 75 ] && exit 75
 		exit "$st"
@@ -182,7 +238,7 @@ while :; do
 		echo "$prog: attempt $attempt ended with status $st ($why); restarting from the newest checkpoint in $delay s" >&2
 	fi
 	sleep "$delay"
-	if [ "$stop" -eq 1 ]; then
+	if [ "$stop" -ge 1 ]; then
 		echo "$prog: signalled while waiting to restart; not restarting" >&2
 		exit "$st"
 	fi

@@ -100,6 +100,22 @@ const char *dtf_fault_signal_name(int sig)
 	}
 }
 
+const char *dtf_fault_exit_note(int got_sigterm)
+{
+	if (getenv("DTF_LAUNCH_ATTEMPT"))
+		return " (dtf-launch exits 75 too when it was signalled itself; "
+		       "otherwise it restarts from this checkpoint)";
+	if (getenv("OMPI_MCA_orte_hnp_uri"))
+		return got_sigterm
+			       ? " (mpirun itself exits 1 when it was sent SIGINT "
+				 "or SIGTERM, as by Ctrl-C; to get 75, signal "
+				 "mpirun with SIGUSR1, or use dtf-launch or srun)"
+			       : " (mpirun exits 75 too)";
+	if (getenv("SLURM_STEP_ID"))
+		return " (srun exits with its tasks' highest status: 75)";
+	return "";
+}
+
 static long long now_ns(void)
 {
 	struct timespec ts;

@@ -60,6 +60,19 @@ int dtf_fault_pending_signal(void);
 /* "SIGTERM" etc. */
 const char *dtf_fault_signal_name(int sig);
 
+/*
+ * What the user's shell sees when every rank exits 75 after a stop on a
+ * signal, for the stop's notice: a parenthesis starting with a space, or
+ * "" when the launcher is not known.  Chosen from the environment: set
+ * DTF_LAUNCH_ATTEMPT (dtf-launch), Open MPI's OMPI_MCA_orte_hnp_uri
+ * (mpirun, 4.x), SLURM_STEP_ID (srun).  Open MPI 4.1's mpirun exits 1
+ * when it is itself sent SIGINT or SIGTERM (it then SIGTERMs the ranks and
+ * SIGKILLs them after odls_base_sigkill_timeout, 1 s); it passes 75 on
+ * when it forwarded SIGUSR1 or only ranks were signalled.  So under mpirun
+ * the text depends on `got_sigterm`: some rank received SIGTERM.
+ */
+const char *dtf_fault_exit_note(int got_sigterm);
+
 /* Mark progress: restart the watchdog's clock for `phase` (a static
  * string: "training step", "evaluation", "checkpoint") at global step
  * `step`. */

@@ -17,6 +17,9 @@
 #include "train/train.h"
 
 #include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -411,6 +414,124 @@ static int agree(struct dtf_comm *comm, int rc, const char *when,
 	return agree_vote(comm, rc, 0, &agreed, when, step, result);
 }
 
+/* printf-style at buf + *len, within size; a text that does not fit is
+ * cut and *len stays at the end of what fits. */
+static void appendf(char *buf, size_t size, size_t *len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void appendf(char *buf, size_t size, size_t *len, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int w = vsnprintf(buf + *len, size - *len, fmt, ap);
+	va_end(ap);
+	*len = w < 0 || (size_t)w >= size - *len ? size - 1 : *len + (size_t)w;
+}
+
+/* "0-3,5,7,8" for the ascending ranks r[0..n-1] (a range from three ranks
+ * on), appended as appendf does. */
+static void append_ranks(char *buf, size_t size, size_t *len,
+			 const int32_t *r, int n)
+{
+	for (int i = 0; i < n;) {
+		int j = i;
+		while (j + 1 < n && r[j + 1] == r[j] + 1)
+			j++;
+		if (j < i + 2)
+			j = i;
+		if (j > i)
+			appendf(buf, size, len, "%s%d-%d", i ? "," : "",
+				(int)r[i], (int)r[j]);
+		else
+			appendf(buf, size, len, "%s%d", i ? "," : "", (int)r[i]);
+		i = j + 1;
+	}
+}
+
+/* "SIGTERM on ranks 0,1 and SIGUSR1 on rank 2" into who[size] from the
+ * gathered {world rank, signal or 0} pairs of `n` replicas; *got_sigterm
+ * becomes 1 when one of the signals is SIGTERM.  At most 64 ranks are
+ * listed per signal ("..." for more). */
+static void name_signalled(const int32_t *all, int n, char *who, size_t size,
+			   int *got_sigterm)
+{
+	size_t len = 0;
+	int groups = 0;
+	who[0] = 0;
+	for (int i = 0; i < n; i++) {
+		int sig = all[2 * i + 1], first = sig != 0;
+		for (int k = 0; k < i && first; k++)
+			first = all[2 * k + 1] != sig;
+		if (!first)
+			continue;
+		int32_t ranks[64];
+		int m = 0, more = 0;
+		for (int k = i; k < n; k++)
+			if (all[2 * k + 1] == sig) {
+				if (m < 64)
+					ranks[m++] = all[2 * k];
+				else
+					more = 1;
+			}
+		*got_sigterm |= sig == SIGTERM;
+		appendf(who, size, &len, "%s%s on rank%s ", groups ? " and " : "",
+			dtf_fault_signal_name(sig), m > 1 ? "s" : "");
+		append_ranks(who, size, &len, ranks, m);
+		if (more)
+			appendf(who, size, &len, ",...");
+		groups++;
+	}
+	if (!groups)
+		snprintf(who, size, "a signal");
+}
+
+/*
+ * The end of a stop on a signal, on every replica: gather which world
+ * ranks (as the log's prefixes name them) have received which signal by
+ * now, after the checkpoint, and let replica 0 print one notice naming
+ * them, what was saved (`saved`: the checkpoint's path, or NULL) and what
+ * the launcher will report.  A rank whose signal comes later is not named.
+ * Returns DTF_ERR_SIGNAL, the notice's text as its message (on replica 0;
+ * "a signal" elsewhere), with result->stop_announced set.
+ */
+static int signal_stop(struct dtf_comm *comm, const char *saved, int64_t step,
+		       struct dtf_train_result *result)
+{
+	int size = comm ? dtf_comm_size(comm) : 1;
+	int root = !comm || dtf_comm_rank(comm) == 0;
+	int32_t mine[2] = {dtf_log_rank(), dtf_fault_pending_signal()};
+	int32_t *all = root ? dtf_calloc((size_t)size * 2, sizeof(*all)) : NULL;
+	int rc = root && !all ? dtf_error(DTF_ERR_NOMEM, "out of memory") : 0;
+	if ((rc = agree(comm, rc, "gathering the signals after", step,
+			result)) < 0)
+		return rc;
+	if ((rc = dtf_comm_gather_i32(comm, mine, 2, all, 0)) < 0) {
+		dtf_free(all);
+		return rc;
+	}
+	char who[512] = "a signal";
+	int got_sigterm = 0;
+	if (root)
+		name_signalled(all, size, who, sizeof(who), &got_sigterm);
+	dtf_free(all);
+	const char *note = dtf_fault_exit_note(got_sigterm);
+	if (saved)
+		rc = dtf_error(DTF_ERR_SIGNAL,
+			       "stop requested by %s at step %lld: checkpoint of step %lld "
+			       "written (%s); exit status 75%s; run again with --resume "
+			       "to continue",
+			       who, (long long)step, (long long)step, saved, note);
+	else
+		rc = dtf_error(DTF_ERR_SIGNAL,
+			       "stop requested by %s at step %lld: nothing saved (no "
+			       "checkpoint.dir); exit status 75%s; a new run starts from "
+			       "step 0 (set checkpoint.dir to be able to resume)",
+			       who, (long long)step, note);
+	if (root)
+		dtf_log_notice("%s", dtf_error_msg());
+	result->stop_announced = 1;
+	return rc;
+}
+
 /*
  * After a step: save a checkpoint when one is due (every_steps, the last
  * step, or agreed in the step's status: rank 0's clock or a signal), agree
@@ -424,13 +545,13 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      const struct dtf_ckpt_position *pos, int agreed,
 		      int last, struct dtf_train_result *result)
 {
-	int sig = (agreed >> 8) & 0xff, who = agreed >> 16;
+	int sig = (agreed >> 8) & 0xff;
 	int64_t every = job->checkpoint.every_steps;
 	int due = last || sig || (agreed & 1) ||
 		  (every > 0 && pos->step % every == 0);
 	if (!due || (!ck && !sig))
 		return 0;
-	char path[512] = "no checkpoint.dir: nothing saved";
+	char path[512];
 	if (ck) {
 		dtf_fault_progress(fault, "checkpoint", pos->step);
 		double t0 = now_seconds();
@@ -461,18 +582,12 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		if ((rc = agree(comm, rc, "saving the checkpoint after", pos->step,
 				result)) < 0)
 			return rc;
-		snprintf(path, sizeof(path), "saved %s/ckpt-%lld.dtf",
+		snprintf(path, sizeof(path), "%s/ckpt-%lld.dtf",
 			 job->checkpoint.dir, (long long)pos->step);
 	}
 	if (!sig || last)
 		return 0;
-	return dtf_error(DTF_ERR_SIGNAL,
-			 "stopped by %s (received by rank %d) at step %lld: %s; "
-			 "exit status 75: %s",
-			 dtf_fault_signal_name(sig), who, (long long)pos->step,
-			 path,
-			 ck ? "run again with --resume to continue"
-			    : "a new run starts from step 0 (set checkpoint.dir to be able to resume)");
+	return signal_stop(comm, ck ? path : NULL, pos->step, result);
 }
 
 static void add_times(struct dtf_step_times *sum,

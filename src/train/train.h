@@ -52,6 +52,8 @@ struct dtf_train_result {
 	double eval_top_k_accuracy; /* metrics top_k_accuracy; -1 if none */
 	size_t num_params;
 	int remote_failure; /* 1: stopped because another rank failed */
+	int stop_announced; /* 1: a stop on a signal whose notice replica 0
+			     * printed (DTF_ERR_SIGNAL on every replica) */
 	struct dtf_step_times times; /* whole run */
 	uint64_t step_allocations; /* dtf_alloc calls inside steps 2.. (0) */
 };
