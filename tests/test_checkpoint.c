@@ -997,7 +997,7 @@ START_TEST(second_run_on_a_locked_dir_is_refused)
 	ck_assert_log("lockb.log", want);
 	ck_assert_log("lockc.log", want);
 	ck_assert(strstr(tu_slurp(tmp, "lockc.log"), "deleted") == NULL);
-	ck_assert_log("locka.log", "stopped by SIGUSR1");
+	ck_assert_log("locka.log", "notice: stop requested by SIGUSR1 on rank 0");
 	/* A's files only, its newest named by the index and verifying */
 	int64_t newest = -1;
 	char dir[512];
