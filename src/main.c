@@ -15,7 +15,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 #include "dtf_config.h"
 #include "obs/obs.h"
 #include "train/threads.h"

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "dist/comm.h"
-#include "dist/strategy.h"
+#include "distribute/comm.h"
+#include "distribute/strategy.h"
 
 int main(int argc, char **argv)
 {

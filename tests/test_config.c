@@ -627,7 +627,7 @@ START_TEST(test_cross_references)
 			      "strategy.communication.implementation=shared_memory"};
 	ck_assert_ptr_nonnull(strstr(load_fail(SKETCH, fp16, 2, DTF_ERR_CONFIG),
 					 "not with compression"));
-	/* where it takes the ranks, dist/strategy.c names the key's
+	/* where it takes the ranks, distribute/strategy.c names the key's
 	 * position kept here */
 	struct dtf_job *job = load_ok(edit("  type: multi_worker_mirrored\n",
 					   "  type: multi_worker_mirrored\n"

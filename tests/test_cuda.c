@@ -33,7 +33,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cuda/cuda.h"
 #include "train/optimizer.h"

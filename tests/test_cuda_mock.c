@@ -22,7 +22,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 #include "train/train.h"
 
 #include "testutil.h"

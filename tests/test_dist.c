@@ -28,7 +28,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
-#include "dist/strategy.h"
+#include "distribute/strategy.h"
 
 #include "testutil.h"
 

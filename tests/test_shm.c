@@ -1,5 +1,5 @@
 /*
- * test_shm.c - the shared-memory gradient reduction (dist/shm.h) against
+ * test_shm.c - the shared-memory gradient reduction (distribute/shm.h) against
  * MPI_Iallreduce, end to end.
  *
  * Trains the tiny CNN of test_dist for 20 steps with

@@ -2589,7 +2589,7 @@ static const struct section train_section = {
 	train_fields, NFIELDS(train_fields), (long)JOB(train.where),
 	check_train};
 /* strategy.communication.implementation shared_memory where the job alone
- * rules it out (dist/strategy.c checks the rest, which depends on the
+ * rules it out (distribute/strategy.c checks the rest, which depends on the
  * ranks: several nodes, device cuda, and names the position kept in
  * implementation_where): a job error at the key, caught by --dry-run as
  * well. */

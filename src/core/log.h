@@ -3,7 +3,7 @@
  *
  * Rank 0 (the chief) prints progress; warnings and errors from any rank
  * carry "[rank N host]" so a batch log shows who said what.  The identity is
- * set once by dist/ after MPI starts (before that, messages carry no prefix).
+ * set once by distribute/ after MPI starts (before that, messages carry no prefix).
  */
 #ifndef DTF_CORE_LOG_H
 #define DTF_CORE_LOG_H

@@ -44,7 +44,7 @@ void dtf_exec_forward(const struct dtf_graph *g, struct dtf_exec_ctx *ctx);
 void dtf_exec_backward(const struct dtf_graph *g, struct dtf_exec_ctx *ctx);
 
 /* Backward pass calling after(arg, i) once node i has run, for every
- * backward node in order: how dist/ starts a gradient bucket's allreduce
+ * backward node in order: how distribute/ starts a gradient bucket's allreduce
  * as soon as its last gradient is written, while backward goes on. */
 void dtf_exec_backward_hook(const struct dtf_graph *g, struct dtf_exec_ctx *ctx,
 			    void (*after)(void *arg, int node), void *arg);

@@ -31,7 +31,7 @@
 #include "core/error.h"
 #include "core/lock.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 #include "obs/tfevents.h"
 #include "obs/trace.h"
 

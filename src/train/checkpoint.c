@@ -35,7 +35,7 @@
 #include "core/lock.h"
 #include "core/log.h"
 #include "data/crc32c.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 #include "graph/graph.h"
 #include "train/fault.h"
 #include "train/optimizer.h"

@@ -19,7 +19,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "data/pipeline.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 #include "ops/cuda/cuda.h"
 #include "ops/cuda/exec_cuda.h"
 

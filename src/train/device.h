@@ -7,7 +7,7 @@
  * 0 without a driver or in a build without CUDA, else the CPU; also the CPU,
  * with a warning, when the model has an op or a conv2d geometry the CUDA
  * backend lacks).  Placement: each rank drives the GPU of its node-local
- * rank (MPI_Comm_split_type SHARED, dist/comm.h), as Horovod's
+ * rank (MPI_Comm_split_type SHARED, distribute/comm.h), as Horovod's
  * local_rank -> device rule; more ranks on a node than GPUs is an error with
  * a hint unless `allow_gpu_sharing: true`, which maps local rank r to GPU
  * r % GPUs.  `precision: tf32` turns on TF32 tensor cores.

@@ -18,7 +18,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 #include "obs/obs.h"
 #include "train/checkpoint.h"
 #include "train/fault.h"

@@ -18,7 +18,7 @@
  * <logging.dir>/eval/ events (obs.h); the chief then evaluates nothing
  * itself and leaves eval/ to the evaluator.
  *
- * Termination: the chief sends one notice (dist/comm.h) to the evaluator
+ * Termination: the chief sends one notice (distribute/comm.h) to the evaluator
  * when its run ends, after its last checkpoint write is complete: {exit
  * status, final step}.  The evaluator tests for it before each poll of the
  * directory; after it came, one last poll evaluates the newest checkpoint

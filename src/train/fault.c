@@ -22,7 +22,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/comm.h"
+#include "distribute/comm.h"
 
 #define MAX_FAULTS 4
 

@@ -11,7 +11,7 @@
  * ends the process at once.  SIGXFSZ is ignored, so writing past
  * RLIMIT_FSIZE fails with EFBIG (an error we report) instead of killing.
  *
- * Watchdog: a thread that ends the whole job (MPI_Abort through dist/)
+ * Watchdog: a thread that ends the whole job (MPI_Abort through distribute/)
  * when the main thread makes no progress for fault.timeout_seconds; the
  * loop marks progress at every step, evaluation and checkpoint.  A rank
  * stuck in a collective because a peer hangs, or hung itself, so never

@@ -28,8 +28,8 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/comm.h"
-#include "dist/strategy.h"
+#include "distribute/comm.h"
+#include "distribute/strategy.h"
 #include "data/pipeline.h"
 #include "graph/exec.h"
 #include "graph/fast_exec.h"
@@ -647,7 +647,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct dtf_train_result *result);
 
 /*
- * The CPU step through the distribution strategy (dist/strategy.h):
+ * The CPU step through the distribution strategy (distribute/strategy.h):
  * train.accumulate_steps micro-batches, each read, agreed on, run forward
  * and backward (the last one starting the gradient buckets from inside
  * backward), then the strategy reduces, checks and applies the update.
@@ -941,7 +941,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	if (!opts->dry_run && evaluator >= 0 &&
 	    (rc = dtf_evaluator_check_job(job)) < 0)
 		return rc; /* the same on every rank, before any collective */
-	/* roles and sub-communicators (dist/strategy.h); from here `comm` is
+	/* roles and sub-communicators (distribute/strategy.h); from here `comm` is
 	 * the training replicas' (NULL on ps and evaluator ranks) */
 	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster, &strat)) < 0)
 		return rc;
@@ -1025,7 +1025,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	rc = build(job, batch, 1, &r);
 	if (!opts->dry_run && dtf_strategy_wants_shared_grads(strat)) {
 		/* the gradient vector in the replicas' shared-memory window
-		 * (dist/strategy.h): a collective, so agree first */
+		 * (distribute/strategy.h): a collective, so agree first */
 		if ((rc = agree(comm, rc, "building the graph before", 0,
 				result)) == 0 &&
 		    (rc = dtf_strategy_share_grads(strat, &r.g,

@@ -27,8 +27,8 @@
 #include "config/config.h"
 #include "core/alloc.h"
 #include "core/error.h"
-#include "dist/comm.h"
-#include "dist/strategy.h"
+#include "distribute/comm.h"
+#include "distribute/strategy.h"
 
 static const char job_text[] =
 	"data:\n"

@@ -1,5 +1,5 @@
 /*
- * comm.h - the collectives training needs, on Open MPI.  Only dist/
+ * comm.h - the collectives training needs, on Open MPI.  Only distribute/
  * includes <mpi.h>; everything else sees this opaque handle.
  *
  * Error agreement: a rank that fails between collectives does not leave the

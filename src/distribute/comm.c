@@ -4,8 +4,8 @@
  * MPI errors are returned, not fatal (MPI_ERRORS_RETURN on the world
  * communicator), so a failed call surfaces as a message naming the call.
  */
-#include "dist/comm.h"
-#include "dist/comm_impl.h"
+#include "distribute/comm.h"
+#include "distribute/comm_impl.h"
 
 #include <mpi.h>
 #include <stdlib.h>

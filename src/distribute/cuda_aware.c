@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/comm.h"
+#include "distribute/comm.h"
 
 int dtf_comm_cuda_aware(void)
 {

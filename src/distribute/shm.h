@@ -1,6 +1,6 @@
 /*
  * shm.h - the replicas' gradient vectors in one MPI-3 shared-memory
- * window, for the intra-node gradient allreduce of dist/strategy.c.
+ * window, for the intra-node gradient allreduce of distribute/strategy.c.
  *
  * When every replica runs on one node, each rank's flat gradient vector is
  * its segment of a window from MPI_Win_allocate_shared (one segment per
@@ -18,7 +18,7 @@
  * while another still reads it.  MPI_Win_sync orders the memory accesses
  * around each synchronization, as MPI-3.1 section 11.7 requires for the
  * unified model; the window stays in one MPI_Win_lock_all epoch.
- * With the sharded update (dist/strategy.h, dtf_strategy_sync_slots) step 4
+ * With the sharded update (distribute/strategy.h, dtf_strategy_sync_slots) step 4
  * is skipped: the variables are one copy for the node, behind rank 0's
  * segment (`shared`), and each rank updates those of its own slices in
  * place.

@@ -36,7 +36,7 @@
  * With every replica on one node (implementation auto or shared_memory),
  * the gradient vectors live in one shared-memory window and a bucket is
  * reduced by loads and stores between two barriers instead of
- * MPI_Iallreduce (dist/shm.h), the same bits on every replica.
+ * MPI_Iallreduce (distribute/shm.h), the same bits on every replica.
  * Compression fp16/bf16 sends 16-bit values pre-divided by the number of
  * replicas (so the sum stays in range) with a reduction operator that adds
  * in float32, and multiplies back after.
@@ -45,7 +45,7 @@
  * 1..k-1 add their gradients into an accumulator; the k-th adds it in as
  * each bucket becomes ready, so one communication serves k micro-batches.
  *
- * Nothing is allocated per step.  Only dist/ includes <mpi.h>.
+ * Nothing is allocated per step.  Only distribute/ includes <mpi.h>.
  */
 #ifndef DTF_DIST_STRATEGY_H
 #define DTF_DIST_STRATEGY_H
@@ -103,7 +103,7 @@ double dtf_strategy_learning_rate(const struct dtf_strategy *s, double base,
 				  int64_t step);
 
 /*
- * Shared-memory gradients (dist/shm.h; strategy.communication.implementation
+ * Shared-memory gradients (distribute/shm.h; strategy.communication.implementation
  * auto or shared_memory): 1 when the replicas reduce through one window,
  * so the trainer must take its gradient vector from
  * dtf_strategy_share_grads (mirrored or multi_worker_mirrored, more than

@@ -18,7 +18,7 @@
  *                 {STOP, exit status}
  *   ps -> worker: {OK | SKIPPED | STOP | NONFINITE, status} + variables
  */
-#include "dist/strategy.h"
+#include "distribute/strategy.h"
 
 #include <math.h>
 #include <mpi.h>
@@ -31,8 +31,8 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/comm_impl.h"
-#include "dist/shm.h"
+#include "distribute/comm_impl.h"
+#include "distribute/shm.h"
 
 /* floats per collective call: Open MPI's shared-memory allreduce slows
  * about 5x above ~24 MB per call (DESIGN.md section 7; tests/bench) */
@@ -98,7 +98,7 @@ struct dtf_strategy {
 	int hierarchical, overlap, is_leader;
 	enum dtf_grad_compression compression;
 	MPI_Op op16;
-	/* shared memory (dist/shm.h): shm_comm is the replicas' node
+	/* shared memory (distribute/shm.h): shm_comm is the replicas' node
 	 * communicator when they may reduce through a window (all on one
 	 * node, flat mirrored strategy, no compression); shm, once
 	 * dtf_strategy_share_grads made it, holds the gradient vectors */
@@ -944,7 +944,7 @@ static int start_stage(struct dtf_strategy *s, struct unit *u, enum stage st)
 	return err == MPI_SUCCESS ? 0 : dtf_comm_mpi_fail(err, "starting a gradient reduction");
 }
 
-/* ---- buckets through shared memory (dist/shm.h) ------------------------------- */
+/* ---- buckets through shared memory (distribute/shm.h) ------------------------------- */
 
 /* Call fn(s, part, off, n, ctx) on each range of the gradient vector in
  * slice `part` of bucket b: the slice is of the bucket's floats in

@@ -1,13 +1,13 @@
 /*
- * comm_impl.h - struct dtf_comm for the files of dist/ (which may include
- * <mpi.h>); everything outside dist/ sees only comm.h's opaque handle.
+ * comm_impl.h - struct dtf_comm for the files of distribute/ (which may include
+ * <mpi.h>); everything outside distribute/ sees only comm.h's opaque handle.
  */
 #ifndef DTF_DIST_COMM_IMPL_H
 #define DTF_DIST_COMM_IMPL_H
 
 #include <mpi.h>
 
-#include "dist/comm.h"
+#include "distribute/comm.h"
 
 struct dtf_comm {
 	MPI_Comm comm;    /* MPI_COMM_WORLD, or a split owned by the handle */

@@ -1,7 +1,7 @@
 /*
  * shm.c - a shared-memory window for the replicas' gradients (shm.h).
  */
-#include "dist/shm.h"
+#include "distribute/shm.h"
 
 #include <stdint.h>
 #include <string.h>
