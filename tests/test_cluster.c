@@ -1,0 +1,243 @@
+/*
+ * test_cluster.c - dtf-train across hosts: network-namespace hosts h1..h3
+ * on one machine (tests/cluster/cluster.sh), Open MPI's daemons started
+ * on them by its rsh agent, TCP between hosts and shared memory within.
+ *
+ * Run as `cluster.sh run 3 test_cluster` (meson does): the hosts exist
+ * for the whole program and are removed afterwards, whatever happens;
+ * without them (DTF_CLUSTER_ID unset) every test exits 77.
+ *
+ * Each run trains the tiny CNN of test_dist (4 files of synthetic records,
+ * 60 steps, dropout on) and exports its variables; the multi-host runs
+ * must give the variables of one host with the same number of ranks,
+ * within 1e-5 relative:
+ *  - 2 hosts x 1 rank (MPI between the hosts) against 1 host x 2 ranks
+ *    (the shared-memory window), each rank reading its own files;
+ *  - 2 hosts x 2 ranks, communication.hierarchical on (shared memory
+ *    within a host, the leaders' allreduce between) and off, against
+ *    1 host x 4 ranks;
+ *  - parameter_server with the ps on a third host, against 1 host x 3;
+ * and the launch:
+ *  - a cross-host run logs every rank's host, interface and address;
+ *  - a host whose name resolves to a loopback address is an error (exit 2)
+ *    naming the host and rank;
+ *  - a remote rank SIGKILLed ends the job (mpirun too) within the
+ *    watchdog's timeout with a message naming its host and rank, and
+ *    nothing is left running on any host.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "testutil.h"
+
+static char tmpdir[256];
+static char cluster[512]; /* tests/cluster/cluster.sh */
+
+static const char job_text[] =
+	"name: tiny-cnn\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
+	TU_SYNTH_FEATURES_8X8
+	TU_TINY_CNN_MODEL
+	"train:\n"
+	"  batch_size: 24\n"
+	"  max_steps: 60\n"
+	"  epochs: 5\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"strategy: {type: multi_worker_mirrored}\n"
+	"logging: {every_steps: 20}\n";
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* dtf-train on HOSTS ("h1:2,h2:2", see cluster.sh mpirun) with np ranks,
+ * variables to NAME.bin, stderr to NAME.log; the exit status */
+static int train(const char *hosts, int np, const char *name,
+		 const char *sets)
+{
+	double t0 = now();
+	int st = tu_run("timeout -k 5 120 %s mpirun %s -np %d %s/dtf-train "
+			"--threads 1 --export-variables %s/%s.bin %s %s/job.yaml "
+			">%s/%s.out 2>%s/%s.log",
+			cluster, hosts, np, tu_build_root(), tmpdir, name,
+			sets ? sets : "", tmpdir, tmpdir, name, tmpdir, name);
+	printf("%s: %d rank(s) on %s: exit %d, %.1f s\n", name, np, hosts, st,
+	       now() - t0);
+	return st;
+}
+
+static const char *log_of(const char *name)
+{
+	char f[128];
+	snprintf(f, sizeof(f), "%s.log", name);
+	return tu_slurp(tmpdir, f);
+}
+
+static void train_ok(const char *hosts, int np, const char *name,
+		     const char *sets)
+{
+	int st = train(hosts, np, name, sets);
+	ck_assert_msg(st == 0, "%s: exit %d\n%s", name, st, log_of(name));
+}
+
+static void has(const char *name, const char *want)
+{
+	const char *log = log_of(name);
+	ck_assert_msg(strstr(log, want) != NULL, "%s: no '%s' in\n%s", name,
+		      want, log);
+}
+
+static void lacks(const char *name, const char *unwanted)
+{
+	const char *log = log_of(name);
+	ck_assert_msg(strstr(log, unwanted) == NULL, "%s: '%s' in\n%s", name,
+		      unwanted, log);
+}
+
+/* the variables of run `got` against run `ref`: at most 1e-5 relative,
+ * and the training moved them */
+static void same_vars(const char *got, const char *ref)
+{
+	char g[128], r[128];
+	snprintf(g, sizeof(g), "%s.bin", got);
+	snprintf(r, sizeof(r), "%s.bin", ref);
+	size_t n = 0, moved = 0;
+	int same = 0;
+	double d = tu_vars_rel_diff(tmpdir, g, r, &n, &moved, &same);
+	printf("%s against %s: %zu variables, max relative difference %.3g%s\n",
+	       got, ref, n, d, same ? " (same bits)" : "");
+	ck_assert_uint_gt(n, 100);
+	ck_assert_uint_gt(moved, n / 2);
+	ck_assert_msg(d <= 1e-5, "%s against %s: %g", got, ref, d);
+}
+
+static void setup(void)
+{
+	if (!getenv("DTF_CLUSTER_ID")) {
+		puts("SKIP: no cluster (run under tests/cluster/cluster.sh run)");
+		exit(77);
+	}
+	snprintf(cluster, sizeof(cluster), "%s/tests/cluster/cluster.sh",
+		 tu_source_root());
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-cluster-test");
+	tu_synth(tmpdir, "train", 960, 4, "8,8,1", 1);
+	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir);
+}
+
+static void teardown(void)
+{
+	tu_tmpdir_remove(tmpdir);
+}
+
+START_TEST(two_hosts_one_rank_each)
+{
+	train_ok("h1:2", 2, "one_host2", NULL);
+	train_ok("h1,h2", 2, "two_hosts2", NULL);
+	same_vars("two_hosts2", "one_host2");
+	has("one_host2", "on 1 node(s)");
+	has("one_host2", "implementation shared_memory");
+	lacks("one_host2", "interface");
+	has("two_hosts2", "2 replica(s) on 2 node(s)");
+	has("two_hosts2", "implementation mpi");
+	/* each rank says where it runs; each reads its own files */
+	has("two_hosts2", "rank 0 of 2: host h1, interface eth0, address 10.99.0.1\n");
+	has("two_hosts2", "rank 1 of 2: host h2, interface eth0, address 10.99.0.2\n");
+	has("two_hosts2", "4 files for 2 ranks: shard_policy auto shards by file");
+}
+END_TEST
+
+START_TEST(two_hosts_two_ranks_each)
+{
+	train_ok("h1:4", 4, "one_host4", NULL);
+	train_ok("h1:2,h2:2", 4, "hier", "--set strategy.communication.hierarchical=true");
+	train_ok("h1:2,h2:2", 4, "flat", "--set strategy.communication.hierarchical=false");
+	same_vars("hier", "one_host4");
+	same_vars("flat", "one_host4");
+	has("hier", "4 replica(s) on 2 node(s)");
+	has("hier", "hierarchical");
+	has("flat", "rank 3 of 4: host h2, interface eth0, address 10.99.0.2\n");
+}
+END_TEST
+
+START_TEST(parameter_server_on_another_host)
+{
+	const char *ps = "--set strategy.type=parameter_server "
+			 "--set train.max_steps=20";
+	train_ok("h1:3", 3, "ps_one_host", ps);
+	train_ok("h1,h2,h3", 3, "ps_three_hosts", ps);
+	same_vars("ps_three_hosts", "ps_one_host");
+	has("ps_three_hosts", "rank 2 of 3: host h3, interface eth0, address 10.99.0.3\n");
+}
+END_TEST
+
+START_TEST(loopback_name_is_an_error)
+{
+	ck_assert_int_eq(tu_run("%s loopback h2 on", cluster), 0);
+	int st = train("h1,h2", 2, "loopback", NULL);
+	ck_assert_int_eq(tu_run("%s loopback h2 off", cluster), 0);
+	ck_assert_msg(st == 2, "exit %d\n%s", st, log_of("loopback"));
+	has("loopback", "host h2 (rank 1) resolves its own name to 127.0.1.1, a loopback address");
+	has("loopback", "rank 1 of 2: host h2, interface lo, address 127.0.1.1\n");
+}
+END_TEST
+
+START_TEST(remote_rank_killed)
+{
+	/* trains until killed; the watchdog's timeout bounds the end */
+	const char *sets = "--set train.epochs=1000000 "
+			   "--set train.max_steps=1000000000 "
+			   "--set fault.timeout_seconds=10";
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "(sleep 3; %s signal h2 KILL; date +%%s.%%N >%s/killed) & ",
+		 cluster, tmpdir);
+	double t0 = now();
+	int st = tu_run("%s timeout -k 5 60 %s mpirun h1,h2 -np 2 "
+			"%s/dtf-train --threads 1 -q %s %s/job.yaml "
+			">%s/kill.out 2>%s/kill.log; st=$?; wait; exit $st",
+			cmd, cluster, tu_build_root(), sets, tmpdir, tmpdir,
+			tmpdir);
+	double took = now() - t0 - 3.0;
+	printf("remote rank SIGKILLed: exit %d, %.1f s after the kill\n", st,
+	       took);
+	ck_assert_msg(st != 0 && st != 124 && st != 128, "exit %d\n%s", st,
+		      log_of("kill"));
+	ck_assert_msg(took < 10.0 + 5.0, "%.1f s\n%s", took, log_of("kill"));
+	has("kill", "rank 1");
+	has("kill", "h2");
+	/* nothing left on any host */
+	ck_assert_int_eq(tu_run("test -z \"$(%s pids)\"", cluster), 0);
+}
+END_TEST
+
+static Suite *cluster_suite(void)
+{
+	Suite *s = suite_create("cluster");
+	TCase *tc = tcase_create("hosts");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 240);
+	tcase_add_test(tc, two_hosts_one_rank_each);
+	tcase_add_test(tc, two_hosts_two_ranks_each);
+	tcase_add_test(tc, parameter_server_on_another_host);
+	tcase_add_test(tc, loopback_name_is_an_error);
+	tcase_add_test(tc, remote_rank_killed);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	if (!getenv("DTF_CLUSTER_ID")) {
+		puts("SKIP: no cluster (run under tests/cluster/cluster.sh run)");
+		return 77;
+	}
+	return tu_run_suite(cluster_suite(), 1);
+}
