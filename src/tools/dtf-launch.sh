@@ -107,6 +107,26 @@ reason() { # status -> words
 	esac
 }
 
+# Open MPI's TCP keepalive between mpirun and its daemons, so that a host
+# whose link goes down ends the job within seconds (by default mpirun
+# waits for the unreachable daemon forever): the options for launcher
+# command $1, unless it runs no mpirun (a word mpirun, mpiexec or orterun,
+# with or without a directory) or the command or the environment
+# (OMPI_MCA_...) already sets them.
+keepalive() {
+	case " $1 " in
+	*[/\ ]mpirun\ * | *[/\ ]mpiexec\ * | *[/\ ]orterun\ *) ;;
+	*) return 0 ;;
+	esac
+	for kv in time=5 intvl=2 probes=3; do
+		k=oob_tcp_keepalive_${kv%%=*}
+		case $1 in *"$k"*) continue ;; esac
+		[ -n "$(printenv "OMPI_MCA_$k")" ] && continue
+		printf ' --mca %s %s' "$k" "${kv#*=}"
+	done
+}
+ka=$(keepalive "$mpirun")
+
 stop=0
 child=
 forward() {
@@ -121,9 +141,9 @@ st=0
 while :; do
 	npopt=
 	[ -n "$np" ] && npopt="-n $np"
-	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt $train --resume $*" >&2
-	# shellcheck disable=SC2086 # $mpirun and $npopt are word lists
-	DTF_LAUNCH_ATTEMPT=$attempt $mpirun $npopt "$train" --resume "$@" &
+	echo "$prog: attempt $attempt of $attempts: $mpirun $npopt$ka $train --resume $*" >&2
+	# shellcheck disable=SC2086 # $mpirun, $npopt and $ka are word lists
+	DTF_LAUNCH_ATTEMPT=$attempt $mpirun $npopt $ka "$train" --resume "$@" &
 	child=$!
 	while :; do
 		wait "$child"
