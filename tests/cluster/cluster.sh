@@ -4,7 +4,8 @@
 # injected per host.
 #
 #   cluster.sh check              exit 77 (with the reason) unless this can run:
-#                                 root, ip, unshare, nsenter, mpirun
+#                                 root, ip, unshare, nsenter, mpirun, and a
+#                                 namespace with a bridge can be made
 #   cluster.sh run N CMD [ARG]... bring N hosts up, run CMD with DTF_CLUSTER_ID
 #                                 exported, take everything down again, exit
 #                                 with CMD's status
@@ -36,7 +37,13 @@
 # /etc/netns/IDhK/hosts, which `ip netns exec` mounts over /etc/hosts (the
 # machine's /etc/hosts is never touched); `exec` also gives the command its
 # own UTS namespace with the host name hK, which is what Open MPI and
-# dtf-train see.
+# dtf-train see.  Each host's TCP gives up on an unreachable peer after 5
+# retransmissions (net.ipv4.tcp_retries2=5, about 13 s, longer than the
+# tests' 10 s watchdog; Linux's default 15 takes about 15 minutes), as
+# clusters that want dead hosts found quickly lower it: Open MPI's
+# keepalive options end idle connections to a host whose link is down,
+# but a daemon cut off with data still unsent waits for its
+# retransmissions to fail.
 #
 # Guarantees: `down` kills every process left in the cluster's namespaces,
 # removes the namespaces and their /etc/netns directories; `run` calls it on
@@ -74,10 +81,19 @@ check() {
 			exit 77
 		}
 	done
-	ip netns list >/dev/null 2>&1 || {
-		echo "SKIP: ip netns does not work here"
+	# a container without CAP_SYS_ADMIN / CAP_NET_ADMIN cannot make hosts
+	probe="dtfprobe$$"
+	if ! ip netns add "$probe" 2>/dev/null; then
+		echo "SKIP: cannot create a network namespace here (ip netns add)"
 		exit 77
-	}
+	fi
+	ok=1
+	ip -n "$probe" link add br0 type bridge 2>/dev/null || ok=0
+	ip netns del "$probe" 2>/dev/null
+	if [ "$ok" -eq 0 ]; then
+		echo "SKIP: cannot create a bridge in a network namespace here"
+		exit 77
+	fi
 }
 
 ns_of() { # HOST -> namespace name
@@ -103,6 +119,9 @@ up() { # N
 		ns=$(ns_of "h$k")
 		ip netns add "$ns" || die "cannot add namespace $ns"
 		ip -n "$ns" link set lo up
+		# a host cut off with unsent data gives up after a few seconds
+		# of retransmissions instead of ~15 min (tcp_retries2 15)
+		ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_retries2=5 >/dev/null 2>&1
 		ip -n "$br" link add "h$k" type veth peer name eth0 netns "$ns" ||
 			die "cannot add the link of h$k"
 		ip -n "$br" link set "h$k" master br0
@@ -230,7 +249,14 @@ signal_host() { # HOST SIG [NAME]
 
 link() { # HOST up|down
 	need_id
-	ip -n "${id}br" link set "$1" "$2"
+	ip -n "${id}br" link set "$1" "$2" || die "no link $1"
+	[ "$2" = up ] || return 0
+	# addresses that failed to resolve while the link was down stay
+	# unreachable (EHOSTUNREACH) until the entry expires: forget them
+	for ns in $(namespaces); do
+		ip -n "$ns" neigh flush all 2>/dev/null
+	done
+	return 0
 }
 
 shape() { # HOST RATE|off: both directions of the host's link
