@@ -28,6 +28,10 @@
 #   cluster.sh link HOST up|down  the host's link to the bridge
 #   cluster.sh shape HOST RATE    tbf at RATE (e.g. 1gbit) on the host's link,
 #                                 both ways; RATE "off" removes it
+#   cluster.sh delay HOST USEC    HOST's outgoing packets USEC microseconds
+#                                 later (iptables NFQUEUE to nfq_delay, from
+#                                 $DTF_NFQ_DELAY or $DTF_BUILD_ROOT/tests:
+#                                 this kernel has no netem); "off" removes it
 #   cluster.sh pids               what still runs in the cluster's namespaces
 #
 # Layout: cluster ID has namespaces IDbr (the bridge "br0") and IDh1..IDhN;
@@ -189,7 +193,7 @@ down() {
 		ip netns del "$ns" 2>/dev/null
 		rm -rf "/etc/netns/$ns"
 	done
-	rm -f "$state/$id"
+	rm -f "$state/$id" "$state/delay/$id"h*
 	rmdir /etc/netns 2>/dev/null
 	return 0
 }
@@ -273,6 +277,29 @@ shape_dev() { # NAMESPACE DEV RATE|off
 		die "tc tbf failed (Debian: iproute2; the kernel's sch_tbf)"
 }
 
+delay() { # HOST USEC|off: the host's outgoing packets USEC later
+	need_id
+	ns=$(ns_of "$1")
+	mkdir -p "$state/delay"
+	pidf="$state/delay/$ns"
+	if [ -f "$pidf" ]; then
+		kill "$(cat "$pidf")" 2>/dev/null
+		rm -f "$pidf"
+		ip netns exec "$ns" iptables -D OUTPUT -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass 2>/dev/null
+	fi
+	[ "$2" = off ] && return 0
+	prog=${DTF_NFQ_DELAY:-${DTF_BUILD_ROOT:-build}/tests/nfq_delay}
+	[ -x "$prog" ] || die "delay: $prog is missing (build it with libnetfilter-queue-dev)"
+	command -v iptables >/dev/null 2>&1 || die "delay: iptables is missing (Debian: iptables)"
+	ip netns exec "$ns" "$prog" 0 "$2" </dev/null >/dev/null 2>&1 &
+	echo $! >"$pidf"
+	sleep 0.2
+	kill -0 "$(cat "$pidf")" 2>/dev/null || die "delay: $prog did not start"
+	# --queue-bypass: should the program die, packets pass undelayed
+	ip netns exec "$ns" iptables -A OUTPUT -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass ||
+		die "delay: iptables NFQUEUE failed"
+}
+
 run() { # N CMD...
 	n=$1
 	shift
@@ -301,7 +328,7 @@ run() { # N CMD...
 	exit $st
 }
 
-[ $# -ge 1 ] || die "usage: $prog check|run|up|down|sweep|exec|mpirun|signal|loopback|link|shape|pids ..."
+[ $# -ge 1 ] || die "usage: $prog check|run|up|down|sweep|exec|mpirun|signal|loopback|link|shape|delay|pids ..."
 cmd=$1
 shift
 case $cmd in
@@ -316,6 +343,7 @@ signal) [ $# -ge 2 ] || die "usage: $prog signal HOST SIG [NAME]"; signal_host "
 loopback) [ $# -eq 2 ] || die "usage: $prog loopback HOST on|off"; loopback "$@" ;;
 link) [ $# -eq 2 ] || die "usage: $prog link HOST up|down"; link "$@" ;;
 shape) [ $# -eq 2 ] || die "usage: $prog shape HOST RATE|off"; shape "$@" ;;
+delay) [ $# -eq 2 ] || die "usage: $prog delay HOST USEC|off"; delay "$@" ;;
 pids)
 	need_id
 	for ns in $(namespaces); do
