@@ -193,7 +193,7 @@ down() {
 		ip netns del "$ns" 2>/dev/null
 		rm -rf "/etc/netns/$ns"
 	done
-	rm -f "$state/$id" "$state/delay/$id"h*
+	rm -f "$state/$id" "$state/delay/$id"h* "$state/hosts/$id".*
 	rmdir /etc/netns 2>/dev/null
 	return 0
 }
@@ -222,8 +222,10 @@ cluster_mpirun() { # HOSTS [MPIRUN ARG]...
 	need_id
 	spec=$1
 	shift
-	dir=${TMPDIR:-/tmp}
-	hf=$(mktemp "$dir/dtf-hosts.XXXXXX") || die "cannot write a hostfile"
+	# under the cluster's state, so that `down` removes it should this
+	# shell be killed before it does
+	mkdir -p "$state/hosts"
+	hf=$(mktemp "$state/hosts/$id.XXXXXX") || die "cannot write a hostfile"
 	echo "$spec" | tr ',' '\n' | awk -F: '{print $1 " slots=" ($2 == "" ? 1 : $2)}' >"$hf"
 	first=$(head -n 1 "$hf" | cut -d' ' -f1)
 	ip netns exec "$(ns_of "$first")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$first" \
