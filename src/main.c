@@ -206,6 +206,14 @@ int main(int argc, char **argv)
 		rank = dtf_comm_rank(comm);
 		dtf_log_set_identity(rank, dtf_comm_size(comm),
 				     dtf_comm_host(comm));
+		/* the same verdict on every rank: rank 0 says it */
+		if ((rc = dtf_comm_check_launch(comm)) < 0) {
+			if (rank == 0)
+				dtf_errlog("%s", dtf_error_msg());
+			status = dtf_error_exit_status(rc);
+			dtf_comm_finalize(comm);
+			goto out;
+		}
 	}
 
 	struct dtf_job *job = NULL;

@@ -17,7 +17,10 @@
  *    a TF_CONFIG cluster (chief, worker, ps) trains like one_device;
  *  - one_device on 2 ranks and mirrored across nodes are job errors;
  *  - on_nonfinite skip and fail; async parameter_server learns;
- *  - linear learning-rate scaling is logged.
+ *  - linear learning-rate scaling is logged;
+ *  - a world of 1 under Slurm's several tasks is exit 2 saying to use
+ *    srun --mpi=pmix (a world that matches them trains); "nodes" of one
+ *    host name log no per-rank places and take no loopback error.
  */
 #include <check.h>
 #include <math.h>
@@ -489,6 +492,35 @@ START_TEST(config_keys)
 }
 END_TEST
 
+START_TEST(slurm_world_of_one)
+{
+	/* as `srun -n 2 dtf-train` without --mpi=pmix starts each task */
+	int st = tu_run("SLURM_NTASKS=2 SLURM_PROCID=1 timeout 120 "
+			"%s/dtf-train --threads 1 %s/job.yaml 2>%s/slurm1.log "
+			">/dev/null",
+			build_root, tmpdir, tmpdir);
+	const char *log = tu_slurp(tmpdir, "slurm1.log");
+	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "MPI started a world of 1 rank, but Slurm started 2 tasks (SLURM_NTASKS=2)") &&
+		      strstr(log, "srun --mpi=pmix"), "%s", log);
+	/* the step's own count wins over the allocation's */
+	st = tu_run("SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=1 SLURM_PROCID=0 "
+		    "timeout 120 %s/dtf-train --threads 1 --set train.max_steps=2 "
+		    "%s/job.yaml 2>%s/slurm_step1.log >/dev/null",
+		    build_root, tmpdir, tmpdir);
+	ck_assert_msg(st == 0, "exit %d\n%s", st,
+		      tu_slurp(tmpdir, "slurm_step1.log"));
+	/* two "nodes" of one host name: not a cross-host run (this
+	 * machine's name may well resolve to a loopback address) */
+	st = train(2, "slurm2", "SLURM_NTASKS=2 SLURM_PROCID=0 DTF_TEST_RANKS_PER_NODE=1",
+		   "--set train.max_steps=2");
+	log = tu_slurp(tmpdir, "slurm2.log");
+	ck_assert_msg(st == 0, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "on 2 node(s)") && !strstr(log, "interface"),
+		      "%s", log);
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
 	Suite *s = suite_create("dist");
@@ -511,6 +543,7 @@ static Suite *dist_suite(void)
 	tcase_add_test(tc, nonfinite_skip_and_fail);
 	tcase_add_test(tc, async_ps_learns);
 	tcase_add_test(tc, linear_scaling_logged);
+	tcase_add_test(tc, slurm_world_of_one);
 	suite_add_tcase(s, tc);
 	return s;
 }

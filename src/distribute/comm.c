@@ -7,13 +7,20 @@
 #include "distribute/comm.h"
 #include "distribute/comm_impl.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <mpi.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/log.h"
 
 #define CHUNK ((size_t)4 << 20) /* floats per allreduce call */
 
@@ -82,6 +89,167 @@ int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out)
 	}
 	*out = c;
 	return 0;
+}
+
+/* ---- where the ranks run ------------------------------------------------ */
+
+/* One rank's place as the others see it; exchanged by MPI_Allgather as
+ * bytes (fixed size, NUL-terminated strings). */
+struct place {
+	char host[MPI_MAX_PROCESSOR_NAME];
+	char iface[IF_NAMESIZE + 1];
+	char addr[INET6_ADDRSTRLEN];
+	int loopback; /* the host's name resolves to a loopback address */
+	int resolved; /* the address is the name's (else the first interface's) */
+};
+
+static int is_loopback(const struct sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET) {
+		uint32_t a = ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr);
+		return (a >> 24) == 127;
+	}
+	if (sa->sa_family == AF_INET6)
+		return IN6_IS_ADDR_LOOPBACK(
+			&((const struct sockaddr_in6 *)sa)->sin6_addr);
+	return 0;
+}
+
+static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			       &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return 0;
+}
+
+static void addr_text(const struct sockaddr *sa, char *buf, size_t n)
+{
+	const void *bin = sa->sa_family == AF_INET
+				  ? (const void *)&((const struct sockaddr_in *)sa)->sin_addr
+				  : (const void *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+	if (!inet_ntop(sa->sa_family, bin, buf, (socklen_t)n))
+		snprintf(buf, n, "?");
+}
+
+/* This process's place: the address its host name resolves to (IPv4
+ * first), and the interface that holds it ("lo" for any loopback
+ * address); a name that does not resolve gets the first non-loopback
+ * interface that is up, with resolved = 0. */
+static void learn_address(const char *host, struct place *p)
+{
+	memset(p, 0, sizeof(*p));
+	snprintf(p->host, sizeof(p->host), "%s", host);
+	snprintf(p->iface, sizeof(p->iface), "?");
+	snprintf(p->addr, sizeof(p->addr), "?");
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM}, *res = NULL;
+	const struct sockaddr *want = NULL;
+	if (getaddrinfo(host, NULL, &hints, &res) == 0) {
+		for (const struct addrinfo *ai = res; ai && !want; ai = ai->ai_next)
+			if (ai->ai_family == AF_INET)
+				want = ai->ai_addr;
+		for (const struct addrinfo *ai = res; ai && !want; ai = ai->ai_next)
+			if (ai->ai_family == AF_INET6)
+				want = ai->ai_addr;
+	}
+	struct ifaddrs *ifs = NULL;
+	if (getifaddrs(&ifs) != 0)
+		ifs = NULL;
+	if (want) {
+		p->resolved = 1;
+		p->loopback = is_loopback(want);
+		addr_text(want, p->addr, sizeof(p->addr));
+		for (const struct ifaddrs *i = ifs; i; i = i->ifa_next)
+			if (i->ifa_addr && (same_addr(i->ifa_addr, want) ||
+					    (p->loopback &&
+					     (i->ifa_flags & IFF_LOOPBACK)))) {
+				snprintf(p->iface, sizeof(p->iface), "%s",
+					 i->ifa_name);
+				break;
+			}
+	} else {
+		for (const struct ifaddrs *i = ifs; i; i = i->ifa_next)
+			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+			    (i->ifa_flags & IFF_UP) &&
+			    !(i->ifa_flags & IFF_LOOPBACK)) {
+				snprintf(p->iface, sizeof(p->iface), "%s",
+					 i->ifa_name);
+				addr_text(i->ifa_addr, p->addr, sizeof(p->addr));
+				break;
+			}
+	}
+	if (ifs)
+		freeifaddrs(ifs);
+	if (res)
+		freeaddrinfo(res);
+}
+
+/* Slurm started several tasks, and each is an MPI world of one: srun
+ * without a PMI that this Open MPI speaks (Debian's has PMIx, no PMI-2). */
+static int check_slurm(const struct dtf_comm *c)
+{
+	const char *n = getenv("SLURM_STEP_NUM_TASKS");
+	const char *name = "SLURM_STEP_NUM_TASKS";
+	if (!n || !*n) {
+		n = getenv("SLURM_NTASKS");
+		name = "SLURM_NTASKS";
+	}
+	if (c->size != 1 || !n || !getenv("SLURM_PROCID"))
+		return 0;
+	long tasks = strtol(n, NULL, 10);
+	if (tasks <= 1)
+		return 0;
+	return dtf_error(DTF_ERR_USAGE,
+			 "MPI started a world of 1 rank, but Slurm started %ld tasks (%s=%s): each task would train alone; launch with `srun --mpi=pmix dtf-train ...` (Open MPI's PMIx; Debian's Open MPI has no PMI-2), or with mpirun inside the allocation",
+			 tasks, name, n);
+}
+
+int dtf_comm_check_launch(struct dtf_comm *c)
+{
+	int rc = check_slurm(c);
+	if (rc < 0 || c->size == 1)
+		return rc;
+	struct place me, *all = dtf_calloc((size_t)c->size, sizeof(*all));
+	if (!all)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	learn_address(c->host, &me);
+	int mpi = MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, all,
+				(int)sizeof(me), MPI_BYTE, c->comm);
+	if (mpi != MPI_SUCCESS) {
+		dtf_free(all);
+		return mpi_fail(mpi, "MPI_Allgather");
+	}
+	/* a cross-host run: the ranks name more than one host */
+	int hosts = 0;
+	for (int r = 0; r < c->size; r++) {
+		int seen = 0;
+		for (int q = 0; q < r && !seen; q++)
+			seen = !strcmp(all[q].host, all[r].host);
+		hosts += !seen;
+	}
+	if (hosts > 1) {
+		for (int r = 0; r < c->size; r++)
+			dtf_info("rank %d of %d: host %s, interface %s, address %s%s",
+				 r, c->size, all[r].host, all[r].iface,
+				 all[r].addr,
+				 all[r].resolved ? ""
+						 : " (the host name does not resolve; first interface)");
+		for (int r = 0; r < c->size && rc == 0; r++)
+			if (all[r].loopback)
+				rc = dtf_error(DTF_ERR_USAGE,
+					       "host %s (rank %d) resolves its own name to %s, a loopback address, in a job across %d hosts: the other hosts cannot reach it there; map %s to the address of its network interface in /etc/hosts or DNS on that host",
+					       all[r].host, r, all[r].addr, hosts,
+					       all[r].host);
+	}
+	dtf_free(all);
+	return rc;
 }
 
 int dtf_comm_split(struct dtf_comm *c, int color, struct dtf_comm **out)

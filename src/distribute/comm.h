@@ -35,6 +35,22 @@ int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out);
  */
 int dtf_comm_split(struct dtf_comm *c, int color, struct dtf_comm **out);
 
+/*
+ * Check the launch before any training collective (a collective over c):
+ *  - a world of 1 while Slurm started several tasks (SLURM_STEP_NUM_TASKS,
+ *    else SLURM_NTASKS, > 1 with SLURM_PROCID set: srun without
+ *    --mpi=pmix) is DTF_ERR_USAGE saying to use `srun --mpi=pmix`;
+ *  - every rank learns every rank's host, the address its host name
+ *    resolves to and the interface holding it (MPI_Allgather); when the
+ *    ranks run on more than one host, rank 0 logs one line per rank
+ *    ("rank R of N: host H, interface I, address A"), and a host whose
+ *    name resolves to a loopback address (127.0.0.0/8, ::1; Debian's
+ *    127.0.1.1 for the machine's own name) is DTF_ERR_USAGE naming the
+ *    host and rank, the same on every rank.
+ * Errors: DTF_ERR_USAGE, DTF_ERR_MPI, DTF_ERR_NOMEM.
+ */
+int dtf_comm_check_launch(struct dtf_comm *c);
+
 /* Free a handle; the one that started MPI also calls MPI_Finalize.  NULL is
  * a no-op. */
 void dtf_comm_finalize(struct dtf_comm *c);

@@ -155,6 +155,26 @@ launcher=$mpirun
 detach=
 command -v setsid >/dev/null 2>&1 && detach=setsid
 
+# Open MPI's TCP keepalive between mpirun and its daemons, so that a host
+# whose link goes down ends the job within seconds (by default mpirun
+# waits for the unreachable daemon forever): the options for launcher
+# command $1, unless it runs no mpirun (a word mpirun, mpiexec or orterun,
+# with or without a directory) or the command or the environment
+# (OMPI_MCA_...) already sets them.
+keepalive() {
+	case " $1 " in
+	*[/\ ]mpirun\ * | *[/\ ]mpiexec\ * | *[/\ ]orterun\ *) ;;
+	*) return 0 ;;
+	esac
+	for kv in time=5 intvl=2 probes=3; do
+		k=oob_tcp_keepalive_${kv%%=*}
+		case $1 in *"$k"*) continue ;; esac
+		[ -n "$(printenv "OMPI_MCA_$k")" ] && continue
+		printf ' --mca %s %s' "$k" "${kv#*=}"
+	done
+}
+ka=$(keepalive "$mpirun")
+
 stop=0
 child=
 forward() { # signal name
@@ -193,9 +213,9 @@ st=0
 while :; do
 	npopt=
 	[ -n "$np" ] && npopt="-n $np"
-	echo "$prog: attempt $attempt of $attempts: $launcher $npopt $train $start $*" >&2
-	# shellcheck disable=SC2086 # $detach, $launcher and $npopt are word lists
-	DTF_LAUNCH_ATTEMPT=$attempt $detach $launcher $npopt "$train" "$start" "$@" &
+	echo "$prog: attempt $attempt of $attempts: $launcher $npopt$ka $train $start $*" >&2
+	# shellcheck disable=SC2086 # $detach, $launcher, $npopt and $ka are word lists
+	DTF_LAUNCH_ATTEMPT=$attempt $detach $launcher $npopt $ka "$train" "$start" "$@" &
 	child=$!
 	while :; do
 		wait "$child"
