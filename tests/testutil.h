@@ -1,8 +1,10 @@
 /*
- * testutil.h - scaffolding shared by the Check test programs: temporary
- * directories, running the build's binaries, small file helpers, exported
- * variables, synthetic data, a deterministic test-local random generator,
- * a small trainable model, and the srunner main.
+ * testutil.h - scaffolding shared by the Check test programs: the job text
+ * of the end-to-end tests, temporary directories, running the build's
+ * binaries (tu_run; dtf-train under mpirun with tu_mpirun, the one runner),
+ * small file helpers, exported variables, synthetic data, a deterministic
+ * test-local random generator, a small trainable model, and the srunner
+ * main.
  *
  * Conventions:
  *  - Helpers that set a test up (make a directory, write or read a file)
