@@ -32,7 +32,6 @@
 #include "testutil.h"
 
 static char tmp[256];
-static const char *build_root;
 
 static const char job_text[] =
 	"name: tiny-cnn\n"
@@ -74,9 +73,9 @@ static int train(int np, const char *env, const char *dir, const char *extra,
 		else
 			x[n++] = *p;
 	x[n] = 0;
-	return tu_run("%s timeout 60 mpirun -np %d %s/dtf-train -t 1 "
-		      "--set checkpoint.dir=%s/%s %s %s/job.yaml >/dev/null 2>%s/%s",
-		      env, np, build_root, tmp, dir, x, tmp, tmp, log);
+	return tu_mpirun(np, env, tmp, log,
+			 "-t 1 --set checkpoint.dir=%s/%s %s %s/job.yaml", tmp,
+			 dir, x, tmp);
 }
 
 #define ck_assert_log(log, text)                                          \
@@ -132,7 +131,6 @@ static void verify(const char *name, const char *want_error)
 
 static void setup(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmp, sizeof(tmp), "dtf-ckpt-test");
 	tu_synth(tmp, "train", 480, 2, "8,8,1", 1);
 	tu_write_file(tmp, "job.yaml", job_text, tmp, 16);
@@ -337,7 +335,7 @@ START_TEST(sigkill_rank_1_under_dtf_launch_equals_uninterrupted)
 			"--np 2 --max-restarts 2 --delay 0 -- -t 1 "
 			"--set checkpoint.dir=%s/launch --export-variables %s/LAUNCH "
 			"%s/job.yaml >/dev/null 2>%s/launch.log",
-			build_root, tmp, tmp, tmp, tmp);
+			tu_build_root(), tmp, tmp, tmp, tmp);
 	ck_assert_msg(st == 0, "status %d:\n%s", st, tu_slurp(tmp, "launch.log"));
 	ck_assert_log("launch.log", "dtf-launch: attempt 1 of 3: ");
 	ck_assert_log("launch.log", "rank 1");
@@ -418,9 +416,10 @@ END_TEST
 START_TEST(model_mismatch_lists_differences)
 {
 	tu_write_file(tmp, "job32.yaml", job_text, tmp, 32);
-	int st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train -t 1 --resume "
-			"--set checkpoint.dir=%s/ref1 %s/job32.yaml >/dev/null 2>%s/mm.log",
-			build_root, tmp, tmp, tmp);
+	int st = tu_mpirun(1, NULL, tmp, "mm.log",
+			   "-t 1 --resume --set checkpoint.dir=%s/ref1 "
+			   "%s/job32.yaml",
+			   tmp, tmp);
 	ck_assert_int_eq(st, 4);
 	ck_assert_log("mm.log", "/ref1/ckpt-60.dtf: the job's model differs from the checkpoint's (9 differences):");
 	ck_assert_log("mm.log", "\n  dense_1/kernel: shape (64, 16) in the checkpoint, (64, 32) in the job");
@@ -438,7 +437,7 @@ START_TEST(full_disk_reported_previous_intact)
 	int st = tu_run("timeout 60 mpirun -np 1 sh -c 'ulimit -f 10; exec %s/dtf-train "
 			"-t 1 --resume --set checkpoint.dir=%s/full %s/job.yaml' "
 			">/dev/null 2>%s/full.log",
-			build_root, tmp, tmp, tmp);
+			tu_build_root(), tmp, tmp, tmp);
 	ck_assert_int_eq(st, 4);
 	ck_assert_log("full.log", "error: saving the checkpoint of step 50 failed: ");
 	ck_assert_log("full.log", "/full/ckpt-50.dtf.tmp: write failed after ");
@@ -488,29 +487,28 @@ END_TEST
 
 START_TEST(usage_errors)
 {
-	int st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train --resume "
-			"%s/job.yaml >/dev/null 2>%s/u1.log",
-			build_root, tmp, tmp);
+	int st = tu_mpirun(1, NULL, tmp, "u1.log",
+			   "--resume %s/job.yaml", tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u1.log", "resuming needs checkpoint.dir in the job file");
-	st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train --set checkpoint.every_step=3 "
-		    "%s/job.yaml >/dev/null 2>%s/u2.log", build_root, tmp, tmp);
+	st = tu_mpirun(1, NULL, tmp, "u2.log",
+		       "--set checkpoint.every_step=3 %s/job.yaml", tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u2.log", "every_steps");
-	st = tu_run("DTF_FAULT=explode timeout 60 mpirun -np 1 %s/dtf-train "
-		    "--set checkpoint.dir=%s/u %s/job.yaml >/dev/null 2>%s/u3.log",
-		    build_root, tmp, tmp, tmp);
+	st = tu_mpirun(1, "DTF_FAULT=explode", tmp, "u3.log",
+		       "--set checkpoint.dir=%s/u %s/job.yaml", tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u3.log", "DTF_FAULT='explode': expected ACTION");
 	/* --allow-fresh-start only means something for a resume */
-	st = tu_run("timeout 60 mpirun -np 1 %s/dtf-train --allow-fresh-start "
-		    "--set checkpoint.dir=%s/u %s/job.yaml >/dev/null 2>%s/u4.log",
-		    build_root, tmp, tmp, tmp);
+	st = tu_mpirun(1, NULL, tmp, "u4.log",
+		       "--allow-fresh-start --set checkpoint.dir=%s/u "
+		       "%s/job.yaml",
+		       tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u4.log", "error: --allow-fresh-start applies to a resume "
 		      "only: give --resume too (or set checkpoint.resume: auto)\n");
 	st = tu_run("%s/dtf-train -n -t 2000 %s/job.yaml >/dev/null 2>%s/u5.log",
-		    build_root, tmp, tmp);
+		    tu_build_root(), tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("u5.log", "dtf-train: --threads: expected an integer from 1 "
 		      "to 1024, got '2000'\n");
@@ -717,7 +715,7 @@ START_TEST(dtf_launch_min_np_restarts_with_fewer_ranks)
 	int st = tu_run("DTF_FAULT=kill:rank=1:step=30 timeout 120 %s/dtf-launch "
 			"--np 2 --min-np 1 --max-restarts 1 --delay 0 -- -t 1 "
 			"--set checkpoint.dir=%s/minnp %s/job.yaml >/dev/null "
-			"2>%s/minnp.log", build_root, tmp, tmp, tmp);
+			"2>%s/minnp.log", tu_build_root(), tmp, tmp, tmp);
 	ck_assert_msg(st == 0, "status %d:\n%s", st, tu_slurp(tmp, "minnp.log"));
 	ck_assert_log("minnp.log", "restarting from the newest checkpoint with 1 rank(s) in 0 s");
 	ck_assert_log("minnp.log", "dtf-launch: attempt 2 of 2: mpirun -n 1 ");
@@ -731,14 +729,14 @@ START_TEST(dtf_launch_gives_up_and_says_why)
 	int st = tu_run("DTF_FAULT=exit:rank=0:step=3,exit:rank=0:step=3:attempt=2 "
 			"timeout 120 %s/dtf-launch --np 1 --max-restarts 1 --delay 0 "
 			"-- -t 1 --set checkpoint.dir=%s/giveup %s/job.yaml >/dev/null "
-			"2>%s/giveup.log", build_root, tmp, tmp, tmp);
+			"2>%s/giveup.log", tu_build_root(), tmp, tmp, tmp);
 	ck_assert_int_ne(st, 0);
 	ck_assert_log("giveup.log", "dtf-launch: attempt 2 of 2: ");
 	ck_assert_log("giveup.log", "dtf-launch: giving up after 2 attempt(s): the last ended with status ");
 	/* a job-file error is not retried */
 	st = tu_run("timeout 60 %s/dtf-launch --np 1 --max-restarts 3 -- "
 		    "--set train.epochs=0 %s/job.yaml >/dev/null 2>%s/nore.log",
-		    build_root, tmp, tmp);
+		    tu_build_root(), tmp, tmp);
 	ck_assert_int_eq(st, 2);
 	ck_assert_log("nore.log", "attempt 1 ended with status 2 (a usage or job-file error); a restart would fail the same way");
 }
@@ -751,7 +749,7 @@ START_TEST(dtf_launch_forwards_sigterm_as_usr1_and_exits_75)
 		 "exec %s/dtf-launch --np 2 -- -t 1 --set "
 		 "checkpoint.dir=%s/fwd --set train.max_steps=0 --set "
 		 "train.epochs=100000 %s/job.yaml >/dev/null 2>%s/fwd.log",
-		 build_root, tmp, tmp, tmp);
+		 tu_build_root(), tmp, tmp, tmp);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -965,7 +963,7 @@ START_TEST(second_run_on_a_locked_dir_is_refused)
 	snprintf(cmd, sizeof(cmd),
 		 "exec mpirun -np 1 %s/dtf-train -t 1 --set checkpoint.dir=%s/shared "
 		 "--set train.max_steps=0 --set train.epochs=100000 %s/job.yaml "
-		 ">/dev/null 2>%s/locka.log", build_root, tmp, tmp, tmp);
+		 ">/dev/null 2>%s/locka.log", tu_build_root(), tmp, tmp, tmp);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -1023,7 +1021,7 @@ START_TEST(dtf_launch_overwrites_once_then_resumes)
 			"--np 1 --max-restarts 1 --delay 0 -- -t 1 --overwrite-checkpoints "
 			"--set checkpoint.dir=%s/lover --export-variables %s/LOVER "
 			"%s/job.yaml >/dev/null 2>%s/lover.log",
-			build_root, tmp, tmp, tmp, tmp);
+			tu_build_root(), tmp, tmp, tmp, tmp);
 	ck_assert_msg(st == 0, "status %d:\n%s", st, tu_slurp(tmp, "lover.log"));
 	ck_assert_log("lover.log", "/dtf-train --overwrite-checkpoints -t 1 ");
 	ck_assert_log("lover.log", "deleted 3 checkpoint(s) of an earlier run, steps 40 to 60");

@@ -463,7 +463,6 @@ END_TEST
 /* ---- training ------------------------------------------------------------ */
 
 static char tmpdir[256];
-static const char *build_root;
 
 static const char job_text[] =
 	"name: tiny-cnn\n"
@@ -494,7 +493,6 @@ static const char job_text[] =
 
 static void setup_data(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-cuda-test");
 	tu_synth(tmpdir, "train", 960, 2, "12,12,1", 1);
 	tu_synth(tmpdir, "test", 200, 1, "12,12,1", 2);
@@ -522,9 +520,9 @@ static void compare_runs(const char *what, const char *a_name,
 START_TEST(train_20_steps_gpu_vs_cpu)
 {
 	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu.bin %s/job.yaml 2>%s/cpu.log",
-				build_root, tmpdir, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
 	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cuda --export-variables %s/gpu.bin %s/job.yaml 2>%s/gpu.log",
-				build_root, tmpdir, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
 	compare_runs("1 rank, GPU vs CPU", "gpu.bin", "cpu.bin");
 }
 END_TEST
@@ -535,17 +533,17 @@ START_TEST(train_2_ranks_sharing_gpu_vs_cpu)
 	if (access(tmpdir, F_OK) != 0)
 		ck_abort_msg("no data");
 	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu1.bin %s/job.yaml 2>/dev/null",
-				build_root, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir), 0);
 	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --set device=cuda --set allow_gpu_sharing=true "
 				"--export-variables %s/gpu2.bin %s/job.yaml 2>%s/gpu2.log",
-				build_root, tmpdir, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
 	compare_runs("2 ranks sharing the GPU vs 1 rank CPU", "gpu2.bin",
 		     "cpu1.bin");
 	/* without sharing: an error with the hint, exit 1 */
 	char why[64];
 	if (dtf_cuda_device_count(why, sizeof(why)) == 1)
 		ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --set device=cuda %s/job.yaml >/dev/null 2>&1",
-					build_root, tmpdir), 1);
+					tu_build_root(), tmpdir), 1);
 }
 END_TEST
 

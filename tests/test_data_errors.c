@@ -24,7 +24,6 @@
 #include "testutil.h"
 
 static char tmpdir[512];
-static const char *build_root;
 
 /* 2 shards of 20 synthetic 8x8x1 records, 4 classes; global batch 8. */
 static const char job_text[] =
@@ -64,7 +63,6 @@ static const char *case_dir(const char *name, char *buf, size_t n)
 
 static void setup(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-data-errors");
 	ck_assert_int_eq(tu_run("mkdir -p %s/good", tmpdir), 0);
 	tu_synth(tmpdir, "good/train", 40, 2, "8,8,1", 1);
@@ -89,9 +87,8 @@ static long record_bytes(const char *dir)
  * the log (stderr) in log. */
 static int train2(const char *dir, const char *args, char *log, size_t n)
 {
-	int st = tu_run("timeout 120 mpirun -np 2 %s/dtf-train --threads 1 %s "
-			"%s/job.yaml >/dev/null 2>%s/log",
-			build_root, args, dir, dir);
+	int st = tu_mpirun(2, NULL, dir, "log",
+			   "--threads 1 %s %s/job.yaml", args, dir);
 	snprintf(log, n, "%s", tu_slurp(dir, "log"));
 	return st;
 }
@@ -452,7 +449,7 @@ START_TEST(uneven_shards_3_and_10)
 				"%s/train-00000-of-00002.tfrecord && "
 				"mv %s/b-00000-of-00001.tfrecord "
 				"%s/train-00001-of-00002.tfrecord",
-				dir, build_root, dir, build_root, dir, dir, dir,
+				dir, tu_build_root(), dir, tu_build_root(), dir, dir, dir,
 				dir, dir),
 		 0);
 	write_job(dir, 4); /* global batch 4: 2 per replica */
@@ -544,8 +541,8 @@ START_TEST(records_tool_shard_and_inspect)
 				"m-*.tfrecord >verify.txt && %s/dtf-records "
 				"inspect --compression zlib --records 10 "
 				"m-00001-of-00002.tfrecord >inspect.txt",
-				dir, dir, build_root, build_root, build_root,
-				build_root),
+				dir, dir, tu_build_root(), tu_build_root(), tu_build_root(),
+				tu_build_root()),
 			 0);
 	const char *buf = tu_slurp(dir, "verify.txt");
 	ck_assert_str_eq(buf, "m-00000-of-00002.tfrecord: 25 records, all CRCs "
@@ -578,7 +575,7 @@ START_TEST(records_tool_shard_and_inspect)
 	tu_write_bytes(dir, "notex.tfrecord", rec, sizeof(rec));
 	ck_assert_int_eq(tu_run("%s/dtf-records inspect %s/notex.tfrecord "
 				">%s/notex.txt 2>/dev/null",
-				build_root, dir, dir),
+				tu_build_root(), dir, dir),
 			 3);
 	buf = tu_slurp(dir, "notex.txt");
 	ck_assert_msg(strstr(buf, "  record 1 at byte offset 18: malformed "
@@ -587,7 +584,7 @@ START_TEST(records_tool_shard_and_inspect)
 	/* reading the zlib shards as gzip fails with a data error */
 	ck_assert_int_eq(tu_run("%s/dtf-records verify --compression gzip "
 				"%s/m-00000-of-00002.tfrecord 2>/dev/null",
-				build_root, dir),
+				tu_build_root(), dir),
 			 3);
 }
 END_TEST

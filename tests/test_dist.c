@@ -36,16 +36,9 @@
 #include "testutil.h"
 
 static char tmpdir[256];
-static const char *build_root;
 
-static const char job_text[] =
-	"name: tiny-cnn\n"
-	"seed: 7\n"
-	"data:\n"
-	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
-	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
-	TU_SYNTH_FEATURES_8X8
-	TU_TINY_CNN_MODEL
+/* the sections after the tiny CNN (tu_write_tiny_job) */
+static const char job_rest[] =
 	"train:\n"
 	"  batch_size: 16\n"
 	"  max_steps: 20\n"
@@ -70,11 +63,12 @@ static const char wrapper[] =
 static int train(int np, const char *name, const char *env,
 		 const char *sets)
 {
-	return tu_run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
-		      "--export-variables %s/%s.bin %s %s/job.yaml 2>%s/%s.log "
-		      ">/dev/null",
-		      env ? env : "", np, build_root, tmpdir, name, sets ? sets : "",
-		      tmpdir, tmpdir, name);
+	char log[256];
+	snprintf(log, sizeof(log), "%s.log", name);
+	return tu_mpirun(np, env, tmpdir, log,
+			 "--threads 1 --export-variables %s/%s.bin %s "
+			 "%s/job.yaml",
+			 tmpdir, name, sets ? sets : "", tmpdir);
 }
 
 /* max over parameters of |a - b| / max(|a|, 1e-2) */
@@ -88,11 +82,10 @@ static double max_rel_diff(const char *a_name, const char *b_name)
 
 static void setup(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-dist-test");
 	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
 	tu_synth(tmpdir, "test", 200, 1, "8,8,1", 2);
-	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir, tmpdir);
+	tu_write_tiny_job(tmpdir, "job.yaml", 0, 1, job_rest);
 	tu_write_file(tmpdir, "tf.sh", "%s", wrapper);
 	ck_assert_int_eq(tu_run("chmod +x %s/tf.sh", tmpdir), 0);
 	/* the reference: one process at global batch 16 */
@@ -186,7 +179,7 @@ START_TEST(fp16_eight_ranks_no_overflow)
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd),
 		 "timeout 120 mpirun -np 8 %s/tests/dist_probe fp16 10000 >%s/probe.out 2>&1",
-		 build_root, tmpdir);
+		 tu_build_root(), tmpdir);
 	ck_assert_int_eq(tu_run("%s", cmd), 0);
 	const char *out = tu_slurp(tmpdir, "probe.out");
 	printf("8 ranks x 10000.0 in fp16: %s", out);
@@ -297,7 +290,7 @@ START_TEST(tf_config_errors)
 	fclose(f);
 	int st = tu_run("TF_CONFIG=\"$(cat %s)\" timeout 60 mpirun -np %d -x TF_CONFIG "
 			"%s/dtf-train -q %s/job.yaml >/dev/null 2>%s/tf.log",
-			path, tf_errors[i].np, build_root, tmpdir, tmpdir);
+			path, tf_errors[i].np, tu_build_root(), tmpdir, tmpdir);
 	const char *log = tu_slurp(tmpdir, "tf.log");
 	ck_assert_msg(st == 2, "exit %d for %s\n%s", st, tf_errors[i].json, log);
 	ck_assert_msg(strstr(log, tf_errors[i].want) != NULL, "no '%s' in:\n%s",
@@ -325,14 +318,14 @@ START_TEST(tf_config_cluster_trains)
 	int st = tu_run("timeout 120 mpirun -np 3 %s/tf.sh %s/dtf-train -q --threads 1 "
 			"--set strategy.type=parameter_server --export-variables %s/tfc.bin "
 			"%s/job.yaml 2>%s/tfc.log >/dev/null",
-			tmpdir, build_root, tmpdir, tmpdir, tmpdir);
+			tmpdir, tu_build_root(), tmpdir, tmpdir, tmpdir);
 	ck_assert_msg(st == 0, "exit %d\n%s", st, tu_slurp(tmpdir, "tfc.log"));
 	double d = max_rel_diff("ref", "tfc");
 	printf("TF_CONFIG chief+worker+ps vs one_device: %.3g\n", d);
 	ck_assert(d <= 1e-4);
 	st = tu_run("timeout 60 mpirun -np 3 %s/tf.sh %s/dtf-train --print-cluster "
 		    "--set strategy.type=parameter_server %s/job.yaml >%s/pc.out 2>&1",
-		    tmpdir, build_root, tmpdir, tmpdir);
+		    tmpdir, tu_build_root(), tmpdir, tmpdir);
 	const char *out = tu_slurp(tmpdir, "pc.out");
 	ck_assert_msg(st == 0, "%s", out);
 	ck_assert_str_eq(out, "rank 0: chief 0 h0:2222\n"
@@ -342,7 +335,7 @@ START_TEST(tf_config_cluster_trains)
 	st = tu_run("timeout 60 mpirun -np 4 %s/dtf-train --print-cluster "
 		    "--set strategy.type=parameter_server --set strategy.num_ps=2 "
 		    "%s/job.yaml >%s/pc.out 2>&1",
-		    build_root, tmpdir, tmpdir);
+		    tu_build_root(), tmpdir, tmpdir);
 	out = tu_slurp(tmpdir, "pc.out");
 	ck_assert_msg(st == 0, "%s", out);
 	ck_assert_str_eq(out, "rank 0: worker 0 (chief)\nrank 1: worker 1\n"
@@ -435,11 +428,12 @@ END_TEST
 
 START_TEST(linear_scaling_logged)
 {
-	int st = tu_run("timeout 60 mpirun -np 2 %s/dtf-train --threads 1 "
-			"--set 'train.learning_rate_scaling={linear: {warmup_steps: 10}}' "
-			"--set train.max_steps=10 --set logging.every_steps=10 "
-			"%s/job.yaml 2>%s/lrs.log >/dev/null",
-			build_root, tmpdir, tmpdir);
+	int st = tu_mpirun(2, NULL, tmpdir, "lrs.log",
+			   "--threads 1 "
+			   "--set 'train.learning_rate_scaling={linear: {warmup_steps: 10}}' "
+			   "--set train.max_steps=10 --set logging.every_steps=10 "
+			   "%s/job.yaml",
+			   tmpdir);
 	const char *log = tu_slurp(tmpdir, "lrs.log");
 	ck_assert_msg(st == 0, "%s", log);
 	ck_assert_msg(strstr(log, "batch: global 16, per replica 8") != NULL, "%s", log);
@@ -454,10 +448,9 @@ END_TEST
  * given: here an override, named "--set KEY". */
 START_TEST(batch_error_names_set)
 {
-	int st = tu_run("timeout 60 mpirun -np 3 %s/dtf-train --threads 1 "
-			"--set 'train={batch_size: 64}' "
-			"%s/job.yaml 2>%s/bat.log >/dev/null",
-			build_root, tmpdir, tmpdir);
+	int st = tu_mpirun(3, NULL, tmpdir, "bat.log",
+			   "--threads 1 --set 'train={batch_size: 64}' %s/job.yaml",
+			   tmpdir);
 	const char *log = tu_slurp(tmpdir, "bat.log");
 	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
 	ck_assert_msg(strstr(log, "] error: --set train: train.batch_size: the "

@@ -31,8 +31,9 @@
 #include "data/example.h"
 #include "data/tfrecord.h"
 
+#include "testutil.h"
+
 static char tmpdir[256];
-static const char *build_root;
 
 static const char job_text[] =
 	"name: tiny-cnn\n"
@@ -86,18 +87,8 @@ static const char wrapper2[] =
 	"\\\"evaluator\\\": [\\\"h2:2222\\\"]}, "
 	"\\\"task\\\": {\\\"type\\\": $t}}\" exec \"$@\"\n";
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...)
-{
-	char cmd[4096];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	int st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
+/* The file TMPDIR/NAME in a buffer of its own that the caller may cut
+ * into lines (eval_lines does); "" when the file does not exist. */
 static char *slurp(const char *name)
 {
 	static char buf[1 << 20];
@@ -137,44 +128,25 @@ static void write_job(const char *name, int with_eval, int with_ckpt)
 /* mpirun -np 3 with the TF_CONFIG wrapper: chief, worker, evaluator */
 static int run_cluster(const char *name, const char *sets)
 {
-	return run("timeout 120 mpirun -np 3 %s/tf.sh %s/dtf-train --threads 1 %s "
-		   "%s/%s.yaml >/dev/null 2>%s/%s.log",
-		   tmpdir, build_root, sets ? sets : "", tmpdir, name, tmpdir,
-		   name);
+	return tu_run("timeout 120 mpirun -np 3 %s/tf.sh %s/dtf-train --threads 1 %s "
+		      "%s/%s.yaml >/dev/null 2>%s/%s.log",
+		      tmpdir, tu_build_root(), sets ? sets : "", tmpdir, name, tmpdir,
+		      name);
 }
 
 static void setup(void)
 {
-	build_root = getenv("DTF_BUILD_ROOT");
-	if (!build_root)
-		build_root = ".";
-	const char *t = getenv("TMPDIR");
-	snprintf(tmpdir, sizeof(tmpdir), "%s/dtf-eval-test-XXXXXX",
-		 t ? t : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/train --count 480 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 1 >/dev/null",
-			     build_root, tmpdir), 0);
-	ck_assert_int_eq(run("%s/dtf-records synth --out %s/test --count 200 "
-			     "--shards 1 --shape 8,8,1 --classes 4 --seed 2 >/dev/null",
-			     build_root, tmpdir), 0);
-	char path[512];
-	snprintf(path, sizeof(path), "%s/tf.sh", tmpdir);
-	FILE *f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(wrapper, f);
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/tf2.sh", tmpdir);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	fputs(wrapper2, f);
-	fclose(f);
-	ck_assert_int_eq(run("chmod +x %s/tf.sh %s/tf2.sh", tmpdir, tmpdir), 0);
+	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-eval-test");
+	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
+	tu_synth(tmpdir, "test", 200, 1, "8,8,1", 2);
+	tu_write_file(tmpdir, "tf.sh", "%s", wrapper);
+	tu_write_file(tmpdir, "tf2.sh", "%s", wrapper2);
+	ck_assert_int_eq(tu_run("chmod +x %s/tf.sh %s/tf2.sh", tmpdir, tmpdir), 0);
 }
 
 static void teardown(void)
 {
-	run("rm -rf '%s'", tmpdir);
+	tu_tmpdir_remove(tmpdir);
 }
 
 /* The "eval" lines of a metrics.jsonl: step, loss, accuracy, examples. */
@@ -246,10 +218,10 @@ START_TEST(evaluates_each_checkpoint)
 	/* the chief left evaluation to the evaluator */
 	struct eval_line chief[4];
 	ck_assert_int_eq(eval_lines("ev-logs/metrics.jsonl", chief, 4), 0);
-	ck_assert_int_eq(run("test $(ls %s/ev-logs/eval | grep -c tfevents) = 1",
-			     tmpdir), 0);
-	ck_assert_int_eq(run("test $(ls %s/ev-logs/train | grep -c tfevents) = 1",
-			     tmpdir), 0);
+	ck_assert_int_eq(tu_run("test $(ls %s/ev-logs/eval | grep -c tfevents) = 1",
+				tmpdir), 0);
+	ck_assert_int_eq(tu_run("test $(ls %s/ev-logs/train | grep -c tfevents) = 1",
+				tmpdir), 0);
 	char want[64];
 	snprintf(want, sizeof(want), "\"task\":\"evaluator\"");
 	ck_assert(strstr(slurp("ev-logs/eval/metrics.jsonl"), want));
@@ -257,9 +229,8 @@ START_TEST(evaluates_each_checkpoint)
 	/* independently: the same training on 2 ranks without an evaluator,
 	 * evaluated by its chief at the end over the 2 shards of data.eval */
 	write_job("ref", 1, 1);
-	st = run("timeout 120 mpirun -np 2 %s/dtf-train --threads 1 %s/ref.yaml "
-		 ">/dev/null 2>%s/ref.log",
-		 build_root, tmpdir, tmpdir);
+	st = tu_mpirun(2, NULL, tmpdir, "ref.log",
+		       "--threads 1 %s/ref.yaml", tmpdir);
 	ck_assert_msg(st == 0, "exit %d\n%s", st, slurp("ref.log"));
 	struct eval_line ref[4];
 	int nr = eval_lines("ref-logs/metrics.jsonl", ref, 4);
@@ -297,10 +268,10 @@ START_TEST(training_failure_ends_evaluator)
 {
 	/* a copy of the training data with record 300 corrupt: read at
 	 * about step 18, after checkpoints 5, 10, 15 */
-	ck_assert_int_eq(run("mkdir -p %s/bad && cp %s/train-*.tfrecord %s/bad/",
-			     tmpdir, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(run("cd %s/bad && mv train-*.tfrecord bad.tfrecord",
-			     tmpdir), 0);
+	ck_assert_int_eq(tu_run("mkdir -p %s/bad && cp %s/train-*.tfrecord %s/bad/",
+				tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("cd %s/bad && mv train-*.tfrecord bad.tfrecord",
+				tmpdir), 0);
 	corrupt_record("bad/bad.tfrecord", 480, 300);
 	write_job("fail", 1, 1);
 	char sets[512];
@@ -374,9 +345,9 @@ START_TEST(eval_label_out_of_range_stops_evaluator)
 	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
 	dtf_example_builder_deinit(&b);
 	write_job("lab", 1, 1);
-	int st = run("timeout 120 mpirun -np 2 %s/tf2.sh %s/dtf-train --threads 1 "
-		     "--set data.eval.files=%s %s/lab.yaml >/dev/null 2>%s/lab.log",
-		     tmpdir, build_root, path, tmpdir, tmpdir);
+	int st = tu_run("timeout 120 mpirun -np 2 %s/tf2.sh %s/dtf-train --threads 1 "
+			"--set data.eval.files=%s %s/lab.yaml >/dev/null 2>%s/lab.log",
+			tmpdir, tu_build_root(), path, tmpdir, tmpdir);
 	char *log = slurp("lab.log");
 	ck_assert_msg(st == 3, "exit %d\n%s", st, log);
 	char want[1024];
@@ -441,10 +412,5 @@ int main(void)
 {
 	if (system("command -v mpirun >/dev/null 2>&1") != 0)
 		return 77;
-	SRunner *sr = srunner_create(evaluator_suite());
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(evaluator_suite(), 0);
 }

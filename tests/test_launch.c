@@ -22,15 +22,9 @@
 #include "testutil.h"
 
 static char tmp[256];
-static const char *build_root;
 
-static const char job_text[] =
-	"name: tiny-cnn\n"
-	"seed: 7\n"
-	"data:\n"
-	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
-	TU_SYNTH_FEATURES_8X8
-	TU_TINY_CNN_MODEL
+/* the sections after the tiny CNN (tu_write_tiny_job) */
+static const char job_rest[] =
 	"train:\n"
 	"  batch_size: 16\n"
 	"  max_steps: 0\n"
@@ -41,10 +35,9 @@ static const char job_text[] =
 
 static void setup(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmp, sizeof(tmp), "dtf-launch-test");
 	tu_synth(tmp, "train", 480, 2, "8,8,1", 1);
-	tu_write_file(tmp, "job.yaml", job_text, tmp);
+	tu_write_tiny_job(tmp, "job.yaml", 64, 0, job_rest);
 }
 
 static void teardown(void) { tu_tmpdir_remove(tmp); }
@@ -93,10 +86,12 @@ static const char *tail(const char *log)
 
 static int train2(const char *fault, const char *dir, const char *log)
 {
-	return tu_run("DTF_FAULT=%s timeout 120 mpirun -np 2 %s/dtf-train -t 1 "
-		      "--set checkpoint.dir=%s/%s --set train.max_steps=60 "
-		      "%s/job.yaml >/dev/null 2>%s/%s",
-		      fault, build_root, tmp, dir, tmp, tmp, log);
+	char env[256];
+	snprintf(env, sizeof(env), "DTF_FAULT=%s", fault);
+	return tu_mpirun(2, env, tmp, log,
+			 "-t 1 --set checkpoint.dir=%s/%s "
+			 "--set train.max_steps=60 %s/job.yaml",
+			 tmp, dir, tmp);
 }
 
 START_TEST(signal_stop_is_one_notice_naming_the_ranks)
@@ -276,7 +271,7 @@ static void group_signal_stops_with_75(int sig, const char *tag)
 	snprintf(cmd, sizeof(cmd),
 		 "exec %s/dtf-launch --np 2 --delay 0 -- -t 1 --set "
 		 "checkpoint.dir=%s/%s %s/job.yaml >/dev/null 2>%s/%s",
-		 build_root, tmp, dir, tmp, tmp, log);
+		 tu_build_root(), tmp, dir, tmp, tmp, log);
 	struct group g;
 	start_group(&g, cmd);
 	int started = wait_file(&g, idx, 120);
@@ -314,10 +309,10 @@ static void group_signal_stops_with_75(int sig, const char *tag)
 	ck_assert_int_eq(strtol(at + 9, NULL, 10), step);
 	char want[128], rlog[64];
 	snprintf(rlog, sizeof(rlog), "grp-%s-resume.log", tag);
-	st = tu_run("timeout 120 mpirun -np 2 %s/dtf-train -t 1 --resume "
-		    "--set checkpoint.dir=%s/%s --set train.max_steps=%ld "
-		    "%s/job.yaml >/dev/null 2>%s/%s",
-		    build_root, tmp, dir, step + 5, tmp, tmp, rlog);
+	st = tu_mpirun(2, NULL, tmp, rlog,
+		       "-t 1 --resume --set checkpoint.dir=%s/%s "
+		       "--set train.max_steps=%ld %s/job.yaml",
+		       tmp, dir, step + 5, tmp);
 	ck_assert_msg(st == 0, "resume: status %d:\n%s", st, tail(rlog));
 	snprintf(want, sizeof(want), "/ckpt-%ld.dtf: step %ld,", step, step);
 	ck_assert_log(rlog, want);
@@ -359,7 +354,7 @@ START_TEST(dtf_launch_as_root)
 	int st = tu_run(NO_ROOT_ENV "timeout 120 %s/dtf-launch --np 2 --delay 0 "
 			"-- -t 1 --set checkpoint.dir=%s/root0 --set "
 			"train.max_steps=5 %s/job.yaml >/dev/null 2>%s/root0.log",
-			build_root, tmp, tmp, tmp);
+			tu_build_root(), tmp, tmp, tmp);
 	ck_assert_msg(st == 2, "status %d:\n%s", st, tail("root0.log"));
 	ck_assert_int_eq(count_lines("root0.log", "dtf-launch: attempt "), 2);
 	ck_assert_log("root0.log", "dtf-launch: attempt 1 ended with status 1: "
@@ -371,7 +366,7 @@ START_TEST(dtf_launch_as_root)
 	st = tu_run(NO_ROOT_ENV "timeout 120 %s/dtf-launch --allow-run-as-root "
 		    "--np 2 --delay 0 -- -t 1 --set checkpoint.dir=%s/root1 "
 		    "--set train.max_steps=5 %s/job.yaml >/dev/null "
-		    "2>%s/root1.log", build_root, tmp, tmp, tmp);
+		    "2>%s/root1.log", tu_build_root(), tmp, tmp, tmp);
 	ck_assert_msg(st == 0, "status %d:\n%s", st, tail("root1.log"));
 	ck_assert_log("root1.log", "dtf-launch: attempt 1 of 4: mpirun "
 				   "--allow-run-as-root -n 2 ");
@@ -380,14 +375,14 @@ START_TEST(dtf_launch_as_root)
 		    "--allow-run-as-root' --np 2 --delay 0 -- -t 1 --set "
 		    "checkpoint.dir=%s/root2 --set train.max_steps=5 "
 		    "%s/job.yaml >/dev/null 2>%s/root2.log",
-		    build_root, tmp, tmp, tmp);
+		    tu_build_root(), tmp, tmp, tmp);
 	ck_assert_msg(st == 0, "status %d:\n%s", st, tail("root2.log"));
 	/* the environment's permission: it runs, nothing added to mpirun's
 	 * command line */
 	st = tu_run("timeout 120 %s/dtf-launch --np 2 --delay 0 -- -t 1 --set "
 		    "checkpoint.dir=%s/root3 --set train.max_steps=5 "
 		    "%s/job.yaml >/dev/null 2>%s/root3.log",
-		    build_root, tmp, tmp, tmp);
+		    tu_build_root(), tmp, tmp, tmp);
 	ck_assert_msg(st == 0, "status %d:\n%s", st, tail("root3.log"));
 	ck_assert_log("root3.log", "dtf-launch: attempt 1 of 4: mpirun -n 2 ");
 	ck_assert_not_log("root3.log", "--allow-run-as-root");

@@ -32,7 +32,6 @@
 #include "testutil.h"
 
 static char tmpdir[256];
-static const char *build_root;
 
 static const char job_text[] =
 	"name: tiny-obs\n"
@@ -78,7 +77,6 @@ static int count_files(const char *pattern)
 
 static void setup_tmp(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-obs-test");
 }
 
@@ -329,7 +327,7 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 	char path[512];
 	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train --threads 1 %s/job.yaml "
 				">%s/out.txt 2>%s/err.txt",
-				build_root, tmpdir, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
 	/* console: plain lines, no control characters when not a terminal */
 	snprintf(path, sizeof(path), "%s/err.txt", tmpdir);
 	size_t len;
@@ -386,9 +384,9 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 	ck_assert_int_eq(count_files(path), 0);
 
 	/* a second run appends to metrics.jsonl and adds an event file */
-	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train -q --threads 1 "
-				"--set train.max_steps=10 %s/job.yaml >/dev/null 2>%s/err2.txt",
-				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(1, NULL, tmpdir, "err2.txt",
+				   "-q --threads 1 --set train.max_steps=10 %s/job.yaml",
+				   tmpdir), 0);
 	snprintf(path, sizeof(path), "%s/err2.txt", tmpdir);
 	char *err2 = tu_read_file(NULL, path, &len);
 	ck_assert_msg(len == 0, "--quiet printed:\n%s", err2);
@@ -411,11 +409,11 @@ START_TEST(resume_continues_metrics_and_events)
 	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 "
 				"--set checkpoint.dir=%s/ckpt --set train.max_steps=20 "
 				"%s/job.yaml >/dev/null 2>&1",
-				build_root, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 --resume "
-				"--set checkpoint.dir=%s/ckpt --set train.max_steps=40 "
-				"%s/job.yaml >/dev/null 2>%s/resume.txt",
-				build_root, tmpdir, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(2, NULL, tmpdir, "resume.txt",
+				   "-q --threads 1 --resume --set checkpoint.dir=%s/ckpt "
+				   "--set train.max_steps=40 %s/job.yaml",
+				   tmpdir, tmpdir), 0);
 	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
 	char *m = tu_read_file(NULL, path, NULL);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":0,"), 1);
@@ -460,9 +458,9 @@ START_TEST(locked_logging_dir_fails_the_run)
 	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(flock(fd, LOCK_EX), 0);
-	int st = tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 %s/job.yaml "
-			">/dev/null 2>%s/lock.txt",
-			build_root, tmpdir, tmpdir);
+	int st = tu_mpirun(2, NULL, tmpdir, "lock.txt",
+			   "-q --threads 1 %s/job.yaml",
+			   tmpdir);
 	close(fd);
 	snprintf(path, sizeof(path), "%s/lock.txt", tmpdir);
 	char *err = tu_read_file(NULL, path, NULL);
@@ -483,7 +481,7 @@ START_TEST(progress_line_redraws_on_a_terminal)
 	ck_assert_int_eq(tu_run("script -qec '%s/dtf-train --threads 1 "
 				"--set logging.dir=%s/tty --set logging.trace=%s/tty/t.json "
 				"%s/job.yaml' /dev/null >%s/tty.txt 2>&1 </dev/null",
-				build_root, tmpdir, tmpdir, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir, tmpdir, tmpdir), 0);
 	char path[512];
 	snprintf(path, sizeof(path), "%s/tty.txt", tmpdir);
 	char *out = tu_read_file(NULL, path, NULL);
@@ -509,7 +507,7 @@ START_TEST(progress_bar_fills_with_the_steps_of_the_run)
 				"--set logging.dir= --set logging.trace= "
 				"--set data.eval= %s/job.yaml' /dev/null >%s/bar.txt "
 				"2>&1 </dev/null",
-				build_root, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir), 0);
 	char path[512];
 	snprintf(path, sizeof(path), "%s/bar.txt", tmpdir);
 	char *out = tu_read_file(NULL, path, NULL);
@@ -527,11 +525,11 @@ END_TEST
  * job's top-k accuracy. */
 START_TEST(eval_every_steps_prints_one_line)
 {
-	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train --threads 1 "
-				"--set train.max_steps=20 --set train.eval_every_steps=10 "
-				"--set logging.dir= --set logging.trace= %s/job.yaml "
-				">/dev/null 2>%s/every.txt",
-				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(2, NULL, tmpdir, "every.txt",
+				   "--threads 1 --set train.max_steps=20 "
+				   "--set train.eval_every_steps=10 --set logging.dir= "
+				   "--set logging.trace= %s/job.yaml",
+				   tmpdir), 0);
 	char path[512];
 	snprintf(path, sizeof(path), "%s/every.txt", tmpdir);
 	char *err = tu_read_file(NULL, path, NULL);
@@ -552,35 +550,37 @@ END_TEST
  * their settings (cosine's decay_steps resolved to the run's). */
 START_TEST(startup_line_names_optimizer_and_schedule)
 {
-	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
-				"--set train.max_steps=20 --set 'train.schedule="
-				"{cosine_decay: {warmup_steps: 5, alpha: 0.1}}' "
-				"--set logging.dir= --set logging.trace= %s/job.yaml "
-				">/dev/null 2>%s/start.txt",
-				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(1, NULL, tmpdir, "start.txt",
+				   "--threads 1 --set train.max_steps=20 "
+				   "--set 'train.schedule="
+				   "{cosine_decay: {warmup_steps: 5, alpha: 0.1}}' "
+				   "--set logging.dir= --set logging.trace= %s/job.yaml",
+				   tmpdir), 0);
 	const char *err = tu_slurp(tmpdir, "start.txt");
 	ck_assert_msg(count_str(err, "\noptimizer adam lr 0.01 (beta_1 0.9, "
 				     "beta_2 0.999, epsilon 1e-07); schedule "
 				     "cosine_decay(decay_steps 15, alpha 0.1) "
 				     "after 5 warmup steps\n") == 1,
 		      "%s", err);
-	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
-				"--set train.max_steps=2 --set 'train.optimizer="
-				"{sgd: {learning_rate: 0.1, momentum: 0.9}}' "
-				"--set train.clipnorm=1 --set 'train.schedule="
-				"{exponential_decay: {decay_steps: 10, decay_rate: 0.5, "
-				"staircase: true}}' --set logging.dir= "
-				"--set logging.trace= %s/job.yaml >/dev/null 2>%s/start.txt",
-				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(1, NULL, tmpdir, "start.txt",
+				   "--threads 1 --set train.max_steps=2 "
+				   "--set 'train.optimizer="
+				   "{sgd: {learning_rate: 0.1, momentum: 0.9}}' "
+				   "--set train.clipnorm=1 "
+				   "--set 'train.schedule="
+				   "{exponential_decay: {decay_steps: 10, decay_rate: 0.5, "
+				   "staircase: true}}' "
+				   "--set logging.dir= --set logging.trace= %s/job.yaml",
+				   tmpdir), 0);
 	err = tu_slurp(tmpdir, "start.txt");
 	ck_assert_msg(count_str(err, "\noptimizer sgd lr 0.1 (momentum 0.9; "
 				     "clipnorm 1); schedule exponential_decay("
 				     "decay_steps 10, decay_rate 0.5, staircase)\n") == 1,
 		      "%s", err);
-	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --threads 1 "
-				"--set train.max_steps=2 --set logging.dir= "
-				"--set logging.trace= %s/job.yaml >/dev/null 2>%s/start.txt",
-				build_root, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(1, NULL, tmpdir, "start.txt",
+				   "--threads 1 --set train.max_steps=2 --set logging.dir= "
+				   "--set logging.trace= %s/job.yaml",
+				   tmpdir), 0);
 	err = tu_slurp(tmpdir, "start.txt");
 	ck_assert_msg(count_str(err, "; schedule constant\n") == 1, "%s", err);
 }
@@ -598,14 +598,14 @@ START_TEST(merge_trace_option_merges_rank_files)
 		ck_assert_int_eq(dtf_trace_close(t), 0);
 	}
 	ck_assert_int_eq(tu_run("%s/dtf-train --merge-trace %s 2>/dev/null",
-				build_root, out), 0);
+				tu_build_root(), out), 0);
 	ck_assert_int_eq(json_ok(out), 0);
 	char *text = tu_read_file(NULL, out, NULL);
 	ck_assert_int_eq(count_str(text, "\"name\":\"forward\""), 3);
 	free(text);
 	snprintf(p, sizeof(p), "%s/none.json", tmpdir);
 	ck_assert_int_eq(tu_run("%s/dtf-train --merge-trace %s 2>/dev/null",
-				build_root, p), 3);
+				tu_build_root(), p), 3);
 }
 END_TEST
 

@@ -38,17 +38,11 @@
 #include "testutil.h"
 
 static char tmpdir[256];
-static const char *build_root;
 
 #define STEPS 24 /* steps of each run */
 
-static const char job_text[] =
-	"name: tiny-cnn\n"
-	"seed: 7\n"
-	"data:\n"
-	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
-	TU_SYNTH_FEATURES_8X8
-	TU_TINY_CNN_MODEL
+/* the sections after the tiny CNN (tu_write_tiny_job) */
+static const char job_rest[] =
 	"train:\n"
 	"  batch_size: 16\n"
 	"  max_steps: 24\n"
@@ -158,11 +152,12 @@ static const struct path {
 static int run(const struct path *p, const char *env, const char *name,
 	       const char *sets)
 {
-	return tu_run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
-		      "--export-variables %s/%s.bin --set logging.dir=%s/%s/run "
-		      "%s %s %s/job.yaml 2>%s/%s.log >/dev/null",
-		      env ? env : "", p->np, build_root, tmpdir, name, tmpdir,
-		      name, p->sets, sets, tmpdir, tmpdir, name);
+	char log[256];
+	snprintf(log, sizeof(log), "%s.log", name);
+	return tu_mpirun(p->np, env, tmpdir, log,
+			 "--threads 1 --export-variables %s/%s.bin "
+			 "--set logging.dir=%s/%s/run %s %s %s/job.yaml",
+			 tmpdir, name, tmpdir, name, p->sets, sets, tmpdir);
 }
 
 static void schedule_sets(const struct sched *c, char *buf, size_t n)
@@ -238,10 +233,9 @@ static void check_series(const struct sched *c, const struct path *p,
 
 static void setup(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-schedule-test");
 	tu_synth(tmpdir, "train", 480, 2, "8,8,1", 1);
-	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir);
+	tu_write_tiny_job(tmpdir, "job.yaml", 0, 0, job_rest);
 }
 
 static void teardown(void)

@@ -33,15 +33,9 @@
 #include "testutil.h"
 
 static char tmpdir[256];
-static const char *build_root;
 
-static const char job_text[] =
-	"name: tiny-cnn\n"
-	"seed: 7\n"
-	"data:\n"
-	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 0}\n"
-	TU_SYNTH_FEATURES_8X8
-	TU_TINY_CNN_MODEL
+/* the sections after the tiny CNN (tu_write_tiny_job) */
+static const char job_rest[] =
 	"train:\n"
 	"  batch_size: 24\n"
 	"  max_steps: 20\n"
@@ -79,11 +73,11 @@ static const char *job_file = "job.yaml";
  * the exit status */
 static int train(int np, const char *name, const char *env, const char *sets)
 {
-	return tu_run("%s timeout 120 mpirun -np %d %s/dtf-train --threads 1 "
-		      "--export-variables %s/%s.bin %s %s/%s 2>%s/%s.log "
-		      ">/dev/null",
-		      env ? env : "", np, build_root, tmpdir, name,
-		      sets ? sets : "", tmpdir, job_file, tmpdir, name);
+	char log[256];
+	snprintf(log, sizeof(log), "%s.log", name);
+	return tu_mpirun(np, env, tmpdir, log,
+			 "--threads 1 --export-variables %s/%s.bin %s %s/%s",
+			 tmpdir, name, sets ? sets : "", tmpdir, job_file);
 }
 
 static const char *log_of(const char *name)
@@ -120,10 +114,9 @@ static double max_rel_diff(const char *a_name, const char *b_name,
 
 static void setup(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-shm-test");
 	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
-	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir);
+	tu_write_tiny_job(tmpdir, "job.yaml", 0, 0, job_rest);
 	tu_write_file(tmpdir, "job_bn.yaml", bn_job_text, tmpdir);
 	job_file = "job.yaml";
 }
@@ -307,7 +300,7 @@ START_TEST(shared_memory_errors_name_file_line_col)
 				   "  type: multi_worker_mirrored\n"
 				   "  communication: {implementation: shared_memory}\n";
 	char text[4096], path[512], want[1024];
-	snprintf(text, sizeof(text), job_text, tmpdir);
+	snprintf(text, sizeof(text), "%s", tu_slurp(tmpdir, "job.yaml"));
 	char *at = strstr(text, strat);
 	ck_assert_ptr_nonnull(at);
 	ck_assert_uint_lt(strlen(text) - strlen(strat) + strlen(mine),
@@ -328,10 +321,8 @@ START_TEST(shared_memory_errors_name_file_line_col)
 		{"", "--set device=cuda", "device cuda"},
 	};
 	for (int i = 0; i < 2; i++) {
-		int st = tu_run("%s timeout 120 mpirun -np 2 %s/dtf-train "
-				"--threads 1 %s %s 2>%s/pos.log >/dev/null",
-				cases[i].env, build_root, cases[i].sets, path,
-				tmpdir);
+		int st = tu_mpirun(2, cases[i].env, tmpdir, "pos.log",
+				   "--threads 1 %s %s", cases[i].sets, path);
 		const char *log = log_of("pos");
 		ck_assert_msg(st == 2, "exit %d\n%s", st, log);
 		/* the value's column: "  communication: {implementation: " */
@@ -351,7 +342,7 @@ START_TEST(shared_memory_errors_name_file_line_col)
 	int st = tu_run("%s/dtf-train --dry-run --set "
 			"strategy.type=central_storage %s 2>%s/pos.log "
 			">/dev/null",
-			build_root, path, tmpdir);
+			tu_build_root(), path, tmpdir);
 	snprintf(want, sizeof(want),
 		 "error: %s:%d:35: strategy.communication.implementation: "
 		 "shared_memory reduces", path, line);

@@ -46,6 +46,40 @@ int tu_run(const char *fmt, ...)
 	return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+int tu_mpirun(int np, const char *env, const char *dir, const char *log,
+	      const char *fmt, ...)
+{
+	char args[6144], path[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	int len = vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	ck_assert_msg(len >= 0 && (size_t)len < sizeof(args),
+		      "dtf-train arguments too long: %.200s...", args);
+	return tu_run("%s%stimeout %d mpirun -np %d %s/dtf-train %s >/dev/null "
+		      "2>%s",
+		      env ? env : "", env && *env ? " " : "",
+		      TU_MPIRUN_TIMEOUT_S, np, tu_build_root(), args,
+		      log ? tu_path(path, sizeof(path), dir, log) : "/dev/null");
+}
+
+void tu_write_tiny_job(const char *dir, const char *name, int shuffle,
+		       int with_eval, const char *rest)
+{
+	char eval[512] = "";
+	if (with_eval)
+		snprintf(eval, sizeof(eval),
+			 "  eval: {files: \"%s/test-*.tfrecord\"}\n", dir);
+	tu_write_file(dir, name,
+		      "name: tiny-cnn\n"
+		      "seed: 7\n"
+		      "data:\n"
+		      "  train: {files: \"%s/train-*.tfrecord\", "
+		      "shuffle_buffer: %d}\n"
+		      "%s" TU_SYNTH_FEATURES_8X8 TU_TINY_CNN_MODEL "%s",
+		      dir, shuffle, eval, rest);
+}
+
 void tu_synth(const char *dir, const char *prefix, int count, int shards,
 	      const char *shape, int seed)
 {

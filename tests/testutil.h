@@ -1,8 +1,10 @@
 /*
- * testutil.h - scaffolding shared by the Check test programs: temporary
- * directories, running the build's binaries, small file helpers, exported
- * variables, synthetic data, a deterministic test-local random generator,
- * a small trainable model, and the srunner main.
+ * testutil.h - scaffolding shared by the Check test programs: the job text
+ * of the end-to-end tests, temporary directories, running the build's
+ * binaries (tu_run; dtf-train under mpirun with tu_mpirun, the one runner),
+ * small file helpers, exported variables, synthetic data, a deterministic
+ * test-local random generator, a small trainable model, and the srunner
+ * main.
  *
  * Conventions:
  *  - Helpers that set a test up (make a directory, write or read a file)
@@ -56,6 +58,16 @@
 	"label}}\n"                                                           \
 	"  metrics: [accuracy]\n"
 
+/* Writes DIR/NAME, the job of the end-to-end tests on tu_synth's 8x8x1
+ * records: "name: tiny-cnn", "seed: 7", data.train on
+ * DIR/train-*.tfrecord with shuffle_buffer `shuffle` (and data.eval on
+ * DIR/test-*.tfrecord when `with_eval`), TU_SYNTH_FEATURES_8X8,
+ * TU_TINY_CNN_MODEL, then `rest` as given: the test's own sections
+ * (train:, strategy:, checkpoint:, logging:).  Aborts the test if it
+ * cannot write the file. */
+void tu_write_tiny_job(const char *dir, const char *name, int shuffle,
+		       int with_eval, const char *rest);
+
 /* ---- processes ---------------------------------------------------------- */
 
 /* The build directory holding dtf-train and dtf-records: $DTF_BUILD_ROOT
@@ -70,6 +82,23 @@ const char *tu_source_root(void);
  * or the shell could not run).  A command longer than 8191 bytes aborts
  * the test. */
 int tu_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The bound on every tu_mpirun, in seconds (timeout(1) ends the run with
+ * status 124 past it). */
+#define TU_MPIRUN_TIMEOUT_S 120
+
+/*
+ * Runs `ENV timeout TU_MPIRUN_TIMEOUT_S mpirun -np NP BUILD/dtf-train ARGS
+ * >/dev/null 2>LOG` through tu_run and returns its exit status (that of
+ * dtf-train's ranks as mpirun reports it, 124 on the timeout, 128 when it
+ * did not exit).  BUILD is tu_build_root(); ARGS is the printf-formatted
+ * rest of the command line (options, then the job file); env is a shell
+ * prefix such as "DTF_FAULT=x" (NULL or "": none); LOG, the file that gets
+ * the ranks' stderr, is DIR/LOG as for the file helpers (log NULL:
+ * /dev/null).  A command that does not fit (8191 bytes) aborts the test.
+ */
+int tu_mpirun(int np, const char *env, const char *dir, const char *log,
+	      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Writes `count` synthetic records in `shards` files DIR/PREFIX-*.tfrecord
  * with `dtf-records synth` (images of `shape` "H,W,C", 4 classes, `seed`);

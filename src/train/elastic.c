@@ -129,7 +129,7 @@ int dtf_elastic_new(const struct dtf_job *job,
 	for (int i = 0; i < nseg; i++) {
 		if (seg[i].world < 1 || seg[i].world > 1 << 20 ||
 		    seg[i].per_replica_batch < 1 ||
-		    seg[i].per_replica_batch > 1 << 24 || seg[i].steps < 0)
+		    seg[i].per_replica_batch > DTF_BATCH_MAX || seg[i].steps < 0)
 			return dtf_error(DTF_ERR_CHECKPOINT,
 					 "the checkpoint's position has a bad segment (%lld ranks, batch %lld, %lld steps)",
 					 (long long)seg[i].world,

@@ -182,20 +182,20 @@ int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 
 static int per_replica_batch(const struct dtf_job *job, int world, int *out)
 {
-	if (job->train.per_replica_batch_size > (1 << 24))
+	if (job->train.per_replica_batch_size > DTF_BATCH_MAX)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s: train.per_replica_batch_size: %lld is more than %d",
 				 job->train.where,
-				 (long long)job->train.per_replica_batch_size, 1 << 24);
+				 (long long)job->train.per_replica_batch_size, DTF_BATCH_MAX);
 	if (job->train.per_replica_batch_size > 0) {
 		*out = (int)job->train.per_replica_batch_size;
 		return 0;
 	}
 	int64_t global = job->train.batch_size;
-	if (global > (1 << 24) * (int64_t)world)
+	if (global > DTF_BATCH_MAX * (int64_t)world)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s: train.batch_size: %lld is more than %d examples per replica",
-				 job->train.where, (long long)global, 1 << 24);
+				 job->train.where, (long long)global, DTF_BATCH_MAX);
 	if (global % world != 0)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s: train.batch_size: the global batch %lld is not divisible by the %d replicas\n"
