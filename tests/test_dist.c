@@ -491,7 +491,7 @@ START_TEST(slurm_world_of_one)
 	int st = tu_run("SLURM_NTASKS=2 SLURM_PROCID=1 timeout 120 "
 			"%s/dtf-train --threads 1 %s/job.yaml 2>%s/slurm1.log "
 			">/dev/null",
-			build_root, tmpdir, tmpdir);
+			tu_build_root(), tmpdir, tmpdir);
 	const char *log = tu_slurp(tmpdir, "slurm1.log");
 	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
 	ck_assert_msg(strstr(log, "MPI started a world of 1 rank, but Slurm started 2 tasks (SLURM_NTASKS=2)") &&
@@ -500,7 +500,7 @@ START_TEST(slurm_world_of_one)
 	st = tu_run("SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=1 SLURM_PROCID=0 "
 		    "timeout 120 %s/dtf-train --threads 1 --set train.max_steps=2 "
 		    "%s/job.yaml 2>%s/slurm_step1.log >/dev/null",
-		    build_root, tmpdir, tmpdir);
+		    tu_build_root(), tmpdir, tmpdir);
 	ck_assert_msg(st == 0, "exit %d\n%s", st,
 		      tu_slurp(tmpdir, "slurm_step1.log"));
 	/* two "nodes" of one host name: not a cross-host run (this
