@@ -32,14 +32,14 @@
 #include "distribute/strategy.h"
 #include "data/pipeline.h"
 #include "graph/exec.h"
-#include "graph/fast_exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "obs/obs.h"
+#include "ops/backend.h"
+#include "ops/cpu/fast.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
-#include "train/device.h"
 #include "train/elastic.h"
 #include "train/evaluator.h"
 #include "train/fault.h"
@@ -72,18 +72,18 @@ struct replica {
 			     while a checkpoint saves their mean (or NULL) */
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
-	struct dtf_gpu *gpu; /* NULL: this replica runs on the CPU */
+	struct dtf_backend *be;     /* where the step runs (ops/backend.h) */
+	size_t *feature_bytes;      /* per feature, bytes of one example */
 	struct dtf_pool *pool;      /* worker threads of the fast kernels */
-	struct dtf_fast_plan fast;  /* fast CPU path, or unused (reference) */
 	int use_fast;
 };
 
 static void replica_deinit(struct replica *r)
 {
-	dtf_gpu_free(r->gpu);
+	dtf_backend_free(r->be);
 	dtf_optimizer_deinit(&r->opt);
-	dtf_fast_plan_deinit(&r->fast);
 	dtf_pool_free(r->pool);
+	dtf_free(r->feature_bytes);
 	dtf_plan_deinit(&r->plan);
 	dtf_graph_deinit(&r->g);
 	dtf_free(r->layer_out);
@@ -124,16 +124,20 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 		r->grads = dtf_alloc_aligned((g->nparams + NSTATS) *
 					     sizeof(float));
 	r->feed = dtf_calloc((size_t)job->data.nfeatures, sizeof(void *));
+	r->feature_bytes = dtf_calloc((size_t)job->data.nfeatures + 1,
+				      sizeof(size_t));
 	r->ids = dtf_calloc((size_t)g->batch, sizeof(uint64_t));
-	if (!r->params || !r->grads || !r->feed || !r->ids)
+	if (!r->params || !r->grads || !r->feed || !r->feature_bytes || !r->ids)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for parameters");
 	if ((rc = dtf_plan_graph_with(g, job->memory.planner, r->params,
 				      r->grads, &r->plan)) < 0)
 		return rc;
 	size_t scratch = 0;
-	for (int f = 0; f < job->data.nfeatures; f++)
-		scratch += (size_t)dtf_feature_numel(&job->data.features[f]) *
-			   (size_t)g->batch * 4;
+	for (int f = 0; f < job->data.nfeatures; f++) {
+		r->feature_bytes[f] =
+			(size_t)dtf_feature_numel(&job->data.features[f]) * 4;
+		scratch += r->feature_bytes[f] * (size_t)g->batch;
+	}
 	r->scratch = dtf_alloc_aligned(scratch);
 	if (!r->scratch)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
@@ -164,6 +168,67 @@ static void copy_nontrainable(const struct dtf_graph *g, float *dst,
 			memcpy(dst + n->a.var.offset, params + n->a.var.offset,
 			       (size_t)dtf_shape_numel(&n->shape) * sizeof(float));
 	}
+}
+
+/* ---- the backend --------------------------------------------------------- */
+
+/* What this job needs that the GPU path lacks, or NULL: the CUDA executor
+ * updates with sgd or adam over the whole vector. */
+static const char *gpu_lacks(const struct dtf_optimizer *op)
+{
+	if (op->kind == DTF_OPT_ADAMW || op->kind == DTF_OPT_RMSPROP ||
+	    op->weight_decay > 0 || op->clipnorm > 0)
+		return "the GPU path updates with sgd or adam only, without adamw, rmsprop, train.weight_decay or train.clipnorm";
+	return NULL;
+}
+
+/*
+ * The backend of this replica, prepared for its planned graph: with
+ * `device_ok` (training ranks) the job's device (cuda, or auto: a GPU
+ * where this rank sees one and it can run the graph, with a warning when
+ * it cannot), else the CPU.  Errors: those of the backends' open and
+ * prepare (ops/backend.h).
+ */
+static int open_backend(const struct dtf_job *job, struct dtf_comm *comm,
+			struct replica *r, int device_ok)
+{
+	int rc = 0, required = job->device.kind == DTF_DEVICE_CUDA;
+	struct dtf_backend_graph bg = {
+		.g = &r->g, .arena = r->plan.arena,
+		.arena_bytes = r->plan.arena_bytes, .params = r->params,
+		.grads = r->grads, .nstats = NSTATS, .feed = r->feed,
+		.feature_bytes = r->feature_bytes,
+		.nfeatures = job->data.nfeatures,
+		.optimizer_slots = (size_t)r->opt.nslots * r->g.nparams,
+		.slots = r->opt.slots, .top_k = job->model.metric_top_k,
+		.pool = r->use_fast ? r->pool : NULL,
+		.poison = job->memory.poison ? &r->plan : NULL};
+	if (device_ok && job->device.kind != DTF_DEVICE_CPU) {
+		struct dtf_backend_cuda_opts co = {
+			.required = required,
+			.allow_sharing = job->device.allow_gpu_sharing,
+			.tf32 = job->device.precision == DTF_PRECISION_TF32,
+			.local_rank = comm ? dtf_comm_local_rank(comm) : 0,
+			.local_size = comm ? dtf_comm_local_size(comm) : 1,
+			.world = comm ? dtf_comm_size(comm) : 1,
+			.cuda_aware = dtf_comm_cuda_aware(),
+			.host_only = gpu_lacks(&r->opt)};
+		if ((rc = dtf_backend_cuda_open(&co, &r->be)) < 0)
+			return rc;
+		if (r->be && (rc = r->be->i->prepare(r->be->ctx, &bg)) < 0) {
+			dtf_backend_free(r->be);
+			r->be = NULL;
+			if (rc != -DTF_ERR_CONFIG || required)
+				return rc;
+			dtf_warn("device: auto: %s; training on the CPU",
+				 dtf_error_msg());
+		}
+		if (r->be)
+			return 0;
+	}
+	if ((rc = dtf_backend_cpu_new(&r->be)) < 0)
+		return rc;
+	return r->be->i->prepare(r->be->ctx, &bg);
 }
 
 /* ---- summary ------------------------------------------------------------ */
@@ -234,7 +299,22 @@ static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
 
 struct eval_totals {
 	double loss_sum, correct, count, top_k;
+	int has_top_k; /* top_k was counted (the backend counts top-k) */
 };
+
+/* dtf_pipeline_next as the backends' read function (ops/backend.h). */
+static int read_batch(void *arg, void *const *feed, uint64_t *ids,
+		      int *count)
+{
+	return dtf_pipeline_next(arg, feed, ids, count);
+}
+
+/* A whole-vector sum over the replicas, for a backend that reduces its
+ * own gradients. */
+static int sum_replicas(void *arg, float *buf, size_t n)
+{
+	return dtf_comm_allreduce_sum_f32(arg, buf, n);
+}
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
 		 int64_t step, struct dtf_train_result *result);
@@ -249,35 +329,36 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
 		    struct eval_totals *tot, struct dtf_train_result *result)
 {
-	struct dtf_graph *g = &r->g;
+	struct dtf_backend *be = r->be;
 	struct dtf_exec_ctx ctx = {.training = 0,
 				   .example_ids = r->ids,
 				   .workspace = r->plan.workspace,
-				   .fast = r->use_fast ? &r->fast : NULL,
 				   .loss_scale = 1.0f};
-	/* loss sum, correct, count, top-k correct (CPU path only) */
-	double local[4] = {0, 0, 0, 0};
-	int rc = r->gpu ? dtf_gpu_evaluate(r->gpu, eval, local)
-			: dtf_pipeline_begin_epoch(eval, 0);
-	while (rc == 0 && !r->gpu) {
+	/* loss sum, correct, count, top-k correct (where the backend counts
+	 * it); the batches run while the next is read where it can */
+	double local[4] = {0, 0, 0, 0}, sums[3];
+	int rc = dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0) {
 		int count = 0;
-		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
+		rc = be->i->load(be->ctx, read_batch, eval, r->ids, &count);
 		if (rc == 0)
 			rc = check_labels(r, eval, count, job->model.loss_logits);
 		if (rc < 0 || count == 0)
 			break;
 		ctx.valid = count;
-		if (job->memory.poison)
-			dtf_plan_poison(g, &r->plan);
-		dtf_exec_forward(g, &ctx);
-		local[0] += ctx.loss_sum;
-		local[1] += dtf_graph_count_correct(g, count, 1);
+		be->i->forward(be->ctx, &ctx);
 		local[2] += count;
-		if (job->model.metric_top_k)
-			local[3] += dtf_graph_count_correct(
-				g, count, job->model.metric_top_k);
 	}
-	int crc = agree(comm, rc, "evaluating after", step, result);
+	int crc = be->i->eval_totals(be->ctx, sums);
+	if (rc == 0)
+		rc = crc;
+	tot->has_top_k = rc == 0 && !isnan(sums[2]);
+	if (rc == 0) {
+		local[0] = sums[0];
+		local[1] = sums[1];
+		local[3] = tot->has_top_k ? sums[2] : 0;
+	}
+	crc = agree(comm, rc, "evaluating after", step, result);
 	if (crc < 0)
 		return crc;
 	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 4)) < 0)
@@ -558,8 +639,9 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		int rc = dtf_strategy_sync_slots(strat);
 		/* the GPU's variables and slots into the host copies the
 		 * checkpointer reads */
-		if (rc == 0 && r->gpu)
-			rc = dtf_gpu_download_state(r->gpu);
+		if (rc == 0)
+			rc = dtf_backend_download(r->be, DTF_BACKEND_PARAMS |
+							    DTF_BACKEND_SLOTS);
 		/* the replicas' own moving statistics (batch_norm): the
 		 * checkpoint holds their mean, as TF saves a MEAN-aggregated
 		 * variable, while each replica goes on from its own, so
@@ -634,34 +716,28 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 }
 
 /*
- * One step up to the optimizer: read a batch, agree on the status, forward,
- * backward, allreduce gradients and statistics.  `rc` carries an error from
- * before the step (e.g. starting the epoch) into the agreement.  Phase times
- * are added to *t; t->mark is left at the end of the allreduce.
+ * One update: train.accumulate_steps micro-batches, each read, agreed on,
+ * run forward and backward, then the gradients and the statistics behind
+ * them summed over the replicas and the optimizer applied.  `rc` carries
+ * an error from before the step (e.g. starting the epoch) into the
+ * agreement.  Where the backend reduces its own gradients (ops/backend.h:
+ * reduce), the step agrees once more after computing, as a device failure
+ * must stop every rank before the sum, and the backend applies the update;
+ * otherwise backward runs through the strategy (distribute/strategy.h),
+ * the last micro-batch starting the gradient buckets from inside it, and
+ * the strategy reduces, checks and applies.  Phase times are added to *t;
+ * t->mark is left where the optimizer's time begins.
  */
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct replica *r, struct dtf_pipeline *train,
-		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
-		      int64_t step, int read_ahead, struct dtf_step_times *t,
-		      struct dtf_obs *obs,
-		      struct dtf_train_result *result);
-
-/*
- * The CPU step through the distribution strategy (distribute/strategy.h):
- * train.accumulate_steps micro-batches, each read, agreed on, run forward
- * and backward (the last one starting the gradient buckets from inside
- * backward), then the strategy reduces, checks and applies the update.
- * t->mark is left at the end of the step (the strategy adds the optimizer
- * time itself).
- */
-static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
-			 struct dtf_strategy *strat, struct replica *r,
-			 struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
-			 int rc, int vote, int *agreed, int64_t step, double lr,
-			 struct dtf_step_times *t, struct dtf_obs *obs,
-			 struct dtf_train_result *result)
+		      struct dtf_strategy *strat, struct replica *r,
+		      struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
+		      int rc, int vote, int *agreed, int64_t step, double lr,
+		      int read_ahead, struct dtf_step_times *t,
+		      struct dtf_obs *obs, struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
+	struct dtf_backend *be = r->be;
+	int own = be->i->reduce != NULL; /* the backend sums its gradients */
 	int batch = g->batch, count = 0, k = job->train.accumulate_steps;
 	float *stats = r->grads + g->nparams;
 	memset(stats, 0, NSTATS * sizeof(float));
@@ -669,7 +745,8 @@ static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
 	for (int micro = 0; micro < k; micro++) {
 		t0 = now_seconds();
 		if (rc == 0)
-			rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
+			rc = be->i->load(be->ctx, read_batch, train, r->ids,
+					 &count);
 		if (rc == 0 && count < batch)
 			rc = dtf_error(DTF_ERR_DATA,
 				       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
@@ -683,24 +760,32 @@ static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
 				     step, result)) < 0)
 			return rc;
 		t2 = now_seconds();
-		if (job->memory.poison)
-			dtf_plan_poison(g, &r->plan);
-		dtf_exec_forward(g, ctx);
+		be->i->forward(be->ctx, ctx);
+		if (read_ahead && micro == k - 1 && be->i->prefetch)
+			be->i->prefetch(be->ctx, read_batch, train);
 		t3 = now_seconds();
-		dtf_strategy_backward(strat, ctx, micro, k, lr);
-		stats[DTF_STAT_LOSS] += (float)ctx->loss_sum;
-		stats[DTF_STAT_CORRECT] +=
-			(float)dtf_graph_count_correct(g, batch, 1);
-		stats[DTF_STAT_COUNT] += (float)batch;
+		if (own) {
+			rc = be->i->backward(be->ctx, ctx, NULL, NULL);
+			if ((rc = agree(comm, rc, "computing", step, result)) < 0)
+				return rc;
+		} else {
+			dtf_strategy_backward(strat, ctx, micro, k, lr);
+		}
+		be->i->step_stats(be->ctx, ctx, batch, stats);
 		t4 = now_seconds();
 		t->forward += t3 - t2;
 		t->backward += t4 - t3;
 		t->comm += t2 - t1; /* the agreement */
 	}
 	int applied;
-	rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
-				      &t->comm, &t->optimizer);
+	if (own)
+		rc = be->i->reduce(be->ctx, sum_replicas, comm);
+	else
+		rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
+					      &t->comm, &t->optimizer);
 	double t5 = now_seconds();
+	if (own)
+		t->comm += t5 - t4;
 	t->mark = t5;
 	if (dtf_obs_tracing(obs, step + 1)) { /* the last micro-batch */
 		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
@@ -709,69 +794,14 @@ static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
 		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
 		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
 	}
-	return rc;
-}
-
-static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct replica *r, struct dtf_pipeline *train,
-		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
-		      int64_t step, int read_ahead, struct dtf_step_times *t,
-		      struct dtf_obs *obs,
-		      struct dtf_train_result *result)
-{
-	struct dtf_graph *g = &r->g;
-	int batch = g->batch, count = 0;
-	size_t np = g->nparams;
-	double t0 = now_seconds();
-	if (rc == 0)
-		rc = r->gpu ? dtf_gpu_next_batch(r->gpu, train, r->ids, &count)
-			    : dtf_pipeline_next(train, r->feed, r->ids, &count);
-	if (rc == 0 && count < batch)
-		rc = dtf_error(DTF_ERR_DATA,
-			       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
-			       job->data.train_files, count, batch,
-			       (long long)step);
-	if (rc == 0)
-		rc = check_labels(r, train, count, job->model.loss_logits);
-	double t1 = now_seconds();
-	t->data_wait += t1 - t0;
-	if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for", step,
-			     result)) < 0)
-		return rc;
-	double t2 = now_seconds();
-	if (r->gpu) {
-		/* forward and backward in one (timed as forward); the
-		 * statistics come from the GPU; agree again, as a CUDA
-		 * failure must stop every rank before the allreduce */
-		rc = dtf_gpu_step(r->gpu, ctx, train, read_ahead);
-		if ((rc = agree(comm, rc, "computing", step, result)) < 0)
-			return rc;
-	} else {
-		if (job->memory.poison)
-			dtf_plan_poison(g, &r->plan);
-		dtf_exec_forward(g, ctx);
-	}
-	double t3 = now_seconds();
-	if (!r->gpu) {
-		dtf_exec_backward(g, ctx);
-		r->grads[np] = (float)ctx->loss_sum;
-		r->grads[np + 1] = (float)dtf_graph_count_correct(g, batch, 1);
-		r->grads[np + 2] = (float)batch;
-	}
-	double t4 = now_seconds();
-	rc = r->gpu ? dtf_gpu_allreduce(r->gpu, comm)
-		    : dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
-	double t5 = now_seconds();
-	t->forward += t3 - t2;
-	t->backward += t4 - t3;
-	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
-	t->mark = t5;
-	if (dtf_obs_tracing(obs, step + 1)) {
-		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
-		dtf_obs_span(obs, DTF_OBS_AGREE, step + 1, -1, t1, t2);
-		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
-		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
-		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+	if (rc == 0 && own) {
+		const struct dtf_optimizer *o = &r->opt;
+		r->opt.iterations++;
+		be->i->apply(be->ctx, &(struct dtf_backend_update){
+			.adam = o->kind == DTF_OPT_ADAM, .lr = lr,
+			.momentum = o->momentum, .nesterov = o->nesterov,
+			.beta_1 = o->beta_1, .beta_2 = o->beta_2,
+			.epsilon = o->epsilon, .iterations = o->iterations});
 	}
 	return rc;
 }
@@ -891,8 +921,8 @@ static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
 	dtf_threads_flush_denormals();
 	if (rc == 0)
 		rc = dtf_threads_setup_fast(threads, &r->use_fast, &r->pool);
-	if (rc == 0 && r->use_fast)
-		rc = dtf_fast_plan_init(&r->fast, &r->g, r->pool);
+	if (rc == 0)
+		rc = open_backend(job, NULL, r, 0);
 	if (rc == 0)
 		rc = dtf_fault_new(NULL, dtf_comm_rank(world), 0, &fault);
 	if (rc == 0)
@@ -1063,8 +1093,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	int threads = dtf_threads_choose(opts->threads,
 					 comm ? dtf_comm_local_size(comm) : 1);
 	dtf_threads_flush_denormals();
-	if ((rc = dtf_threads_setup_fast(threads, &r.use_fast, &r.pool)) < 0 ||
-	    (r.use_fast && (rc = dtf_fast_plan_init(&r.fast, &r.g, r.pool)) < 0))
+	if ((rc = dtf_threads_setup_fast(threads, &r.use_fast, &r.pool)) < 0)
 		goto out;
 	if (r.use_fast)
 		dtf_optimizer_set_pool(&r.opt, r.pool);
@@ -1093,17 +1122,14 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 
 	/* device, signals, watchdog, checkpoints and data: set up on every
 	 * rank, then agree before any other collective */
-	struct dtf_gpu_opts go = {.job = job, .comm = comm, .g = &r.g,
-				  .plan = &r.plan, .params = r.params,
-				  .grads = r.grads, .nstats = NSTATS,
-				  .opt = &r.opt};
-	rc = dtf_gpu_open(&go, &r.gpu);
-	if (rc == 0 && r.gpu &&
+	rc = open_backend(job, comm, &r, 1);
+	if (rc == 0 && r.be->i->reduce &&
 	    (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE ||
 	     job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER ||
 	     job->train.accumulate_steps > 1 || job->strategy.hierarchical ||
 	     job->strategy.compression != DTF_GRAD_COMPRESSION_NONE))
-		/* the GPU path reduces its device gradients in one allreduce */
+		/* a backend that reduces its own gradients (the GPU's) does so
+		 * in one allreduce, without the strategy */
 		rc = dtf_error(DTF_ERR_CONFIG,
 			       "strategy: %s%s%s%s is not supported on the GPU yet\n"
 			       "HINT: set device: cpu",
@@ -1166,7 +1192,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 					    r.g.nparams)) < 0)
 		goto out;
 	/* the GPU starts from the host's variables and (restored) slots */
-	if (r.gpu && (rc = dtf_gpu_upload_state(r.gpu)) < 0)
+	if ((rc = dtf_backend_upload(r.be, DTF_BACKEND_PARAMS |
+						   DTF_BACKEND_SLOTS)) < 0)
 		goto out;
 
 	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
@@ -1177,8 +1204,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		.loss_scale = (float)(1.0 / ((double)global_batch *
 					     job->train.accumulate_steps)),
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
-		.workspace = r.plan.workspace,
-		.fast = r.use_fast ? &r.fast : NULL};
+		.workspace = r.plan.workspace};
 	size_t np = r.g.nparams;
 	/* where to start: step 0, or the checkpoint's position, re-sharded
 	 * when the world size or per-replica batch changed */
@@ -1262,18 +1288,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				   dtf_checkpointer_time_due(ck), agreed = 0;
 			int read_ahead = s + 1 < steps_per_epoch[0] &&
 					 step + 1 < total_steps;
-			if (r.gpu)
-				rc = train_step(job, comm, &r, train, &ctx, rc,
-						vote, &agreed, step, read_ahead,
-						&stt, obs, result);
-			else
-				rc = strategy_step(job, comm, strat, &r, train,
-						   &ctx, rc, vote, &agreed, step,
-						   lr, &stt, obs, result);
+			rc = train_step(job, comm, strat, &r, train, &ctx, rc,
+					vote, &agreed, step, lr, read_ahead,
+					&stt, obs, result);
 			if (rc < 0)
 				goto out;
-			if (r.gpu)
-				dtf_gpu_apply(r.gpu, &r.opt, lr);
 			double t_end = now_seconds();
 			stt.optimizer += t_end - stt.mark;
 			step++;
@@ -1306,7 +1325,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 					goto out;
 				result->eval_loss = tot.loss_sum / tot.count;
 				result->eval_accuracy = tot.correct / tot.count;
-				if (job->model.metric_top_k && !r.gpu)
+				if (job->model.metric_top_k && tot.has_top_k)
 					result->eval_top_k_accuracy =
 						tot.top_k / tot.count;
 				/* the evaluation's one console line */
@@ -1338,7 +1357,7 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 				goto out;
 			result->eval_loss = tot.loss_sum / tot.count;
 			result->eval_accuracy = tot.correct / tot.count;
-			if (job->model.metric_top_k && !r.gpu)
+			if (job->model.metric_top_k && tot.has_top_k)
 				result->eval_top_k_accuracy = tot.top_k / tot.count;
 			dtf_obs_eval(obs, step, epoch, result->eval_loss,
 				     result->eval_accuracy,
@@ -1362,7 +1381,7 @@ stopped:
 	if (step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
 			 (unsigned long long)step_allocs);
-	if (r.gpu && (rc = dtf_gpu_download_params(r.gpu)) < 0)
+	if ((rc = dtf_backend_download(r.be, DTF_BACKEND_PARAMS)) < 0)
 		goto out;
 	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
 		goto out;
