@@ -957,45 +957,48 @@ out:
 	return rc;
 }
 
-int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
-		  const struct dtf_train_opts *opts,
-		  struct dtf_train_result *result)
-{
-	struct dtf_comm *world_comm = comm;
-	struct dtf_strategy *strat = NULL;
-	int batch = 0, rc;
-	/* the world rank of an evaluator task, and whether this rank (the
-	 * chief) must send it the end-of-training notice */
-	int evaluator = opts->cluster ? dtf_evaluator_rank(opts->cluster) : -1;
-	int notify = 0;
-	if (!opts->dry_run && evaluator >= 0 &&
-	    (rc = dtf_evaluator_check_job(job)) < 0)
-		return rc; /* the same on every rank, before any collective */
-	/* roles and sub-communicators (distribute/strategy.h); from here `comm` is
-	 * the training replicas' (NULL on ps and evaluator ranks) */
-	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster, &strat)) < 0)
-		return rc;
-	enum dtf_task_type role = strat ? dtf_strategy_role(strat)
-					: DTF_TASK_WORKER;
-	comm = strat ? dtf_strategy_replica_comm(strat) : NULL;
-	int rank = comm ? dtf_comm_rank(comm) : 0;
-	int world = strat ? dtf_strategy_num_replicas(strat) : 1;
-	struct replica r;
-	struct dtf_pipeline *train = NULL, *eval = NULL;
-	struct dtf_obs *obs = NULL;
-	struct dtf_fault *fault = NULL;
-	struct dtf_checkpointer *ck = NULL;
-	struct start st = {0};
-	/* --overwrite-checkpoints starts a new run, whatever
-	 * checkpoint.resume says */
-	int resume = (opts->resume || job->checkpoint.resume) &&
-		     !opts->overwrite_checkpoints;
-	int ckpt_lock = -1; /* the chief's lock on checkpoint.dir */
-	memset(result, 0, sizeof(*result));
-	result->eval_loss = result->eval_accuracy = -1;
-	result->eval_top_k_accuracy = -1;
+/* ---- dtf_train_run: setup, resume, epochs, evaluation, finish ---------- */
 
-	rc = 0;
+/* One training run's state, from setup to the end (dtf_train_run). */
+struct run {
+	const struct dtf_job *job;
+	const struct dtf_train_opts *opts;
+	struct dtf_train_result *result;
+	struct dtf_comm *world_comm; /* every rank, ps and evaluator included */
+	struct dtf_comm *comm;       /* the training replicas' (NULL on ps and
+					evaluator ranks, and without MPI) */
+	struct dtf_strategy *strat;
+	enum dtf_task_type role;
+	int rank, world, batch;
+	int evaluator;   /* the world rank of an evaluator task, or -1 */
+	int notify;      /* this rank (the chief) sends it the end notice */
+	int resume;
+	int ckpt_lock;   /* the chief's lock on checkpoint.dir, or -1 */
+	struct replica r;
+	struct dtf_pipeline *train, *eval;
+	struct dtf_obs *obs;
+	struct dtf_fault *fault;
+	struct dtf_checkpointer *ck;
+	struct start st;
+	struct dtf_ckpt_position pos; /* of the last step, for checkpoints */
+	struct dtf_schedule sched;
+	struct dtf_exec_ctx ctx;
+	int64_t global_batch, steps_per_epoch, total_steps;
+	int64_t step, first_step;
+	uint64_t step_allocs; /* allocations inside steps after the first */
+	double t_start;
+};
+
+/*
+ * The options that are the same on every rank and checked before any
+ * collective, then rank 0's (--export-variables writable, the lock on
+ * checkpoint.dir), agreed on by every rank.
+ */
+static int check_options(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	const struct dtf_train_opts *opts = R->opts;
+	int rc = 0;
 	if (opts->overwrite_checkpoints && opts->resume)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "--overwrite-checkpoints starts a new run: it cannot be given with --resume");
@@ -1004,11 +1007,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "%s: --overwrite-checkpoints needs checkpoint.dir in the job file",
 			       job->path);
-	if (rc == 0 && opts->allow_fresh_start && !resume)
+	if (rc == 0 && opts->allow_fresh_start && !R->resume)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "--allow-fresh-start applies to a resume only: "
 			       "give --resume too (or set checkpoint.resume: auto)");
-	if (rc == 0 && resume && !opts->dry_run && !job->checkpoint.dir)
+	if (rc == 0 && R->resume && !opts->dry_run && !job->checkpoint.dir)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "%s: resuming needs checkpoint.dir in the job file",
 			       job->path);
@@ -1017,9 +1020,10 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = dtf_error(DTF_ERR_CONFIG,
 			       "checkpoint.dir: checkpoints are not supported with strategy parameter_server yet (the ps ranks hold the variables and optimizer state)");
 	if (rc == 0)
-		rc = per_replica_batch(job, world, &batch);
-	if (rc == 0 && !opts->dry_run && opts->export_variables && rank == 0 &&
-	    role != DTF_TASK_PS && role != DTF_TASK_EVALUATOR) {
+		rc = per_replica_batch(job, R->world, &R->batch);
+	int chief = !opts->dry_run && R->rank == 0 &&
+		    R->role != DTF_TASK_PS && R->role != DTF_TASK_EVALUATOR;
+	if (rc == 0 && chief && opts->export_variables) {
 		/* find out now, not after the training, that it cannot be
 		 * written */
 		FILE *f = fopen(opts->export_variables, "ab");
@@ -1030,100 +1034,117 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		else
 			fclose(f);
 	}
-	if (rc == 0 && !opts->dry_run && job->checkpoint.dir && rank == 0 &&
-	    role != DTF_TASK_PS && role != DTF_TASK_EVALUATOR)
+	if (rc == 0 && chief && job->checkpoint.dir)
 		/* the chief, which writes the checkpoints: lock checkpoint.dir
 		 * for this run, prove it writable, and refuse (or, asked to,
 		 * delete) an earlier run's checkpoints now, not at the first
 		 * save */
 		rc = dtf_checkpoint_dir_open(
 			job->checkpoint.dir,
-			resume ? DTF_CKPT_START_RESUME
+			R->resume ? DTF_CKPT_START_RESUME
 			: opts->overwrite_checkpoints ? DTF_CKPT_START_OVERWRITE
 						      : DTF_CKPT_START_FRESH,
-			&ckpt_lock);
+			&R->ckpt_lock);
 	/* rank 0 alone checked --export-variables and checkpoint.dir: every
 	 * rank, ps and evaluator included, learns of a failure before any
 	 * other collective */
-	if ((rc = agree(world_comm, rc, "checking the options before", 0,
-			result)) < 0) {
-		dtf_strategy_free(strat);
-		if (ckpt_lock >= 0)
-			close(ckpt_lock);
-		return rc;
-	}
-	rc = build(job, batch, 1, &r);
-	if (!opts->dry_run && dtf_strategy_wants_shared_grads(strat)) {
+	return agree(R->world_comm, rc, "checking the options before", 0,
+		     R->result);
+}
+
+/*
+ * The graph, its buffers and the strategy's setup on every rank; the
+ * dry run, the evaluator and the ps ranks end here (*done).
+ */
+static int setup(struct run *R, int *done)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int rc = build(job, R->batch, 1, r);
+	*done = 1;
+	if (!R->opts->dry_run && dtf_strategy_wants_shared_grads(R->strat)) {
 		/* the gradient vector in the replicas' shared-memory window
 		 * (distribute/strategy.h): a collective, so agree first */
-		if ((rc = agree(comm, rc, "building the graph before", 0,
-				result)) == 0 &&
-		    (rc = dtf_strategy_share_grads(strat, &r.g,
-						   r.g.nparams + NSTATS,
-						   &r.grads, &r.params)) == 0) {
-			r.grads_shared = r.grads != NULL;
-			r.params_shared = r.params != NULL;
+		if ((rc = agree(R->comm, rc, "building the graph before", 0,
+				R->result)) == 0 &&
+		    (rc = dtf_strategy_share_grads(R->strat, &r->g,
+						   r->g.nparams + NSTATS,
+						   &r->grads, &r->params)) == 0) {
+			r->grads_shared = r->grads != NULL;
+			r->params_shared = r->params != NULL;
 		}
 	}
 	if (rc < 0)
-		goto out;
-	result->num_params = dtf_graph_num_params(&r.g);
-	if (opts->dry_run) {
-		if (rank == 0)
-			rc = dtf_summary_print(job, &r.g, r.layer_out, stdout);
-		goto out;
-	}
-	if (role == DTF_TASK_EVALUATOR) {
-		rc = run_evaluator(job, world_comm, opts, &r, batch, result);
-		goto out;
-	}
-	if ((rc = setup_buffers(job, &r)) == 0)
-		rc = dtf_strategy_setup(strat, &r.g, r.params, r.grads, &r.opt);
+		return rc;
+	R->result->num_params = dtf_graph_num_params(&r->g);
+	if (R->opts->dry_run)
+		return R->rank == 0 ? dtf_summary_print(job, &r->g, r->layer_out,
+							stdout)
+				    : 0;
+	if (R->role == DTF_TASK_EVALUATOR)
+		return run_evaluator(job, R->world_comm, R->opts, r, R->batch,
+				     R->result);
+	if ((rc = setup_buffers(job, r)) == 0)
+		rc = dtf_strategy_setup(R->strat, &r->g, r->params, r->grads,
+					&r->opt);
 	/* every rank, ps and evaluator included, learns of a failed setup */
-	if ((rc = agree(world_comm, rc, "setting up before", 0, result)) < 0)
-		goto out;
+	if ((rc = agree(R->world_comm, rc, "setting up before", 0,
+			R->result)) < 0)
+		return rc;
 	/* from here the evaluator waits for the chief's notice */
-	notify = evaluator >= 0 && dtf_comm_rank(world_comm) == 0;
-	if (role == DTF_TASK_PS) {
-		dtf_graph_init_params(&r.g, job->seed, r.params);
-		rc = dtf_strategy_serve(strat);
-		goto out;
+	R->notify = R->evaluator >= 0 && dtf_comm_rank(R->world_comm) == 0;
+	if (R->role == DTF_TASK_PS) {
+		dtf_graph_init_params(&r->g, job->seed, r->params);
+		return dtf_strategy_serve(R->strat);
 	}
+	*done = 0;
+	return 0;
+}
 
-	int threads = dtf_threads_choose(opts->threads,
-					 comm ? dtf_comm_local_size(comm) : 1);
+/* Threads, then the start-up lines: replicas, batch, strategy. */
+static int setup_threads(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int threads = dtf_threads_choose(R->opts->threads,
+					 R->comm ? dtf_comm_local_size(R->comm) : 1);
 	dtf_threads_flush_denormals();
-	if ((rc = dtf_threads_setup_fast(threads, &r.use_fast, &r.pool)) < 0)
-		goto out;
-	if (r.use_fast)
-		dtf_optimizer_set_pool(&r.opt, r.pool);
-	int64_t global_batch = (int64_t)batch * world;
+	int rc = dtf_threads_setup_fast(threads, &r->use_fast, &r->pool);
+	if (rc < 0)
+		return rc;
+	if (r->use_fast)
+		dtf_optimizer_set_pool(&r->opt, r->pool);
+	R->global_batch = (int64_t)R->batch * R->world;
 	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s, OpenBLAS %s)",
-		 job->name, world, comm ? dtf_comm_num_nodes(comm) : 1,
+		 job->name, R->world, R->comm ? dtf_comm_num_nodes(R->comm) : 1,
 		 dtf_strategy_name(job->strategy.type), threads,
-		 r.use_fast ? "fast kernels, 1 BLAS thread each"
-			    : "reference kernels, all BLAS threads",
+		 r->use_fast ? "fast kernels, 1 BLAS thread each"
+			     : "reference kernels, all BLAS threads",
 		 dtf_threads_blas_core());
 	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
-		 (long long)global_batch, batch, job->train.accumulate_steps,
-		 (long long)global_batch * job->train.accumulate_steps,
-		 result->num_params, job->train.learning_rate,
-		 dtf_strategy_learning_rate(strat, job->train.learning_rate,
+		 (long long)R->global_batch, R->batch,
+		 job->train.accumulate_steps,
+		 (long long)R->global_batch * job->train.accumulate_steps,
+		 R->result->num_params, job->train.learning_rate,
+		 dtf_strategy_learning_rate(R->strat, job->train.learning_rate,
 					    INT64_MAX),
 		 job->train.lr_scaling == DTF_LR_SCALING_LINEAR
 			 ? " (linear scaling by the replicas)"
 			 : "");
-	{
-		char desc[256];
-		dtf_strategy_describe(strat, desc, sizeof(desc));
-		dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type),
-			 desc);
-	}
+	char desc[256];
+	dtf_strategy_describe(R->strat, desc, sizeof(desc));
+	dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type), desc);
+	return 0;
+}
 
-	/* device, signals, watchdog, checkpoints and data: set up on every
-	 * rank, then agree before any other collective */
-	rc = open_backend(job, comm, &r, 1);
-	if (rc == 0 && r.be->i->reduce &&
+/* Backend, signals, watchdog, checkpoints and data: set up on every rank,
+ * then agree before any other collective. */
+static int open_all(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int rc = open_backend(job, R->comm, r, 1);
+	if (rc == 0 && r->be->i->reduce &&
 	    (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE ||
 	     job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER ||
 	     job->train.accumulate_steps > 1 || job->strategy.hierarchical ||
@@ -1138,274 +1159,369 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			       job->strategy.hierarchical ? ", hierarchical" : "",
 			       job->strategy.compression ? ", compression" : "");
 	if (rc == 0)
-		rc = dtf_fault_new(comm, rank, job->fault.timeout_seconds, &fault);
+		rc = dtf_fault_new(R->comm, R->rank, job->fault.timeout_seconds,
+				   &R->fault);
 	if (rc == 0 && job->checkpoint.dir)
-		rc = dtf_checkpointer_new(job, &r.g, r.params, &r.opt,
-					  rank == 0, fault, &ck);
+		rc = dtf_checkpointer_new(job, &r->g, r->params, &r->opt,
+					  R->rank == 0, R->fault, &R->ck);
 	if (rc == 0)
-		rc = open_pipeline(job, job->data.train_files, rank, world,
-				   batch, 1, &train);
-	if (rc == 0 && job->data.eval_files && evaluator < 0)
+		rc = open_pipeline(job, job->data.train_files, R->rank,
+				   R->world, R->batch, 1, &R->train);
+	if (rc == 0 && job->data.eval_files && R->evaluator < 0)
 		/* with an evaluator task, it evaluates; the chief does not */
-		rc = open_pipeline(job, job->data.eval_files, rank, world,
-				   batch, 0, &eval);
-	if (rc == 0 && eval)
-		rc = check_eval_data(job, &r, eval);
-	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
-		goto out;
-	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
-	int64_t steps_per_epoch[3] = {dtf_pipeline_num_records(train) / per_update,
-				      -dtf_pipeline_num_records(train) / per_update,
-				      dtf_pipeline_num_records(train)};
-	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 3)) < 0)
-		goto out;
-	int64_t most = -steps_per_epoch[1];
-	if (steps_per_epoch[0] == 0) {
-		rc = dtf_error(DTF_ERR_DATA,
-			       "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
-			       "HINT: use fewer ranks, a smaller batch, or more data",
-			       world, (long long)steps_per_epoch[2], batch);
-		goto out;
-	}
-	if (most > steps_per_epoch[0])
-		dtf_info("shards are uneven: %lld to %lld steps per rank; every rank runs %lld steps per epoch",
-			 (long long)steps_per_epoch[0], (long long)most,
-			 (long long)steps_per_epoch[0]);
+		rc = open_pipeline(job, job->data.eval_files, R->rank,
+				   R->world, R->batch, 0, &R->eval);
+	if (rc == 0 && R->eval)
+		rc = check_eval_data(job, r, R->eval);
+	return agree(R->comm, rc, "opening data before", 0, R->result);
+}
 
-	/* identical start: deterministic init or rank 0's checkpoint, then
-	 * rank 0's values win (with one shared copy, rank 0 alone writes) */
-	if (dtf_strategy_writes_params(strat))
-		dtf_graph_init_params(&r.g, job->seed, r.params);
+/* All ranks agree on the steps per epoch (the fewest over the shards). */
+static int agree_steps_per_epoch(struct run *R)
+{
+	int64_t per_update = (int64_t)R->batch * R->job->train.accumulate_steps;
+	int64_t records = dtf_pipeline_num_records(R->train);
+	int64_t spe[3] = {records / per_update, -records / per_update, records};
+	int rc = dtf_comm_allreduce_min_i64(R->comm, spe, 3);
+	if (rc < 0)
+		return rc;
+	int64_t most = -spe[1];
+	if (spe[0] == 0)
+		return dtf_error(DTF_ERR_DATA,
+				 "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
+				 "HINT: use fewer ranks, a smaller batch, or more data",
+				 R->world, (long long)spe[2], R->batch);
+	if (most > spe[0])
+		dtf_info("shards are uneven: %lld to %lld steps per rank; every rank runs %lld steps per epoch",
+			 (long long)spe[0], (long long)most, (long long)spe[0]);
+	R->steps_per_epoch = spe[0];
+	return 0;
+}
+
+/*
+ * An identical start: deterministic init or rank 0's checkpoint, then rank
+ * 0's values win (with one shared copy, rank 0 alone writes); the backend
+ * gets the host's variables and (restored) slots; where to start (step 0,
+ * or the checkpoint's position, re-sharded when the world size or
+ * per-replica batch changed), the schedule and the outputs.
+ */
+static int resume(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int rc;
+	if ((rc = agree_steps_per_epoch(R)) < 0)
+		return rc;
+	if (dtf_strategy_writes_params(R->strat))
+		dtf_graph_init_params(&r->g, job->seed, r->params);
 	struct dtf_ckpt_position pos = {0};
 	int found = 0;
-	if (ck && resume) {
-		if (rank == 0)
-			rc = dtf_checkpointer_restore(ck, opts->allow_fresh_start,
+	if (R->ck && R->resume) {
+		if (R->rank == 0)
+			rc = dtf_checkpointer_restore(R->ck,
+						      R->opts->allow_fresh_start,
 						      &pos, &found);
-		if ((rc = agree(comm, rc, "restoring a checkpoint before", 0,
-				result)) < 0)
-			goto out;
-		if ((rc = dtf_checkpointer_share(ck, comm, &pos, &found)) < 0)
-			goto out;
+		if ((rc = agree(R->comm, rc, "restoring a checkpoint before", 0,
+				R->result)) < 0)
+			return rc;
+		if ((rc = dtf_checkpointer_share(R->ck, R->comm, &pos,
+						 &found)) < 0)
+			return rc;
 	}
-	if ((rc = dtf_strategy_share_params(strat, comm, r.params,
-					    r.g.nparams)) < 0)
-		goto out;
-	/* the GPU starts from the host's variables and (restored) slots */
-	if ((rc = dtf_backend_upload(r.be, DTF_BACKEND_PARAMS |
-						   DTF_BACKEND_SLOTS)) < 0)
-		goto out;
+	if ((rc = dtf_strategy_share_params(R->strat, R->comm, r->params,
+					    r->g.nparams)) < 0)
+		return rc;
+	if ((rc = dtf_backend_upload(r->be, DTF_BACKEND_PARAMS |
+						    DTF_BACKEND_SLOTS)) < 0)
+		return rc;
 
-	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
-	if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
-		total_steps = job->train.max_steps;
-	struct dtf_exec_ctx ctx = {
-		.training = 1, .example_ids = r.ids, .valid = batch,
-		.loss_scale = (float)(1.0 / ((double)global_batch *
+	int64_t spe = R->steps_per_epoch;
+	R->total_steps = spe * job->train.epochs;
+	if (job->train.max_steps > 0 && job->train.max_steps < R->total_steps)
+		R->total_steps = job->train.max_steps;
+	R->ctx = (struct dtf_exec_ctx){
+		.training = 1, .example_ids = r->ids, .valid = R->batch,
+		.loss_scale = (float)(1.0 / ((double)R->global_batch *
 					     job->train.accumulate_steps)),
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
-		.workspace = r.plan.workspace};
-	size_t np = r.g.nparams;
-	/* where to start: step 0, or the checkpoint's position, re-sharded
-	 * when the world size or per-replica batch changed */
-	st.epoch_end = steps_per_epoch[0];
-	if (found && (rc = start_position(job, comm, ck, train, &r, &pos, world,
-					  batch, steps_per_epoch[0], &st,
-					  result)) < 0)
-		goto out;
-	int64_t step = st.step, first_step = st.step;
-	if (st.elastic) {
-		total_steps = st.epoch_end - pos.step_in_epoch + step +
-			      steps_per_epoch[0] *
-				      (job->train.epochs - st.epoch - 1);
-		if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
-			total_steps = job->train.max_steps;
+		.workspace = r->plan.workspace};
+	R->st.epoch_end = spe;
+	if (found && (rc = start_position(job, R->comm, R->ck, R->train, r,
+					  &pos, R->world, R->batch, spe, &R->st,
+					  R->result)) < 0)
+		return rc;
+	R->step = R->first_step = R->st.step;
+	if (R->st.elastic) {
+		R->total_steps = R->st.epoch_end - pos.step_in_epoch + R->step +
+				 spe * (job->train.epochs - R->st.epoch - 1);
+		if (job->train.max_steps > 0 &&
+		    job->train.max_steps < R->total_steps)
+			R->total_steps = job->train.max_steps;
 	}
-	pos = (struct dtf_ckpt_position){
-		.global_batch = global_batch, .world = world,
-		.per_replica_batch = batch, .seed = job->seed};
-	if (st.elastic) { /* the parts of this epoch run before */
-		pos.nprev = st.nprev;
-		memcpy(pos.prev, st.prev, sizeof(st.prev));
+	R->pos = (struct dtf_ckpt_position){
+		.global_batch = R->global_batch, .world = R->world,
+		.per_replica_batch = R->batch, .seed = job->seed};
+	if (R->st.elastic) { /* the parts of this epoch run before */
+		R->pos.nprev = R->st.nprev;
+		memcpy(R->pos.prev, R->st.prev, sizeof(R->st.prev));
 	}
-	struct dtf_schedule sched;
-	dtf_schedule_init(&sched, job, total_steps);
-	{
-		/* what the update is: optimizer and schedule in force */
-		char od[256], sd[512];
-		dtf_optimizer_describe(job, od, sizeof(od));
-		dtf_schedule_describe(&sched, sd, sizeof(sd));
-		dtf_info("optimizer %s; schedule %s", od, sd);
-	}
-	double lr = 0; /* of the step in progress */
-	uint64_t step_allocs = 0; /* allocations inside steps after the first */
-	const int64_t every = job->train.eval_every_steps;
+	dtf_schedule_init(&R->sched, job, R->total_steps);
+	/* what the update is: optimizer and schedule in force */
+	char od[256], sd[512];
+	dtf_optimizer_describe(job, od, sizeof(od));
+	dtf_schedule_describe(&R->sched, sd, sizeof(sd));
+	dtf_info("optimizer %s; schedule %s", od, sd);
 
 	/* console, metrics, events, trace (obs/obs.h); a collective, after
 	 * the restore so steps continue from the checkpoint's */
 	struct dtf_obs_config oc = {
-		.job = job, .quiet = opts->quiet, .start_step = step,
-		.total_steps = total_steps, .steps_per_epoch = steps_per_epoch[0],
-		.global_batch = global_batch, .sidecar_eval = evaluator >= 0};
-	rc = dtf_obs_open(comm, &oc, &obs);
-	if ((rc = agree(comm, rc, "opening logging files before", step,
-			result)) < 0)
-		goto out;
-	if (ck)
-		dtf_obs_set_checkpoint_dir(obs, job->checkpoint.dir);
-	double t_start = now_seconds();
+		.job = job, .quiet = R->opts->quiet, .start_step = R->step,
+		.total_steps = R->total_steps, .steps_per_epoch = spe,
+		.global_batch = R->global_batch,
+		.sidecar_eval = R->evaluator >= 0};
+	rc = dtf_obs_open(R->comm, &oc, &R->obs);
+	if ((rc = agree(R->comm, rc, "opening logging files before", R->step,
+			R->result)) < 0)
+		return rc;
+	if (R->ck)
+		dtf_obs_set_checkpoint_dir(R->obs, job->checkpoint.dir);
+	return 0;
+}
 
-	for (int epoch = st.epoch; step < total_steps; epoch++) {
-		rc = dtf_pipeline_begin_epoch(train, epoch);
-		int64_t s = 0, end = steps_per_epoch[0];
-		if (epoch == st.epoch) {
-			s = st.in_epoch;
-			end = st.epoch_end;
-			/* same sharding: consume what the checkpoint had */
-			for (int64_t k = 0, n = batch; !st.elastic && rc == 0 &&
-						       k < s && n == batch; k++) {
-				int got = 0;
-				rc = dtf_pipeline_next(train, r.feed, r.ids, &got);
-				n = got;
-			}
-		} else if (st.elastic) { /* the re-sharded epoch is over */
-			dtf_pipeline_set_exclude(train, NULL, NULL);
-			pos.nprev = 0;
-		}
-		for (; s < end && step < total_steps; s++) {
-			uint64_t allocs_before = dtf_alloc_count();
-			struct dtf_step_times stt = {0};
-			double t_begin = now_seconds();
-			ctx.step = (uint64_t)step;
-			/* train.schedule's rate, then the replicas' scaling */
-			lr = dtf_strategy_learning_rate(
-				strat, dtf_schedule_lr(&sched, step), step);
-			dtf_fault_progress(fault, "training step", step);
-			dtf_fault_at_step(fault, step);
-			if (rc == 0)
-				rc = dtf_checkpointer_poll(ck);
-			int vote = dtf_fault_pending_signal() << 8 |
-				   dtf_checkpointer_time_due(ck), agreed = 0;
-			int read_ahead = s + 1 < steps_per_epoch[0] &&
-					 step + 1 < total_steps;
-			rc = train_step(job, comm, strat, &r, train, &ctx, rc,
-					vote, &agreed, step, lr, read_ahead,
-					&stt, obs, result);
-			if (rc < 0)
-				goto out;
-			double t_end = now_seconds();
-			stt.optimizer += t_end - stt.mark;
-			step++;
-			add_times(&result->times, &stt);
-			dtf_obs_span(obs, DTF_OBS_OPTIMIZER, step, -1, stt.mark, t_end);
-			dtf_obs_step(obs, &(struct dtf_obs_step){
-				.step = step, .epoch = epoch,
-				.loss_sum = r.grads[np], .correct = r.grads[np + 1],
-				.count = r.grads[np + 2], .learning_rate = lr,
-				.times = stt, .t_begin = t_begin, .t_end = t_end});
-			pos.step = step;
-			pos.epoch = epoch;
-			pos.step_in_epoch = s + 1;
-			if ((rc = after_step(job, comm, strat, &r, ck, fault, obs, &pos, agreed,
-					     step == total_steps, result)) < 0)
-				goto out;
-			if (step > 1)
-				step_allocs += dtf_alloc_count() - allocs_before;
-			if (eval && every && step % every == 0) {
-				/* train.eval_every_steps; all ranks see the same
-				 * (allreduced) accuracy, so all stop together */
-				struct eval_totals tot;
-				if ((rc = average_nontrainable(comm, &r)) < 0)
-					goto out;
-				dtf_fault_progress(fault, "evaluation", step);
-				if ((rc = dtf_strategy_sync_params(strat)) < 0)
-					goto out;
-				double te = now_seconds();
-				if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
-					goto out;
-				result->eval_loss = tot.loss_sum / tot.count;
-				result->eval_accuracy = tot.correct / tot.count;
-				if (job->model.metric_top_k && tot.has_top_k)
-					result->eval_top_k_accuracy =
-						tot.top_k / tot.count;
-				/* the evaluation's one console line */
-				dtf_obs_eval(obs, step, epoch, result->eval_loss,
-					     result->eval_accuracy,
-					     result->eval_top_k_accuracy,
-					     tot.count, te, now_seconds());
-				if (job->train.stop_at_accuracy > 0 &&
-				    result->eval_accuracy >= job->train.stop_at_accuracy) {
-					dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
-						 result->eval_accuracy,
-						 job->train.stop_at_accuracy, (long long)step);
-					goto stopped;
-				}
-			}
-		}
-		if (rc < 0)
-			goto out;
-		dtf_pipeline_log_skipped(train, epoch);
-		if ((rc = average_nontrainable(comm, &r)) < 0)
-			goto out;
-		if (eval && (!every || (step == total_steps && step % every))) {
-			struct eval_totals tot;
-			dtf_fault_progress(fault, "evaluation", step);
-			if ((rc = dtf_strategy_sync_params(strat)) < 0)
-				goto out;
-			double te = now_seconds();
-			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
-				goto out;
-			result->eval_loss = tot.loss_sum / tot.count;
-			result->eval_accuracy = tot.correct / tot.count;
-			if (job->model.metric_top_k && tot.has_top_k)
-				result->eval_top_k_accuracy = tot.top_k / tot.count;
-			dtf_obs_eval(obs, step, epoch, result->eval_loss,
-				     result->eval_accuracy,
-				     result->eval_top_k_accuracy, tot.count, te,
-				     now_seconds());
-			if (job->train.stop_at_accuracy > 0 &&
-			    result->eval_accuracy >= job->train.stop_at_accuracy) {
-				dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
-					 result->eval_accuracy, job->train.stop_at_accuracy);
-				break;
-			}
-		}
+/*
+ * Evaluate when due: after step `step` every train.eval_every_steps, or at
+ * the end of an epoch (`epoch_end`) without eval_every_steps, or after
+ * the last step when it is not a multiple of it.  All ranks see the same
+ * (allreduced) accuracy, so all stop together: *stop when
+ * train.stop_at_accuracy is reached.  At an epoch's end the caller has
+ * averaged the non-trainable variables already.
+ */
+static int maybe_evaluate(struct run *R, int epoch, int epoch_end, int *stop)
+{
+	const struct dtf_job *job = R->job;
+	struct dtf_train_result *result = R->result;
+	const int64_t every = job->train.eval_every_steps, step = R->step;
+	int due = epoch_end ? !every || (step == R->total_steps && step % every)
+			    : every && step % every == 0;
+	int rc;
+	if (!R->eval || !due)
+		return 0;
+	if (!epoch_end && (rc = average_nontrainable(R->comm, &R->r)) < 0)
+		return rc;
+	dtf_fault_progress(R->fault, "evaluation", step);
+	if ((rc = dtf_strategy_sync_params(R->strat)) < 0)
+		return rc;
+	struct eval_totals tot;
+	double te = now_seconds();
+	if ((rc = evaluate(job, R->comm, &R->r, R->eval, step, &tot,
+			   result)) < 0)
+		return rc;
+	result->eval_loss = tot.loss_sum / tot.count;
+	result->eval_accuracy = tot.correct / tot.count;
+	if (job->model.metric_top_k && tot.has_top_k)
+		result->eval_top_k_accuracy = tot.top_k / tot.count;
+	/* the evaluation's one console line */
+	dtf_obs_eval(R->obs, step, epoch, result->eval_loss,
+		     result->eval_accuracy, result->eval_top_k_accuracy,
+		     tot.count, te, now_seconds());
+	if (job->train.stop_at_accuracy > 0 &&
+	    result->eval_accuracy >= job->train.stop_at_accuracy) {
+		if (epoch_end)
+			dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
+				 result->eval_accuracy,
+				 job->train.stop_at_accuracy);
+		else
+			dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
+				 result->eval_accuracy,
+				 job->train.stop_at_accuracy, (long long)step);
+		*stop = 1;
 	}
-stopped:
-	dtf_fault_idle(fault);
-	result->steps = step;
-	result->wall_seconds = now_seconds() - t_start;
-	result->samples_per_second = (double)(step - first_step) *
-				     (double)global_batch / result->wall_seconds;
-	result->step_allocations = step_allocs;
-	if (step_allocs)
+	return 0;
+}
+
+/* Step `s` of epoch `epoch` (rc: an error from before it, for its
+ * agreement), its records and outputs, and a checkpoint when due. */
+static int one_step(struct run *R, int epoch, int64_t s, int rc)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	struct dtf_train_result *result = R->result;
+	size_t np = r->g.nparams;
+	int64_t step = R->step;
+	uint64_t allocs_before = dtf_alloc_count();
+	struct dtf_step_times stt = {0};
+	double t_begin = now_seconds();
+	R->ctx.step = (uint64_t)step;
+	/* train.schedule's rate, then the replicas' scaling */
+	double lr = dtf_strategy_learning_rate(
+		R->strat, dtf_schedule_lr(&R->sched, step), step);
+	dtf_fault_progress(R->fault, "training step", step);
+	dtf_fault_at_step(R->fault, step);
+	if (rc == 0)
+		rc = dtf_checkpointer_poll(R->ck);
+	int vote = dtf_fault_pending_signal() << 8 |
+		   dtf_checkpointer_time_due(R->ck), agreed = 0;
+	int read_ahead = s + 1 < R->steps_per_epoch &&
+			 step + 1 < R->total_steps;
+	rc = train_step(job, R->comm, R->strat, r, R->train, &R->ctx, rc, vote,
+			&agreed, step, lr, read_ahead, &stt, R->obs, result);
+	if (rc < 0)
+		return rc;
+	double t_end = now_seconds();
+	stt.optimizer += t_end - stt.mark;
+	R->step = ++step;
+	add_times(&result->times, &stt);
+	dtf_obs_span(R->obs, DTF_OBS_OPTIMIZER, step, -1, stt.mark, t_end);
+	dtf_obs_step(R->obs, &(struct dtf_obs_step){
+		.step = step, .epoch = epoch,
+		.loss_sum = r->grads[np], .correct = r->grads[np + 1],
+		.count = r->grads[np + 2], .learning_rate = lr,
+		.times = stt, .t_begin = t_begin, .t_end = t_end});
+	R->pos.step = step;
+	R->pos.epoch = epoch;
+	R->pos.step_in_epoch = s + 1;
+	if ((rc = after_step(job, R->comm, R->strat, r, R->ck, R->fault,
+			     R->obs, &R->pos, agreed, step == R->total_steps,
+			     result)) < 0)
+		return rc;
+	if (step > 1)
+		R->step_allocs += dtf_alloc_count() - allocs_before;
+	return 0;
+}
+
+/* One epoch (the first one of a resumed run from where the checkpoint
+ * left it), with its evaluations; *stop as maybe_evaluate's. */
+static int one_epoch(struct run *R, int epoch, int *stop)
+{
+	struct replica *r = &R->r;
+	struct start *st = &R->st;
+	int rc = dtf_pipeline_begin_epoch(R->train, epoch);
+	int64_t s = 0, end = R->steps_per_epoch;
+	if (epoch == st->epoch) {
+		s = st->in_epoch;
+		end = st->epoch_end;
+		/* same sharding: consume what the checkpoint had */
+		for (int64_t k = 0, n = R->batch; !st->elastic && rc == 0 &&
+					       k < s && n == R->batch; k++) {
+			int got = 0;
+			rc = dtf_pipeline_next(R->train, r->feed, r->ids, &got);
+			n = got;
+		}
+	} else if (st->elastic) { /* the re-sharded epoch is over */
+		dtf_pipeline_set_exclude(R->train, NULL, NULL);
+		R->pos.nprev = 0;
+	}
+	for (; s < end && R->step < R->total_steps; s++) {
+		if ((rc = one_step(R, epoch, s, rc)) < 0)
+			return rc;
+		if ((rc = maybe_evaluate(R, epoch, 0, stop)) < 0 || *stop)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	dtf_pipeline_log_skipped(R->train, epoch);
+	if ((rc = average_nontrainable(R->comm, r)) < 0)
+		return rc;
+	return maybe_evaluate(R, epoch, 1, stop);
+}
+
+/* The run's numbers, the variables back from the backend, the outputs
+ * closed and --export-variables written. */
+static int finish(struct run *R)
+{
+	struct dtf_train_result *result = R->result;
+	int rc;
+	dtf_fault_idle(R->fault);
+	result->steps = R->step;
+	result->wall_seconds = now_seconds() - R->t_start;
+	result->samples_per_second = (double)(R->step - R->first_step) *
+				     (double)R->global_batch /
+				     result->wall_seconds;
+	result->step_allocations = R->step_allocs;
+	if (R->step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
-			 (unsigned long long)step_allocs);
-	if ((rc = dtf_backend_download(r.be, DTF_BACKEND_PARAMS)) < 0)
-		goto out;
-	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
-		goto out;
-	if ((rc = dtf_strategy_sync_params(strat)) < 0)
-		goto out;
-	if (opts->export_variables && rank == 0)
-		rc = write_variables(opts->export_variables, r.params, np);
-out:
-	dtf_strategy_end(strat, rc);
-	dtf_strategy_free(strat);
-	dtf_obs_free(obs);
-	dtf_checkpointer_free(ck); /* joins a write in flight */
-	if (ckpt_lock >= 0)
-		close(ckpt_lock); /* another run may use checkpoint.dir now */
-	if (notify) {
-		int nrc = dtf_evaluator_notify(world_comm, evaluator, rc,
-					       result->steps);
+			 (unsigned long long)R->step_allocs);
+	if ((rc = dtf_backend_download(R->r.be, DTF_BACKEND_PARAMS)) < 0)
+		return rc;
+	if ((rc = dtf_obs_finish(R->obs, R->comm, result)) < 0)
+		return rc;
+	if ((rc = dtf_strategy_sync_params(R->strat)) < 0)
+		return rc;
+	if (R->opts->export_variables && R->rank == 0)
+		rc = write_variables(R->opts->export_variables, R->r.params,
+				     R->r.g.nparams);
+	return rc;
+}
+
+/* Release everything of R, telling the ps ranks and the evaluator how the
+ * run ended; returns rc (or the notice's failure). */
+static int release(struct run *R, int rc)
+{
+	dtf_strategy_end(R->strat, rc);
+	dtf_strategy_free(R->strat);
+	dtf_obs_free(R->obs);
+	dtf_checkpointer_free(R->ck); /* joins a write in flight */
+	if (R->ckpt_lock >= 0)
+		close(R->ckpt_lock); /* another run may use checkpoint.dir now */
+	if (R->notify) {
+		int nrc = dtf_evaluator_notify(R->world_comm, R->evaluator, rc,
+					       R->result->steps);
 		if (rc == 0)
 			rc = nrc;
 	}
-	dtf_fault_free(fault);
-	dtf_pipeline_free(eval);
-	dtf_pipeline_free(train); /* joins its reader, which asks st.el */
-	dtf_elastic_free(st.el);
-	replica_deinit(&r);
+	dtf_fault_free(R->fault);
+	dtf_pipeline_free(R->eval);
+	dtf_pipeline_free(R->train); /* joins its reader, which asks st.el */
+	dtf_elastic_free(R->st.el);
+	replica_deinit(&R->r);
 	return rc;
+}
+
+int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
+		  const struct dtf_train_opts *opts,
+		  struct dtf_train_result *result)
+{
+	struct run R = {
+		.job = job, .opts = opts, .result = result, .world_comm = comm,
+		.evaluator = opts->cluster ? dtf_evaluator_rank(opts->cluster)
+					   : -1,
+		.ckpt_lock = -1,
+		/* --overwrite-checkpoints starts a new run, whatever
+		 * checkpoint.resume says */
+		.resume = (opts->resume || job->checkpoint.resume) &&
+			  !opts->overwrite_checkpoints};
+	int rc, done = 0;
+	if (!opts->dry_run && R.evaluator >= 0 &&
+	    (rc = dtf_evaluator_check_job(job)) < 0)
+		return rc; /* the same on every rank, before any collective */
+	/* roles and sub-communicators (distribute/strategy.h); from here
+	 * R.comm is the training replicas' */
+	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster,
+					   &R.strat)) < 0)
+		return rc;
+	R.role = R.strat ? dtf_strategy_role(R.strat) : DTF_TASK_WORKER;
+	R.comm = R.strat ? dtf_strategy_replica_comm(R.strat) : NULL;
+	R.rank = R.comm ? dtf_comm_rank(R.comm) : 0;
+	R.world = R.strat ? dtf_strategy_num_replicas(R.strat) : 1;
+	memset(result, 0, sizeof(*result));
+	result->eval_loss = result->eval_accuracy = -1;
+	result->eval_top_k_accuracy = -1;
+	if ((rc = check_options(&R)) < 0) {
+		dtf_strategy_free(R.strat);
+		if (R.ckpt_lock >= 0)
+			close(R.ckpt_lock);
+		return rc;
+	}
+	rc = setup(&R, &done);
+	if (rc == 0 && !done && (rc = setup_threads(&R)) == 0 &&
+	    (rc = open_all(&R)) == 0 && (rc = resume(&R)) == 0) {
+		int stop = 0;
+		R.t_start = now_seconds();
+		for (int epoch = R.st.epoch;
+		     rc == 0 && !stop && R.step < R.total_steps; epoch++)
+			rc = one_epoch(&R, epoch, &stop);
+		if (rc == 0)
+			rc = finish(&R);
+	}
+	return release(&R, rc);
 }
