@@ -231,6 +231,20 @@ static int open_backend(const struct dtf_job *job, struct dtf_comm *comm,
 	return r->be->i->prepare(r->be->ctx, &bg);
 }
 
+void dtf_train_obs_job(const struct dtf_job *job, struct dtf_obs_job *out)
+{
+	*out = (struct dtf_obs_job){
+		.name = job->name, .dir = job->logging.dir,
+		.tensorboard = job->logging.tensorboard,
+		.trace = job->logging.trace,
+		.trace_steps = {job->logging.trace_steps[0],
+				job->logging.trace_steps[1]},
+		.every_steps = job->logging.every_steps,
+		.metric_accuracy = job->model.metric_accuracy,
+		.metric_top_k = job->model.metric_top_k,
+		.has_eval = job->data.eval_files != NULL};
+}
+
 /* ---- summary ------------------------------------------------------------ */
 
 int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
@@ -1275,10 +1289,11 @@ static int resume(struct run *R)
 	/* console, metrics, events, trace (obs/obs.h); a collective, after
 	 * the restore so steps continue from the checkpoint's */
 	struct dtf_obs_config oc = {
-		.job = job, .quiet = R->opts->quiet, .start_step = R->step,
+		.quiet = R->opts->quiet, .start_step = R->step,
 		.total_steps = R->total_steps, .steps_per_epoch = spe,
 		.global_batch = R->global_batch,
 		.sidecar_eval = R->evaluator >= 0};
+	dtf_train_obs_job(job, &oc.job);
 	rc = dtf_obs_open(R->comm, &oc, &R->obs);
 	if ((rc = agree(R->comm, rc, "opening logging files before", R->step,
 			R->result)) < 0)
@@ -1443,7 +1458,11 @@ static int finish(struct run *R)
 			 (unsigned long long)R->step_allocs);
 	if ((rc = dtf_backend_download(R->r.be, DTF_BACKEND_PARAMS)) < 0)
 		return rc;
-	if ((rc = dtf_obs_finish(R->obs, R->comm, result)) < 0)
+	struct dtf_obs_run run = {
+		.steps = result->steps, .wall_seconds = result->wall_seconds,
+		.samples_per_second = result->samples_per_second,
+		.times = result->times};
+	if ((rc = dtf_obs_finish(R->obs, R->comm, &run)) < 0)
 		return rc;
 	if ((rc = dtf_strategy_sync_params(R->strat)) < 0)
 		return rc;
