@@ -190,15 +190,17 @@ struct dtf_backend_cuda_opts {
 	int local_rank, local_size; /* this rank on its node */
 	int world;            /* replicas; 1: gradients stay on the GPU */
 	int cuda_aware;       /* the sum function takes device pointers */
-	const char *host_only; /* what the job needs that the GPU path lacks
-				  (e.g. its optimizer), or NULL */
+	int plain_update;     /* the update is sgd (momentum, nesterov) or
+				 adam, without weight decay or clipping: the
+				 only ones the GPU path has */
 };
 
 /*
  * Open the GPU for this rank.  *out is NULL when the replica should run on
- * the CPU (auto without a GPU, or with host_only).  Errors:
- * DTF_ERR_RUNTIME (required without a GPU, placement, CUDA failures),
- * DTF_ERR_CONFIG (required with host_only), DTF_ERR_NOMEM.
+ * the CPU (auto without a GPU or without plain_update, with a warning for
+ * the latter).  Errors: DTF_ERR_RUNTIME (required without a GPU,
+ * placement, CUDA failures), DTF_ERR_CONFIG (required without
+ * plain_update), DTF_ERR_NOMEM.
  */
 int dtf_backend_cuda_open(const struct dtf_backend_cuda_opts *o,
 			  struct dtf_backend **out);

@@ -1,14 +1,22 @@
 /*
  * train.c - the training loop.
  *
- * Per step, on every rank:
- *   1. the pipeline fills the input nodes' buffers (no copy);
+ * The step runs on the replica's backend (ops/backend.h: the CPU, or one
+ * GPU), which the loop reaches only through its interface.  Per step, on
+ * every rank:
+ *   1. the backend loads a batch from the pipeline into the input nodes'
+ *      buffers (on the CPU without a copy);
  *   2. every rank agrees on the step's status (dtf_comm_agree), so a rank
  *      whose data failed stops the others before the gradient collective;
  *   3. forward, backward: variable gradients land in the gradient vector;
- *   4. one allreduce sums gradients and the step statistics (loss sum,
- *      correct count, example count) that ride behind them;
+ *   4. the strategy (distribute/strategy.h) sums gradients and the step
+ *      statistics (loss sum, correct count, example count) that ride
+ *      behind them, in buckets started from inside backward (a backend
+ *      with its own reduce sums its whole vector in one allreduce);
  *   5. every rank applies the same optimizer update.
+ * dtf_train_run is split along its phases: check_options, setup,
+ * setup_threads, open_all, resume, then one_epoch (one_step each, and
+ * maybe_evaluate), finish and release, over one struct run.
  * All ranks agree on the number of steps per epoch before the first step
  * (minimum over ranks of records / per-replica batch), so uneven shards
  * never leave a rank waiting in a collective.  Nothing is allocated after
@@ -172,14 +180,12 @@ static void copy_nontrainable(const struct dtf_graph *g, float *dst,
 
 /* ---- the backend --------------------------------------------------------- */
 
-/* What this job needs that the GPU path lacks, or NULL: the CUDA executor
- * updates with sgd or adam over the whole vector. */
-static const char *gpu_lacks(const struct dtf_optimizer *op)
+/* The update is sgd or adam without weight decay or clipping (what every
+ * backend applies; ops/backend.h plain_update). */
+static int plain_update(const struct dtf_optimizer *op)
 {
-	if (op->kind == DTF_OPT_ADAMW || op->kind == DTF_OPT_RMSPROP ||
-	    op->weight_decay > 0 || op->clipnorm > 0)
-		return "the GPU path updates with sgd or adam only, without adamw, rmsprop, train.weight_decay or train.clipnorm";
-	return NULL;
+	return op->kind != DTF_OPT_ADAMW && op->kind != DTF_OPT_RMSPROP &&
+	       !(op->weight_decay > 0) && !(op->clipnorm > 0);
 }
 
 /*
@@ -212,7 +218,7 @@ static int open_backend(const struct dtf_job *job, struct dtf_comm *comm,
 			.local_size = comm ? dtf_comm_local_size(comm) : 1,
 			.world = comm ? dtf_comm_size(comm) : 1,
 			.cuda_aware = dtf_comm_cuda_aware(),
-			.host_only = gpu_lacks(&r->opt)};
+			.plain_update = plain_update(&r->opt)};
 		if ((rc = dtf_backend_cuda_open(&co, &r->be)) < 0)
 			return rc;
 		if (r->be && (rc = r->be->i->prepare(r->be->ctx, &bg)) < 0) {
@@ -390,9 +396,9 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
  * record stops the run before training instead of at the first
  * evaluation, maybe hours in.  With data.on_error: skip the bad records
  * are left out here as at every evaluation (a label out of range is never
- * skipped, as in training).  The GPU's evaluation checks no labels
- * itself: this pass does it for every path.  Errors: those of
- * dtf_pipeline_next() and check_labels().
+ * skipped, as in training).  Each evaluation checks its labels again
+ * after loading a batch.  Errors: those of dtf_pipeline_next() and
+ * check_labels().
  */
 static int check_eval_data(const struct dtf_job *job, struct replica *r,
 			   struct dtf_pipeline *eval)

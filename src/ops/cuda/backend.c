@@ -312,14 +312,15 @@ int dtf_backend_cuda_open(const struct dtf_backend_cuda_opts *o,
 				 "HINT: use device: auto or device: cpu to train on the CPU",
 				 why);
 	}
-	if (o->host_only) {
+	/* the CUDA executor updates with sgd or adam over the whole vector */
+	if (!o->plain_update) {
 		if (!o->required) {
-			dtf_warn("device: auto: %s; training on the CPU",
-				 o->host_only);
+			dtf_warn("device: auto: the GPU path has no adamw, rmsprop, weight_decay or clipnorm; training on the CPU");
 			return 0;
 		}
-		return dtf_error(DTF_ERR_CONFIG, "device: cuda: %s",
-				 o->host_only);
+		return dtf_error(DTF_ERR_CONFIG,
+				 "device: cuda: the GPU path updates with sgd or adam only, without train.weight_decay or train.clipnorm\n"
+				 "HINT: use device: cpu (or auto) for adamw, rmsprop, weight decay and clipping");
 	}
 	int device = 0;
 	if ((rc = dtf_backend_cuda_place(o->local_rank, o->local_size, ngpus,
