@@ -45,7 +45,6 @@
 #include "obs/obs.h"
 #include "ops/backend.h"
 #include "ops/cpu/fast.h"
-#include "ops/cpu/kernels.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
 #include "train/elastic.h"
