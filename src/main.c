@@ -97,7 +97,14 @@ static int load_cluster(const struct dtf_job *job, struct dtf_comm *comm,
 			 who);
 }
 
-int main(int argc, char **argv)
+/*
+ * The command line into *opts, sets[] (the --set texts, *nsets of them)
+ * and *print_cluster.  Returns -1 to go on with the job file at
+ * argv[optind], or the exit status when done (--help, --version,
+ * --merge-trace, a usage error: 2).
+ */
+static int parse_args(int argc, char **argv, struct dtf_train_opts *opts,
+		      const char **sets, int *nsets, int *print_cluster)
 {
 	static const struct option longopts[] = {
 		{"dry-run", no_argument, NULL, 'n'},
@@ -115,60 +122,53 @@ int main(int argc, char **argv)
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
-	dtf_threads_fix_blas_core(argv); /* may re-exec with a better BLAS */
-	struct dtf_train_opts opts = {0};
-	int print_cluster = 0;
-	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));
-	int nsets = 0, c, status = 0;
-	if (!sets)
-		return 1;
+	int c;
 	while ((c = getopt_long(argc, argv, "ns:t:qvhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
-			opts.dry_run = 1;
+			opts->dry_run = 1;
 			break;
 		case 's':
-			sets[nsets++] = optarg;
+			sets[(*nsets)++] = optarg;
 			break;
 		case 't': {
 			char *end;
 			long v = strtol(optarg, &end, 10);
 			if (*end || v < 1 || v > 1024) {
 				fprintf(stderr, "dtf-train: --threads: expected an integer from 1 to 1024, got '%s'\n", optarg);
-				status = 2;
-				goto out;
+				return 2;
 			}
-			opts.threads = (int)v;
+			opts->threads = (int)v;
 			break;
 		}
 		case OPT_EXPORT:
-			opts.export_variables = optarg;
+			opts->export_variables = optarg;
 			break;
 		case OPT_PRINT_CLUSTER:
-			print_cluster = 1;
+			*print_cluster = 1;
 			break;
 		case OPT_RESUME:
-			opts.resume = 1;
+			opts->resume = 1;
 			break;
 		case OPT_FRESH:
-			opts.allow_fresh_start = 1;
+			opts->allow_fresh_start = 1;
 			break;
 		case OPT_OVERWRITE:
-			opts.overwrite_checkpoints = 1;
+			opts->overwrite_checkpoints = 1;
 			break;
 		case OPT_MERGE_TRACE: {
 			int n = 0, mrc = dtf_obs_merge_trace(optarg, &n);
 			if (mrc < 0) {
 				fprintf(stderr, "dtf-train: %s\n", dtf_error_msg());
-				status = dtf_error_exit_status(mrc);
+				return dtf_error_exit_status(mrc);
 			} else if (dtf_log_get_level() >= DTF_LOG_INFO) {
 				fprintf(stderr, "dtf-train: merged %d rank file(s) into %s\n",
 					n, optarg);
 			}
-			goto out;
+			return 0;
 		}
 		case 'q':
-			opts.quiet = 1;
+			opts->quiet = 1;
 			dtf_log_set_level(DTF_LOG_WARN);
 			break;
 		case 'v':
@@ -176,23 +176,37 @@ int main(int argc, char **argv)
 			break;
 		case 'h':
 			fputs(usage, stdout);
-			goto out;
+			return 0;
 		case 'V':
 			printf("dtf-train %s\n", DTF_VERSION);
-			goto out;
+			return 0;
 		default:
 			fputs("Try 'dtf-train --help'.\n", stderr);
-			status = 2;
-			goto out;
+			return 2;
 		}
 	}
 	if (optind != argc - 1) {
 		fprintf(stderr, "dtf-train: %s\nTry 'dtf-train --help'.\n",
 			optind >= argc ? "missing the job file"
 				       : "expected exactly one job file");
-		status = 2;
-		goto out;
+		return 2;
 	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	dtf_threads_fix_blas_core(argv); /* may re-exec with a better BLAS */
+	struct dtf_train_opts opts = {0};
+	int print_cluster = 0;
+	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));
+	int nsets = 0, status = 0;
+	if (!sets)
+		return 1;
+	if ((status = parse_args(argc, argv, &opts, sets, &nsets,
+				 &print_cluster)) >= 0)
+		goto out;
+	status = 0;
 	const char *path = argv[optind];
 
 	struct dtf_comm *comm = NULL;

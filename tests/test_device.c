@@ -24,7 +24,7 @@
 #include "core/error.h"
 #include "dtf_config.h"
 #include "ops/cuda/cuda.h"
-#include "train/device.h"
+#include "ops/backend.h"
 
 #include "testutil.h"
 
@@ -72,11 +72,11 @@ START_TEST(placement_one_gpu_per_rank)
 {
 	int gpu = -1;
 	for (int r = 0; r < 8; r++) {
-		ck_assert_int_eq(dtf_device_place(r, 8, 8, 0, &gpu), 0);
+		ck_assert_int_eq(dtf_backend_cuda_place(r, 8, 8, 0, &gpu), 0);
 		ck_assert_int_eq(gpu, r);
 	}
 	/* fewer ranks than GPUs: the first ones are used */
-	ck_assert_int_eq(dtf_device_place(1, 2, 4, 0, &gpu), 0);
+	ck_assert_int_eq(dtf_backend_cuda_place(1, 2, 4, 0, &gpu), 0);
 	ck_assert_int_eq(gpu, 1);
 }
 END_TEST
@@ -84,12 +84,12 @@ END_TEST
 START_TEST(placement_too_many_ranks)
 {
 	int gpu = -1;
-	ck_assert_int_eq(dtf_device_place(5, 6, 4, 0, &gpu), -DTF_ERR_RUNTIME);
+	ck_assert_int_eq(dtf_backend_cuda_place(5, 6, 4, 0, &gpu), -DTF_ERR_RUNTIME);
 	ck_assert_str_eq(dtf_error_msg(),
 			 "6 ranks on this node but 4 GPUs visible: each rank needs its own GPU\n"
 			 "HINT: start at most 4 ranks per node (mpirun --map-by ppr:4:node), set allow_gpu_sharing: true to share GPUs, or use device: cpu");
 	ck_assert_int_eq(gpu, -1);
-	ck_assert_int_eq(dtf_device_place(0, 2, 1, 0, &gpu), -DTF_ERR_RUNTIME);
+	ck_assert_int_eq(dtf_backend_cuda_place(0, 2, 1, 0, &gpu), -DTF_ERR_RUNTIME);
 	ck_assert_str_eq(dtf_error_msg(),
 			 "2 ranks on this node but 1 GPU visible: each rank needs its own GPU\n"
 			 "HINT: start at most 1 rank per node (mpirun --map-by ppr:1:node), set allow_gpu_sharing: true to share GPUs, or use device: cpu");
@@ -100,7 +100,7 @@ START_TEST(placement_sharing)
 {
 	int gpu = -1, want[6] = {0, 1, 2, 3, 0, 1};
 	for (int r = 0; r < 6; r++) {
-		ck_assert_int_eq(dtf_device_place(r, 6, 4, 1, &gpu), 0);
+		ck_assert_int_eq(dtf_backend_cuda_place(r, 6, 4, 1, &gpu), 0);
 		ck_assert_int_eq(gpu, want[r]);
 	}
 }

@@ -62,7 +62,7 @@ struct window {
 };
 
 struct dtf_obs {
-	const struct dtf_job *job;
+	struct dtf_obs_job job; /* the job's settings (strings borrowed) */
 	int rank, world, quiet, tty;
 	char host[64];
 	int64_t start_step, total_steps, steps_per_epoch, global_batch;
@@ -228,8 +228,8 @@ static int open_metrics(struct dtf_obs *o, const char *dir)
 
 static int open_chief_files(struct dtf_obs *o)
 {
-	const struct dtf_job *job = o->job;
-	const char *dir = job->logging.dir;
+	const struct dtf_obs_job *job = &o->job;
+	const char *dir = job->dir;
 	int rc;
 	if ((rc = make_dirs(dir)) < 0)
 		return rc;
@@ -248,7 +248,7 @@ static int open_chief_files(struct dtf_obs *o)
 	if (!o->metrics)
 		return dtf_error(DTF_ERR_IO, "%s: write error", o->metrics_path);
 
-	if (!job->logging.tensorboard)
+	if (!job->tensorboard)
 		return 0;
 	double wall = wall_now();
 	char *sub = join(dir, "train");
@@ -258,7 +258,7 @@ static int open_chief_files(struct dtf_obs *o)
 	if (rc == 0)
 		rc = dtf_tfevents_open(sub, o->host, wall, &o->ev_train);
 	dtf_free(sub);
-	if (rc == 0 && job->data.eval_files && !o->sidecar_eval) {
+	if (rc == 0 && job->has_eval && !o->sidecar_eval) {
 		if (!(sub = join(dir, "eval")))
 			return dtf_error(DTF_ERR_NOMEM, "out of memory");
 		rc = make_dirs(sub);
@@ -277,7 +277,7 @@ static int open_chief_files(struct dtf_obs *o)
 
 static int open_trace(struct dtf_obs *o)
 {
-	const char *path = o->job->logging.trace;
+	const char *path = o->job.trace;
 	char rank_path[PATH_SIZE], dir[PATH_SIZE];
 	dtf_trace_rank_path(path, o->rank, rank_path, sizeof(rank_path));
 	snprintf(dir, sizeof(dir), "%s", path);
@@ -305,8 +305,8 @@ int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 	struct dtf_obs *o = dtf_calloc(1, sizeof(*o));
 	if (!o)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
-	const struct dtf_job *job = cfg->job;
-	o->job = job;
+	o->job = cfg->job;
+	const struct dtf_obs_job *job = &o->job;
 	o->origin = origin;
 	o->rank = dtf_comm_rank(comm);
 	o->world = dtf_comm_size(comm);
@@ -323,25 +323,25 @@ int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 					  cfg->steps_per_epoch)
 				  : 0;
 	o->epoch = -1;
-	o->trace_from = job->logging.trace_steps[0];
-	o->trace_to = job->logging.trace_steps[1];
+	o->trace_from = job->trace_steps[0];
+	o->trace_to = job->trace_steps[1];
 	o->have_final = o->have_eval = 0;
 	o->rss = dtf_calloc((size_t)o->world, sizeof(int64_t));
 	if (!o->rss) {
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto fail;
 	}
-	if (o->rank == 0 && job->logging.dir &&
+	if (o->rank == 0 && job->dir &&
 	    (rc = open_chief_files(o)) < 0)
 		goto fail;
-	if (job->logging.trace) {
+	if (job->trace) {
 		o->trace_on = 1;
 		if ((rc = open_trace(o)) < 0)
 			goto fail;
 	}
-	if (o->rank == 0 && job->logging.dir)
+	if (o->rank == 0 && job->dir)
 		dtf_log(DTF_LOG_DEBUG, 0, "logging to %s (metrics.jsonl%s)",
-			job->logging.dir,
+			job->dir,
 			o->ev_train ? ", TensorBoard events in train/ and eval/" : "");
 	*out = o;
 	return 0;
@@ -350,21 +350,21 @@ fail:
 	return rc;
 }
 
-int dtf_obs_open_evaluator(const struct dtf_job *job, const char *host,
+int dtf_obs_open_evaluator(const struct dtf_obs_job *job, const char *host,
 			   struct dtf_obs **out)
 {
 	*out = NULL;
 	struct dtf_obs *o = dtf_calloc(1, sizeof(*o));
 	if (!o)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
-	o->job = job;
+	o->job = *job;
 	o->origin = dtf_obs_now();
 	o->world = 1;
 	o->quiet = 1;
 	o->epoch = -1;
 	snprintf(o->host, sizeof(o->host), "%s", host);
 	int rc = 0;
-	const char *top = job->logging.dir;
+	const char *top = job->dir;
 	char *dir = top ? join(top, "eval") : NULL;
 	if (top && !dir)
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
@@ -382,7 +382,7 @@ int dtf_obs_open_evaluator(const struct dtf_job *job, const char *host,
 			rc = dtf_error(DTF_ERR_IO, "%s: write error",
 				       o->metrics_path);
 	}
-	if (dir && rc == 0 && job->logging.tensorboard)
+	if (dir && rc == 0 && job->tensorboard)
 		rc = dtf_tfevents_open(dir, o->host, wall_now(), &o->ev_eval);
 	if (dir && rc == 0)
 		dtf_log(DTF_LOG_DEBUG, 1, "evaluator: logging to %s (metrics.jsonl%s)",
@@ -506,7 +506,7 @@ static void draw_progress(struct dtf_obs *o, const struct dtf_obs_step *s)
 			 s->epoch + 1, o->total_epochs, (long long)s->step,
 			 (long long)o->total_steps, bar,
 			 o->ep.loss / o->ep.count);
-	if (o->job->model.metric_accuracy)
+	if (o->job.metric_accuracy)
 		n += snprintf(line + n, sizeof(line) - (size_t)n,
 			      "  accuracy %.4f", o->ep.correct / o->ep.count);
 	snprintf(line + n, sizeof(line) - (size_t)n,
@@ -520,7 +520,7 @@ static void log_line(struct dtf_obs *o, const struct dtf_obs_step *s)
 	double per = 1e3 / (double)w->steps;
 	char left[32], acc[40] = "";
 	eta(o, s->step, left, sizeof(left));
-	if (o->job->model.metric_accuracy)
+	if (o->job.metric_accuracy)
 		snprintf(acc, sizeof(acc), "  accuracy %.4f",
 			 w->correct / w->count);
 	dtf_info("step %lld/%lld  epoch %d/%d  loss %.4f%s  lr %.3g  %.0f samples/s  ETA %s  "
@@ -547,7 +547,7 @@ static void write_train_metrics(struct dtf_obs *o, const struct dtf_obs_step *s)
 		fputc(',', f);
 		jnum(f, "loss", loss);
 		fputs(",\"metrics\":{", f);
-		if (o->job->model.metric_accuracy)
+		if (o->job.metric_accuracy)
 			jnum(f, "accuracy", acc);
 		fputs("},", f);
 		jnum(f, "learning_rate", s->learning_rate);
@@ -569,7 +569,7 @@ static void write_train_metrics(struct dtf_obs *o, const struct dtf_obs_step *s)
 		struct dtf_tfevents_scalar v[10];
 		int n = 0;
 		v[n++] = (struct dtf_tfevents_scalar){"loss", (float)loss};
-		if (o->job->model.metric_accuracy)
+		if (o->job.metric_accuracy)
 			v[n++] = (struct dtf_tfevents_scalar){"accuracy",
 							     (float)acc};
 		v[n++] = (struct dtf_tfevents_scalar){"learning_rate",
@@ -612,7 +612,7 @@ void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s)
 		dtf_obs_span(o, DTF_OBS_STEP, s->step, -1, s->t_begin, s->t_end);
 		trace_flush(o);
 	}
-	int64_t every = o->job->logging.every_steps;
+	int64_t every = o->job.every_steps;
 	int logged = s->step == o->total_steps ||
 		     (every > 0 && s->step % every == 0);
 	if (o->rank != 0)
@@ -639,7 +639,7 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 		  double accuracy, double top_k_accuracy, double count,
 		  double t0, double t1)
 {
-	int top_k = o && o->job->model.metric_top_k && top_k_accuracy >= 0;
+	int top_k = o && o->job.metric_top_k && top_k_accuracy >= 0;
 	if (!o)
 		return;
 	if (dtf_obs_tracing(o, step)) {
@@ -657,13 +657,13 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 			dtf_log_progress_end();
 		char acc[80] = "";
 		int n = 0;
-		if (o->job->model.metric_accuracy)
+		if (o->job.metric_accuracy)
 			n = snprintf(acc, sizeof(acc), "  accuracy %.4f",
 				     accuracy);
 		if (top_k)
 			snprintf(acc + n, sizeof(acc) - (size_t)n,
 				 "  top-%d accuracy %.4f",
-				 o->job->model.metric_top_k, top_k_accuracy);
+				 o->job.metric_top_k, top_k_accuracy);
 		/* the step too: train.eval_every_steps evaluates inside
 		 * epochs */
 		dtf_info("epoch %d, step %lld: %.1f s into the epoch; eval loss %.4f%s  (%.0f examples, %.1f s)",
@@ -676,10 +676,10 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 		fputc(',', f);
 		jnum(f, "loss", loss);
 		fputs(",\"metrics\":{", f);
-		if (o->job->model.metric_accuracy)
+		if (o->job.metric_accuracy)
 			jnum(f, "accuracy", accuracy);
 		if (top_k) {
-			if (o->job->model.metric_accuracy)
+			if (o->job.metric_accuracy)
 				fputc(',', f);
 			jnum(f, "top_k_accuracy", top_k_accuracy);
 		}
@@ -692,7 +692,7 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 	if (o->ev_eval) {
 		struct dtf_tfevents_scalar v[3] = {{"loss", (float)loss}};
 		int n = 1;
-		if (o->job->model.metric_accuracy)
+		if (o->job.metric_accuracy)
 			v[n++] = (struct dtf_tfevents_scalar){"accuracy",
 							      (float)accuracy};
 		if (top_k)
@@ -734,7 +734,7 @@ static int merge_rank_files(const char *path, int world)
 	return rc < 0 ? rc : world - missing;
 }
 
-static void print_summary(struct dtf_obs *o, const struct dtf_train_result *r,
+static void print_summary(struct dtf_obs *o, const struct dtf_obs_run *r,
 			  const char *trace_where)
 {
 	const struct dtf_step_times *t = &r->times;
@@ -758,7 +758,7 @@ static void print_summary(struct dtf_obs *o, const struct dtf_train_result *r,
 	if (o->have_final) {
 		n = snprintf(line, sizeof(line), "  final train   loss %.4f",
 			     o->final_loss);
-		if (o->job->model.metric_accuracy)
+		if (o->job.metric_accuracy)
 			snprintf(line + n, sizeof(line) - (size_t)n,
 				 "  accuracy %.4f", o->final_accuracy);
 		dtf_info("%s (mean of the last logged steps)", line);
@@ -766,7 +766,7 @@ static void print_summary(struct dtf_obs *o, const struct dtf_train_result *r,
 	if (o->have_eval) {
 		n = snprintf(line, sizeof(line), "  final eval    loss %.4f",
 			     o->eval_loss);
-		if (o->job->model.metric_accuracy)
+		if (o->job.metric_accuracy)
 			snprintf(line + n, sizeof(line) - (size_t)n,
 				 "  accuracy %.4f", o->eval_accuracy);
 		dtf_info("%s (%.0f examples)", line, o->eval_count);
@@ -788,7 +788,7 @@ static void print_summary(struct dtf_obs *o, const struct dtf_train_result *r,
 }
 
 static void write_summary_metrics(struct dtf_obs *o,
-				  const struct dtf_train_result *r)
+				  const struct dtf_obs_run *r)
 {
 	FILE *f = o->metrics;
 	const struct dtf_step_times *t = &r->times;
@@ -816,7 +816,7 @@ static void write_summary_metrics(struct dtf_obs *o,
 	fputs("},\"train\":{", f);
 	if (o->have_final) {
 		jnum(f, "loss", o->final_loss);
-		if (o->job->model.metric_accuracy) {
+		if (o->job.metric_accuracy) {
 			fputc(',', f);
 			jnum(f, "accuracy", o->final_accuracy);
 		}
@@ -824,7 +824,7 @@ static void write_summary_metrics(struct dtf_obs *o,
 	fputs("},\"eval\":{", f);
 	if (o->have_eval) {
 		jnum(f, "loss", o->eval_loss);
-		if (o->job->model.metric_accuracy) {
+		if (o->job.metric_accuracy) {
 			fputc(',', f);
 			jnum(f, "accuracy", o->eval_accuracy);
 		}
@@ -837,7 +837,7 @@ static void write_summary_metrics(struct dtf_obs *o,
 }
 
 int dtf_obs_finish(struct dtf_obs *o, struct dtf_comm *comm,
-		   const struct dtf_train_result *r)
+		   const struct dtf_obs_run *r)
 {
 	if (!o)
 		return 0;
@@ -861,17 +861,17 @@ int dtf_obs_finish(struct dtf_obs *o, struct dtf_comm *comm,
 		return 0;
 	char trace_where[PATH_SIZE + 64] = "none";
 	if (o->trace_on) {
-		int merged = merge_rank_files(o->job->logging.trace, o->world);
+		int merged = merge_rank_files(o->job.trace, o->world);
 		if (merged < 0)
 			dtf_warn("%s; the ranks' trace files are left unmerged",
 				 dtf_error_msg());
 		else
 			snprintf(trace_where, sizeof(trace_where),
-				 "%s (%d rank(s))", o->job->logging.trace,
+				 "%s (%d rank(s))", o->job.trace,
 				 merged);
 		if (merged >= 0 && merged < o->world)
 			dtf_warn("%s: %d of %d ranks' trace files were not found here (not on a shared file system?); they stay where their rank wrote them",
-				 o->job->logging.trace, o->world - merged,
+				 o->job.trace, o->world - merged,
 				 o->world);
 	}
 	if (o->tty)

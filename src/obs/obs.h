@@ -45,11 +45,39 @@
 
 #include <stdint.h>
 
-#include "config/job.h"
-#include "train/train.h"
-
 struct dtf_comm;
 struct dtf_obs;
+
+/* What obs reads of the job (train.h's dtf_train_obs_job fills it from
+ * a struct dtf_job).  Strings are borrowed for the life of the dtf_obs. */
+struct dtf_obs_job {
+	const char *name;        /* the job's name */
+	const char *dir;         /* logging.dir, NULL: no files */
+	int tensorboard;         /* logging.tensorboard */
+	const char *trace;       /* logging.trace, NULL: none */
+	int64_t trace_steps[2];  /* logging.trace_steps: [from, to], 1-based */
+	int64_t every_steps;     /* logging.every_steps */
+	int metric_accuracy;     /* model.metrics has accuracy */
+	int metric_top_k;        /* top_k_accuracy's k; 0: none */
+	int has_eval;            /* data.eval.files is set */
+};
+
+/* Seconds per phase of a step, or summed over a run. */
+struct dtf_step_times {
+	double data_wait; /* waiting for the input pipeline */
+	double forward, backward;
+	double comm;      /* allreduce and status agreement, not overlapped */
+	double optimizer;
+	double mark;      /* internal: start of the current phase */
+};
+
+/* A finished run, as this rank saw it, for the summary. */
+struct dtf_obs_run {
+	int64_t steps;             /* global step at the end */
+	double wall_seconds;
+	double samples_per_second; /* over all replicas */
+	struct dtf_step_times times; /* this rank's, whole run */
+};
 
 /* Spans of the timeline; tid 1 (communication) for the collectives. */
 enum dtf_obs_phase {
@@ -66,7 +94,7 @@ enum dtf_obs_phase {
 };
 
 struct dtf_obs_config {
-	const struct dtf_job *job;
+	struct dtf_obs_job job;
 	int quiet;              /* no progress or per-step console lines */
 	int64_t start_step;     /* steps done before this run (resume), >= 0 */
 	int64_t total_steps;    /* the run ends at this step */
@@ -96,7 +124,7 @@ int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
  * evaluator logs its own).  Free with dtf_obs_free.
  * Errors: DTF_ERR_IO naming the path, DTF_ERR_NOMEM.
  */
-int dtf_obs_open_evaluator(const struct dtf_job *job, const char *host,
+int dtf_obs_open_evaluator(const struct dtf_obs_job *job, const char *host,
 			   struct dtf_obs **out);
 
 /* The clock of every time argument: CLOCK_MONOTONIC, seconds. */
@@ -148,11 +176,11 @@ void dtf_obs_set_checkpoint_dir(struct dtf_obs *o, const char *dir);
  * resident memory of each rank (getrusage) to the chief, flush and close
  * the trace files and let the chief merge them into logging.trace, print
  * the summary block and write the summary line.  `r` is this rank's result
- * (steps, wall time, samples/s, step times, eval).  o may be NULL on no rank
+ * (steps, wall time, samples/s, step times).  o may be NULL on no rank
  * or on every rank.  Errors: DTF_ERR_MPI; output errors are warnings.
  */
 int dtf_obs_finish(struct dtf_obs *o, struct dtf_comm *comm,
-		   const struct dtf_train_result *r);
+		   const struct dtf_obs_run *r);
 
 /*
  * Merge the per-rank files of the trace `path` ("<stem>.rank*.json", as a

@@ -22,6 +22,7 @@
 #include "obs/obs.h"
 #include "train/checkpoint.h"
 #include "train/fault.h"
+#include "train/train.h"
 
 struct dtf_evaluator {
 	struct dtf_evaluator_config cfg;
@@ -77,8 +78,10 @@ int dtf_evaluator_new(const struct dtf_evaluator_config *cfg,
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	ev->cfg = *cfg;
 	int rc = dtf_comm_notice_post(cfg->world, cfg->chief_rank, &ev->notice);
+	struct dtf_obs_job oj;
+	dtf_train_obs_job(cfg->job, &oj);
 	if (rc == 0)
-		rc = dtf_obs_open_evaluator(cfg->job, dtf_comm_host(cfg->world),
+		rc = dtf_obs_open_evaluator(&oj, dtf_comm_host(cfg->world),
 					    &ev->obs);
 	if (rc < 0) {
 		dtf_evaluator_free(ev);

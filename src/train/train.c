@@ -1,14 +1,22 @@
 /*
  * train.c - the training loop.
  *
- * Per step, on every rank:
- *   1. the pipeline fills the input nodes' buffers (no copy);
+ * The step runs on the replica's backend (ops/backend.h: the CPU, or one
+ * GPU), which the loop reaches only through its interface.  Per step, on
+ * every rank:
+ *   1. the backend loads a batch from the pipeline into the input nodes'
+ *      buffers (on the CPU without a copy);
  *   2. every rank agrees on the step's status (dtf_comm_agree), so a rank
  *      whose data failed stops the others before the gradient collective;
  *   3. forward, backward: variable gradients land in the gradient vector;
- *   4. one allreduce sums gradients and the step statistics (loss sum,
- *      correct count, example count) that ride behind them;
+ *   4. the strategy (distribute/strategy.h) sums gradients and the step
+ *      statistics (loss sum, correct count, example count) that ride
+ *      behind them, in buckets started from inside backward (a backend
+ *      with its own reduce sums its whole vector in one allreduce);
  *   5. every rank applies the same optimizer update.
+ * dtf_train_run is split along its phases: check_options, setup,
+ * setup_threads, open_all, resume, then one_epoch (one_step each, and
+ * maybe_evaluate), finish and release, over one struct run.
  * All ranks agree on the number of steps per epoch before the first step
  * (minimum over ranks of records / per-replica batch), so uneven shards
  * never leave a rank waiting in a collective.  Nothing is allocated after
@@ -32,14 +40,13 @@
 #include "distribute/strategy.h"
 #include "data/pipeline.h"
 #include "graph/exec.h"
-#include "graph/fast_exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "obs/obs.h"
-#include "ops/cpu/kernels.h"
+#include "ops/backend.h"
+#include "ops/cpu/fast.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
-#include "train/device.h"
 #include "train/elastic.h"
 #include "train/evaluator.h"
 #include "train/fault.h"
@@ -72,18 +79,18 @@ struct replica {
 			     while a checkpoint saves their mean (or NULL) */
 	uint64_t *ids;   /* batch example ids */
 	struct dtf_optimizer opt;
-	struct dtf_gpu *gpu; /* NULL: this replica runs on the CPU */
+	struct dtf_backend *be;     /* where the step runs (ops/backend.h) */
+	size_t *feature_bytes;      /* per feature, bytes of one example */
 	struct dtf_pool *pool;      /* worker threads of the fast kernels */
-	struct dtf_fast_plan fast;  /* fast CPU path, or unused (reference) */
 	int use_fast;
 };
 
 static void replica_deinit(struct replica *r)
 {
-	dtf_gpu_free(r->gpu);
+	dtf_backend_free(r->be);
 	dtf_optimizer_deinit(&r->opt);
-	dtf_fast_plan_deinit(&r->fast);
 	dtf_pool_free(r->pool);
+	dtf_free(r->feature_bytes);
 	dtf_plan_deinit(&r->plan);
 	dtf_graph_deinit(&r->g);
 	dtf_free(r->layer_out);
@@ -124,16 +131,20 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 		r->grads = dtf_alloc_aligned((g->nparams + NSTATS) *
 					     sizeof(float));
 	r->feed = dtf_calloc((size_t)job->data.nfeatures, sizeof(void *));
+	r->feature_bytes = dtf_calloc((size_t)job->data.nfeatures + 1,
+				      sizeof(size_t));
 	r->ids = dtf_calloc((size_t)g->batch, sizeof(uint64_t));
-	if (!r->params || !r->grads || !r->feed || !r->ids)
+	if (!r->params || !r->grads || !r->feed || !r->feature_bytes || !r->ids)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for parameters");
 	if ((rc = dtf_plan_graph_with(g, job->memory.planner, r->params,
 				      r->grads, &r->plan)) < 0)
 		return rc;
 	size_t scratch = 0;
-	for (int f = 0; f < job->data.nfeatures; f++)
-		scratch += (size_t)dtf_feature_numel(&job->data.features[f]) *
-			   (size_t)g->batch * 4;
+	for (int f = 0; f < job->data.nfeatures; f++) {
+		r->feature_bytes[f] =
+			(size_t)dtf_feature_numel(&job->data.features[f]) * 4;
+		scratch += r->feature_bytes[f] * (size_t)g->batch;
+	}
 	r->scratch = dtf_alloc_aligned(scratch);
 	if (!r->scratch)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
@@ -164,6 +175,79 @@ static void copy_nontrainable(const struct dtf_graph *g, float *dst,
 			memcpy(dst + n->a.var.offset, params + n->a.var.offset,
 			       (size_t)dtf_shape_numel(&n->shape) * sizeof(float));
 	}
+}
+
+/* ---- the backend --------------------------------------------------------- */
+
+/* The update is sgd or adam without weight decay or clipping (what every
+ * backend applies; ops/backend.h plain_update). */
+static int plain_update(const struct dtf_optimizer *op)
+{
+	return op->kind != DTF_OPT_ADAMW && op->kind != DTF_OPT_RMSPROP &&
+	       !(op->weight_decay > 0) && !(op->clipnorm > 0);
+}
+
+/*
+ * The backend of this replica, prepared for its planned graph: with
+ * `device_ok` (training ranks) the job's device (cuda, or auto: a GPU
+ * where this rank sees one and it can run the graph, with a warning when
+ * it cannot), else the CPU.  Errors: those of the backends' open and
+ * prepare (ops/backend.h).
+ */
+static int open_backend(const struct dtf_job *job, struct dtf_comm *comm,
+			struct replica *r, int device_ok)
+{
+	int rc = 0, required = job->device.kind == DTF_DEVICE_CUDA;
+	struct dtf_backend_graph bg = {
+		.g = &r->g, .arena = r->plan.arena,
+		.arena_bytes = r->plan.arena_bytes, .params = r->params,
+		.grads = r->grads, .nstats = NSTATS, .feed = r->feed,
+		.feature_bytes = r->feature_bytes,
+		.nfeatures = job->data.nfeatures,
+		.optimizer_slots = (size_t)r->opt.nslots * r->g.nparams,
+		.slots = r->opt.slots, .top_k = job->model.metric_top_k,
+		.pool = r->use_fast ? r->pool : NULL,
+		.poison = job->memory.poison ? &r->plan : NULL};
+	if (device_ok && job->device.kind != DTF_DEVICE_CPU) {
+		struct dtf_backend_cuda_opts co = {
+			.required = required,
+			.allow_sharing = job->device.allow_gpu_sharing,
+			.tf32 = job->device.precision == DTF_PRECISION_TF32,
+			.local_rank = comm ? dtf_comm_local_rank(comm) : 0,
+			.local_size = comm ? dtf_comm_local_size(comm) : 1,
+			.world = comm ? dtf_comm_size(comm) : 1,
+			.cuda_aware = dtf_comm_cuda_aware(),
+			.plain_update = plain_update(&r->opt)};
+		if ((rc = dtf_backend_cuda_open(&co, &r->be)) < 0)
+			return rc;
+		if (r->be && (rc = r->be->i->prepare(r->be->ctx, &bg)) < 0) {
+			dtf_backend_free(r->be);
+			r->be = NULL;
+			if (rc != -DTF_ERR_CONFIG || required)
+				return rc;
+			dtf_warn("device: auto: %s; training on the CPU",
+				 dtf_error_msg());
+		}
+		if (r->be)
+			return 0;
+	}
+	if ((rc = dtf_backend_cpu_new(&r->be)) < 0)
+		return rc;
+	return r->be->i->prepare(r->be->ctx, &bg);
+}
+
+void dtf_train_obs_job(const struct dtf_job *job, struct dtf_obs_job *out)
+{
+	*out = (struct dtf_obs_job){
+		.name = job->name, .dir = job->logging.dir,
+		.tensorboard = job->logging.tensorboard,
+		.trace = job->logging.trace,
+		.trace_steps = {job->logging.trace_steps[0],
+				job->logging.trace_steps[1]},
+		.every_steps = job->logging.every_steps,
+		.metric_accuracy = job->model.metric_accuracy,
+		.metric_top_k = job->model.metric_top_k,
+		.has_eval = job->data.eval_files != NULL};
 }
 
 /* ---- summary ------------------------------------------------------------ */
@@ -234,7 +318,22 @@ static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
 
 struct eval_totals {
 	double loss_sum, correct, count, top_k;
+	int has_top_k; /* top_k was counted (the backend counts top-k) */
 };
+
+/* dtf_pipeline_next as the backends' read function (ops/backend.h). */
+static int read_batch(void *arg, void *const *feed, uint64_t *ids,
+		      int *count)
+{
+	return dtf_pipeline_next(arg, feed, ids, count);
+}
+
+/* A whole-vector sum over the replicas, for a backend that reduces its
+ * own gradients. */
+static int sum_replicas(void *arg, float *buf, size_t n)
+{
+	return dtf_comm_allreduce_sum_f32(arg, buf, n);
+}
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
 		 int64_t step, struct dtf_train_result *result);
@@ -249,35 +348,36 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
 		    struct eval_totals *tot, struct dtf_train_result *result)
 {
-	struct dtf_graph *g = &r->g;
+	struct dtf_backend *be = r->be;
 	struct dtf_exec_ctx ctx = {.training = 0,
 				   .example_ids = r->ids,
 				   .workspace = r->plan.workspace,
-				   .fast = r->use_fast ? &r->fast : NULL,
 				   .loss_scale = 1.0f};
-	/* loss sum, correct, count, top-k correct (CPU path only) */
-	double local[4] = {0, 0, 0, 0};
-	int rc = r->gpu ? dtf_gpu_evaluate(r->gpu, eval, local)
-			: dtf_pipeline_begin_epoch(eval, 0);
-	while (rc == 0 && !r->gpu) {
+	/* loss sum, correct, count, top-k correct (where the backend counts
+	 * it); the batches run while the next is read where it can */
+	double local[4] = {0, 0, 0, 0}, sums[3];
+	int rc = dtf_pipeline_begin_epoch(eval, 0);
+	while (rc == 0) {
 		int count = 0;
-		rc = dtf_pipeline_next(eval, r->feed, r->ids, &count);
+		rc = be->i->load(be->ctx, read_batch, eval, r->ids, &count);
 		if (rc == 0)
 			rc = check_labels(r, eval, count, job->model.loss_logits);
 		if (rc < 0 || count == 0)
 			break;
 		ctx.valid = count;
-		if (job->memory.poison)
-			dtf_plan_poison(g, &r->plan);
-		dtf_exec_forward(g, &ctx);
-		local[0] += ctx.loss_sum;
-		local[1] += dtf_graph_count_correct(g, count, 1);
+		be->i->forward(be->ctx, &ctx);
 		local[2] += count;
-		if (job->model.metric_top_k)
-			local[3] += dtf_graph_count_correct(
-				g, count, job->model.metric_top_k);
 	}
-	int crc = agree(comm, rc, "evaluating after", step, result);
+	int crc = be->i->eval_totals(be->ctx, sums);
+	if (rc == 0)
+		rc = crc;
+	tot->has_top_k = rc == 0 && !isnan(sums[2]);
+	if (rc == 0) {
+		local[0] = sums[0];
+		local[1] = sums[1];
+		local[3] = tot->has_top_k ? sums[2] : 0;
+	}
+	crc = agree(comm, rc, "evaluating after", step, result);
 	if (crc < 0)
 		return crc;
 	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 4)) < 0)
@@ -295,9 +395,9 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
  * record stops the run before training instead of at the first
  * evaluation, maybe hours in.  With data.on_error: skip the bad records
  * are left out here as at every evaluation (a label out of range is never
- * skipped, as in training).  The GPU's evaluation checks no labels
- * itself: this pass does it for every path.  Errors: those of
- * dtf_pipeline_next() and check_labels().
+ * skipped, as in training).  Each evaluation checks its labels again
+ * after loading a batch.  Errors: those of dtf_pipeline_next() and
+ * check_labels().
  */
 static int check_eval_data(const struct dtf_job *job, struct replica *r,
 			   struct dtf_pipeline *eval)
@@ -558,8 +658,9 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 		int rc = dtf_strategy_sync_slots(strat);
 		/* the GPU's variables and slots into the host copies the
 		 * checkpointer reads */
-		if (rc == 0 && r->gpu)
-			rc = dtf_gpu_download_state(r->gpu);
+		if (rc == 0)
+			rc = dtf_backend_download(r->be, DTF_BACKEND_PARAMS |
+							    DTF_BACKEND_SLOTS);
 		/* the replicas' own moving statistics (batch_norm): the
 		 * checkpoint holds their mean, as TF saves a MEAN-aggregated
 		 * variable, while each replica goes on from its own, so
@@ -634,34 +735,28 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
 }
 
 /*
- * One step up to the optimizer: read a batch, agree on the status, forward,
- * backward, allreduce gradients and statistics.  `rc` carries an error from
- * before the step (e.g. starting the epoch) into the agreement.  Phase times
- * are added to *t; t->mark is left at the end of the allreduce.
+ * One update: train.accumulate_steps micro-batches, each read, agreed on,
+ * run forward and backward, then the gradients and the statistics behind
+ * them summed over the replicas and the optimizer applied.  `rc` carries
+ * an error from before the step (e.g. starting the epoch) into the
+ * agreement.  Where the backend reduces its own gradients (ops/backend.h:
+ * reduce), the step agrees once more after computing, as a device failure
+ * must stop every rank before the sum, and the backend applies the update;
+ * otherwise backward runs through the strategy (distribute/strategy.h),
+ * the last micro-batch starting the gradient buckets from inside it, and
+ * the strategy reduces, checks and applies.  Phase times are added to *t;
+ * t->mark is left where the optimizer's time begins.
  */
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct replica *r, struct dtf_pipeline *train,
-		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
-		      int64_t step, int read_ahead, struct dtf_step_times *t,
-		      struct dtf_obs *obs,
-		      struct dtf_train_result *result);
-
-/*
- * The CPU step through the distribution strategy (distribute/strategy.h):
- * train.accumulate_steps micro-batches, each read, agreed on, run forward
- * and backward (the last one starting the gradient buckets from inside
- * backward), then the strategy reduces, checks and applies the update.
- * t->mark is left at the end of the step (the strategy adds the optimizer
- * time itself).
- */
-static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
-			 struct dtf_strategy *strat, struct replica *r,
-			 struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
-			 int rc, int vote, int *agreed, int64_t step, double lr,
-			 struct dtf_step_times *t, struct dtf_obs *obs,
-			 struct dtf_train_result *result)
+		      struct dtf_strategy *strat, struct replica *r,
+		      struct dtf_pipeline *train, struct dtf_exec_ctx *ctx,
+		      int rc, int vote, int *agreed, int64_t step, double lr,
+		      int read_ahead, struct dtf_step_times *t,
+		      struct dtf_obs *obs, struct dtf_train_result *result)
 {
 	struct dtf_graph *g = &r->g;
+	struct dtf_backend *be = r->be;
+	int own = be->i->reduce != NULL; /* the backend sums its gradients */
 	int batch = g->batch, count = 0, k = job->train.accumulate_steps;
 	float *stats = r->grads + g->nparams;
 	memset(stats, 0, NSTATS * sizeof(float));
@@ -669,7 +764,8 @@ static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
 	for (int micro = 0; micro < k; micro++) {
 		t0 = now_seconds();
 		if (rc == 0)
-			rc = dtf_pipeline_next(train, r->feed, r->ids, &count);
+			rc = be->i->load(be->ctx, read_batch, train, r->ids,
+					 &count);
 		if (rc == 0 && count < batch)
 			rc = dtf_error(DTF_ERR_DATA,
 				       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
@@ -683,24 +779,32 @@ static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
 				     step, result)) < 0)
 			return rc;
 		t2 = now_seconds();
-		if (job->memory.poison)
-			dtf_plan_poison(g, &r->plan);
-		dtf_exec_forward(g, ctx);
+		be->i->forward(be->ctx, ctx);
+		if (read_ahead && micro == k - 1 && be->i->prefetch)
+			be->i->prefetch(be->ctx, read_batch, train);
 		t3 = now_seconds();
-		dtf_strategy_backward(strat, ctx, micro, k, lr);
-		stats[DTF_STAT_LOSS] += (float)ctx->loss_sum;
-		stats[DTF_STAT_CORRECT] +=
-			(float)dtf_graph_count_correct(g, batch, 1);
-		stats[DTF_STAT_COUNT] += (float)batch;
+		if (own) {
+			rc = be->i->backward(be->ctx, ctx, NULL, NULL);
+			if ((rc = agree(comm, rc, "computing", step, result)) < 0)
+				return rc;
+		} else {
+			dtf_strategy_backward(strat, ctx, micro, k, lr);
+		}
+		be->i->step_stats(be->ctx, ctx, batch, stats);
 		t4 = now_seconds();
 		t->forward += t3 - t2;
 		t->backward += t4 - t3;
 		t->comm += t2 - t1; /* the agreement */
 	}
 	int applied;
-	rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
-				      &t->comm, &t->optimizer);
+	if (own)
+		rc = be->i->reduce(be->ctx, sum_replicas, comm);
+	else
+		rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
+					      &t->comm, &t->optimizer);
 	double t5 = now_seconds();
+	if (own)
+		t->comm += t5 - t4;
 	t->mark = t5;
 	if (dtf_obs_tracing(obs, step + 1)) { /* the last micro-batch */
 		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
@@ -709,69 +813,14 @@ static int strategy_step(const struct dtf_job *job, struct dtf_comm *comm,
 		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
 		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
 	}
-	return rc;
-}
-
-static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
-		      struct replica *r, struct dtf_pipeline *train,
-		      struct dtf_exec_ctx *ctx, int rc, int vote, int *agreed,
-		      int64_t step, int read_ahead, struct dtf_step_times *t,
-		      struct dtf_obs *obs,
-		      struct dtf_train_result *result)
-{
-	struct dtf_graph *g = &r->g;
-	int batch = g->batch, count = 0;
-	size_t np = g->nparams;
-	double t0 = now_seconds();
-	if (rc == 0)
-		rc = r->gpu ? dtf_gpu_next_batch(r->gpu, train, r->ids, &count)
-			    : dtf_pipeline_next(train, r->feed, r->ids, &count);
-	if (rc == 0 && count < batch)
-		rc = dtf_error(DTF_ERR_DATA,
-			       "%s: this rank's shard ended early (%d of %d examples at step %lld): were the files changed while training?",
-			       job->data.train_files, count, batch,
-			       (long long)step);
-	if (rc == 0)
-		rc = check_labels(r, train, count, job->model.loss_logits);
-	double t1 = now_seconds();
-	t->data_wait += t1 - t0;
-	if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for", step,
-			     result)) < 0)
-		return rc;
-	double t2 = now_seconds();
-	if (r->gpu) {
-		/* forward and backward in one (timed as forward); the
-		 * statistics come from the GPU; agree again, as a CUDA
-		 * failure must stop every rank before the allreduce */
-		rc = dtf_gpu_step(r->gpu, ctx, train, read_ahead);
-		if ((rc = agree(comm, rc, "computing", step, result)) < 0)
-			return rc;
-	} else {
-		if (job->memory.poison)
-			dtf_plan_poison(g, &r->plan);
-		dtf_exec_forward(g, ctx);
-	}
-	double t3 = now_seconds();
-	if (!r->gpu) {
-		dtf_exec_backward(g, ctx);
-		r->grads[np] = (float)ctx->loss_sum;
-		r->grads[np + 1] = (float)dtf_graph_count_correct(g, batch, 1);
-		r->grads[np + 2] = (float)batch;
-	}
-	double t4 = now_seconds();
-	rc = r->gpu ? dtf_gpu_allreduce(r->gpu, comm)
-		    : dtf_comm_allreduce_sum_f32(comm, r->grads, np + NSTATS);
-	double t5 = now_seconds();
-	t->forward += t3 - t2;
-	t->backward += t4 - t3;
-	t->comm += (t5 - t4) + (t2 - t1); /* the allreduce and the agreement */
-	t->mark = t5;
-	if (dtf_obs_tracing(obs, step + 1)) {
-		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
-		dtf_obs_span(obs, DTF_OBS_AGREE, step + 1, -1, t1, t2);
-		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
-		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
-		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+	if (rc == 0 && own) {
+		const struct dtf_optimizer *o = &r->opt;
+		r->opt.iterations++;
+		be->i->apply(be->ctx, &(struct dtf_backend_update){
+			.adam = o->kind == DTF_OPT_ADAM, .lr = lr,
+			.momentum = o->momentum, .nesterov = o->nesterov,
+			.beta_1 = o->beta_1, .beta_2 = o->beta_2,
+			.epsilon = o->epsilon, .iterations = o->iterations});
 	}
 	return rc;
 }
@@ -891,8 +940,8 @@ static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
 	dtf_threads_flush_denormals();
 	if (rc == 0)
 		rc = dtf_threads_setup_fast(threads, &r->use_fast, &r->pool);
-	if (rc == 0 && r->use_fast)
-		rc = dtf_fast_plan_init(&r->fast, &r->g, r->pool);
+	if (rc == 0)
+		rc = open_backend(job, NULL, r, 0);
 	if (rc == 0)
 		rc = dtf_fault_new(NULL, dtf_comm_rank(world), 0, &fault);
 	if (rc == 0)
@@ -927,45 +976,48 @@ out:
 	return rc;
 }
 
-int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
-		  const struct dtf_train_opts *opts,
-		  struct dtf_train_result *result)
-{
-	struct dtf_comm *world_comm = comm;
-	struct dtf_strategy *strat = NULL;
-	int batch = 0, rc;
-	/* the world rank of an evaluator task, and whether this rank (the
-	 * chief) must send it the end-of-training notice */
-	int evaluator = opts->cluster ? dtf_evaluator_rank(opts->cluster) : -1;
-	int notify = 0;
-	if (!opts->dry_run && evaluator >= 0 &&
-	    (rc = dtf_evaluator_check_job(job)) < 0)
-		return rc; /* the same on every rank, before any collective */
-	/* roles and sub-communicators (distribute/strategy.h); from here `comm` is
-	 * the training replicas' (NULL on ps and evaluator ranks) */
-	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster, &strat)) < 0)
-		return rc;
-	enum dtf_task_type role = strat ? dtf_strategy_role(strat)
-					: DTF_TASK_WORKER;
-	comm = strat ? dtf_strategy_replica_comm(strat) : NULL;
-	int rank = comm ? dtf_comm_rank(comm) : 0;
-	int world = strat ? dtf_strategy_num_replicas(strat) : 1;
-	struct replica r;
-	struct dtf_pipeline *train = NULL, *eval = NULL;
-	struct dtf_obs *obs = NULL;
-	struct dtf_fault *fault = NULL;
-	struct dtf_checkpointer *ck = NULL;
-	struct start st = {0};
-	/* --overwrite-checkpoints starts a new run, whatever
-	 * checkpoint.resume says */
-	int resume = (opts->resume || job->checkpoint.resume) &&
-		     !opts->overwrite_checkpoints;
-	int ckpt_lock = -1; /* the chief's lock on checkpoint.dir */
-	memset(result, 0, sizeof(*result));
-	result->eval_loss = result->eval_accuracy = -1;
-	result->eval_top_k_accuracy = -1;
+/* ---- dtf_train_run: setup, resume, epochs, evaluation, finish ---------- */
 
-	rc = 0;
+/* One training run's state, from setup to the end (dtf_train_run). */
+struct run {
+	const struct dtf_job *job;
+	const struct dtf_train_opts *opts;
+	struct dtf_train_result *result;
+	struct dtf_comm *world_comm; /* every rank, ps and evaluator included */
+	struct dtf_comm *comm;       /* the training replicas' (NULL on ps and
+					evaluator ranks, and without MPI) */
+	struct dtf_strategy *strat;
+	enum dtf_task_type role;
+	int rank, world, batch;
+	int evaluator;   /* the world rank of an evaluator task, or -1 */
+	int notify;      /* this rank (the chief) sends it the end notice */
+	int resume;
+	int ckpt_lock;   /* the chief's lock on checkpoint.dir, or -1 */
+	struct replica r;
+	struct dtf_pipeline *train, *eval;
+	struct dtf_obs *obs;
+	struct dtf_fault *fault;
+	struct dtf_checkpointer *ck;
+	struct start st;
+	struct dtf_ckpt_position pos; /* of the last step, for checkpoints */
+	struct dtf_schedule sched;
+	struct dtf_exec_ctx ctx;
+	int64_t global_batch, steps_per_epoch, total_steps;
+	int64_t step, first_step;
+	uint64_t step_allocs; /* allocations inside steps after the first */
+	double t_start;
+};
+
+/*
+ * The options that are the same on every rank and checked before any
+ * collective, then rank 0's (--export-variables writable, the lock on
+ * checkpoint.dir), agreed on by every rank.
+ */
+static int check_options(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	const struct dtf_train_opts *opts = R->opts;
+	int rc = 0;
 	if (opts->overwrite_checkpoints && opts->resume)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "--overwrite-checkpoints starts a new run: it cannot be given with --resume");
@@ -974,11 +1026,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "%s: --overwrite-checkpoints needs checkpoint.dir in the job file",
 			       job->path);
-	if (rc == 0 && opts->allow_fresh_start && !resume)
+	if (rc == 0 && opts->allow_fresh_start && !R->resume)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "--allow-fresh-start applies to a resume only: "
 			       "give --resume too (or set checkpoint.resume: auto)");
-	if (rc == 0 && resume && !opts->dry_run && !job->checkpoint.dir)
+	if (rc == 0 && R->resume && !opts->dry_run && !job->checkpoint.dir)
 		rc = dtf_error(DTF_ERR_USAGE,
 			       "%s: resuming needs checkpoint.dir in the job file",
 			       job->path);
@@ -987,9 +1039,10 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = dtf_error(DTF_ERR_CONFIG,
 			       "checkpoint.dir: checkpoints are not supported with strategy parameter_server yet (the ps ranks hold the variables and optimizer state)");
 	if (rc == 0)
-		rc = per_replica_batch(job, world, &batch);
-	if (rc == 0 && !opts->dry_run && opts->export_variables && rank == 0 &&
-	    role != DTF_TASK_PS && role != DTF_TASK_EVALUATOR) {
+		rc = per_replica_batch(job, R->world, &R->batch);
+	int chief = !opts->dry_run && R->rank == 0 &&
+		    R->role != DTF_TASK_PS && R->role != DTF_TASK_EVALUATOR;
+	if (rc == 0 && chief && opts->export_variables) {
 		/* find out now, not after the training, that it cannot be
 		 * written */
 		FILE *f = fopen(opts->export_variables, "ab");
@@ -1000,110 +1053,123 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		else
 			fclose(f);
 	}
-	if (rc == 0 && !opts->dry_run && job->checkpoint.dir && rank == 0 &&
-	    role != DTF_TASK_PS && role != DTF_TASK_EVALUATOR)
+	if (rc == 0 && chief && job->checkpoint.dir)
 		/* the chief, which writes the checkpoints: lock checkpoint.dir
 		 * for this run, prove it writable, and refuse (or, asked to,
 		 * delete) an earlier run's checkpoints now, not at the first
 		 * save */
 		rc = dtf_checkpoint_dir_open(
 			job->checkpoint.dir,
-			resume ? DTF_CKPT_START_RESUME
+			R->resume ? DTF_CKPT_START_RESUME
 			: opts->overwrite_checkpoints ? DTF_CKPT_START_OVERWRITE
 						      : DTF_CKPT_START_FRESH,
-			&ckpt_lock);
+			&R->ckpt_lock);
 	/* rank 0 alone checked --export-variables and checkpoint.dir: every
 	 * rank, ps and evaluator included, learns of a failure before any
 	 * other collective */
-	if ((rc = agree(world_comm, rc, "checking the options before", 0,
-			result)) < 0) {
-		dtf_strategy_free(strat);
-		if (ckpt_lock >= 0)
-			close(ckpt_lock);
-		return rc;
-	}
-	rc = build(job, batch, 1, &r);
-	if (!opts->dry_run && dtf_strategy_wants_shared_grads(strat)) {
+	return agree(R->world_comm, rc, "checking the options before", 0,
+		     R->result);
+}
+
+/*
+ * The graph, its buffers and the strategy's setup on every rank; the
+ * dry run, the evaluator and the ps ranks end here (*done).
+ */
+static int setup(struct run *R, int *done)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int rc = build(job, R->batch, 1, r);
+	*done = 1;
+	if (!R->opts->dry_run && dtf_strategy_wants_shared_grads(R->strat)) {
 		/* the gradient vector in the replicas' shared-memory window
 		 * (distribute/strategy.h): a collective, so agree first */
-		if ((rc = agree(comm, rc, "building the graph before", 0,
-				result)) == 0 &&
-		    (rc = dtf_strategy_share_grads(strat, &r.g,
-						   r.g.nparams + NSTATS,
-						   &r.grads, &r.params)) == 0) {
-			r.grads_shared = r.grads != NULL;
-			r.params_shared = r.params != NULL;
+		if ((rc = agree(R->comm, rc, "building the graph before", 0,
+				R->result)) == 0 &&
+		    (rc = dtf_strategy_share_grads(R->strat, &r->g,
+						   r->g.nparams + NSTATS,
+						   &r->grads, &r->params)) == 0) {
+			r->grads_shared = r->grads != NULL;
+			r->params_shared = r->params != NULL;
 		}
 	}
 	if (rc < 0)
-		goto out;
-	result->num_params = dtf_graph_num_params(&r.g);
-	if (opts->dry_run) {
-		if (rank == 0)
-			rc = dtf_summary_print(job, &r.g, r.layer_out, stdout);
-		goto out;
-	}
-	if (role == DTF_TASK_EVALUATOR) {
-		rc = run_evaluator(job, world_comm, opts, &r, batch, result);
-		goto out;
-	}
-	if ((rc = setup_buffers(job, &r)) == 0)
-		rc = dtf_strategy_setup(strat, &r.g, r.params, r.grads, &r.opt);
+		return rc;
+	R->result->num_params = dtf_graph_num_params(&r->g);
+	if (R->opts->dry_run)
+		return R->rank == 0 ? dtf_summary_print(job, &r->g, r->layer_out,
+							stdout)
+				    : 0;
+	if (R->role == DTF_TASK_EVALUATOR)
+		return run_evaluator(job, R->world_comm, R->opts, r, R->batch,
+				     R->result);
+	if ((rc = setup_buffers(job, r)) == 0)
+		rc = dtf_strategy_setup(R->strat, &r->g, r->params, r->grads,
+					&r->opt);
 	/* every rank, ps and evaluator included, learns of a failed setup */
-	if ((rc = agree(world_comm, rc, "setting up before", 0, result)) < 0)
-		goto out;
+	if ((rc = agree(R->world_comm, rc, "setting up before", 0,
+			R->result)) < 0)
+		return rc;
 	/* from here the evaluator waits for the chief's notice */
-	notify = evaluator >= 0 && dtf_comm_rank(world_comm) == 0;
-	if (role == DTF_TASK_PS) {
-		dtf_graph_init_params(&r.g, job->seed, r.params);
-		rc = dtf_strategy_serve(strat);
-		goto out;
+	R->notify = R->evaluator >= 0 && dtf_comm_rank(R->world_comm) == 0;
+	if (R->role == DTF_TASK_PS) {
+		dtf_graph_init_params(&r->g, job->seed, r->params);
+		return dtf_strategy_serve(R->strat);
 	}
+	*done = 0;
+	return 0;
+}
 
-	int threads = dtf_threads_choose(opts->threads,
-					 comm ? dtf_comm_local_size(comm) : 1);
+/* Threads, then the start-up lines: replicas, batch, strategy. */
+static int setup_threads(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int threads = dtf_threads_choose(R->opts->threads,
+					 R->comm ? dtf_comm_local_size(R->comm) : 1);
 	dtf_threads_flush_denormals();
-	if ((rc = dtf_threads_setup_fast(threads, &r.use_fast, &r.pool)) < 0 ||
-	    (r.use_fast && (rc = dtf_fast_plan_init(&r.fast, &r.g, r.pool)) < 0))
-		goto out;
-	if (r.use_fast)
-		dtf_optimizer_set_pool(&r.opt, r.pool);
-	int64_t global_batch = (int64_t)batch * world;
+	int rc = dtf_threads_setup_fast(threads, &r->use_fast, &r->pool);
+	if (rc < 0)
+		return rc;
+	if (r->use_fast)
+		dtf_optimizer_set_pool(&r->opt, r->pool);
+	R->global_batch = (int64_t)R->batch * R->world;
 	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s, OpenBLAS %s)",
-		 job->name, world, comm ? dtf_comm_num_nodes(comm) : 1,
+		 job->name, R->world, R->comm ? dtf_comm_num_nodes(R->comm) : 1,
 		 dtf_strategy_name(job->strategy.type), threads,
-		 r.use_fast ? "fast kernels, 1 BLAS thread each"
-			    : "reference kernels, all BLAS threads",
+		 r->use_fast ? "fast kernels, 1 BLAS thread each"
+			     : "reference kernels, all BLAS threads",
 		 dtf_threads_blas_core());
 	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
-		 (long long)global_batch, batch, job->train.accumulate_steps,
-		 (long long)global_batch * job->train.accumulate_steps,
-		 result->num_params, job->train.learning_rate,
-		 dtf_strategy_learning_rate(strat, job->train.learning_rate,
+		 (long long)R->global_batch, R->batch,
+		 job->train.accumulate_steps,
+		 (long long)R->global_batch * job->train.accumulate_steps,
+		 R->result->num_params, job->train.learning_rate,
+		 dtf_strategy_learning_rate(R->strat, job->train.learning_rate,
 					    INT64_MAX),
 		 job->train.lr_scaling == DTF_LR_SCALING_LINEAR
 			 ? " (linear scaling by the replicas)"
 			 : "");
-	{
-		char desc[256];
-		dtf_strategy_describe(strat, desc, sizeof(desc));
-		dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type),
-			 desc);
-	}
+	char desc[256];
+	dtf_strategy_describe(R->strat, desc, sizeof(desc));
+	dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type), desc);
+	return 0;
+}
 
-	/* device, signals, watchdog, checkpoints and data: set up on every
-	 * rank, then agree before any other collective */
-	struct dtf_gpu_opts go = {.job = job, .comm = comm, .g = &r.g,
-				  .plan = &r.plan, .params = r.params,
-				  .grads = r.grads, .nstats = NSTATS,
-				  .opt = &r.opt};
-	rc = dtf_gpu_open(&go, &r.gpu);
-	if (rc == 0 && r.gpu &&
+/* Backend, signals, watchdog, checkpoints and data: set up on every rank,
+ * then agree before any other collective. */
+static int open_all(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int rc = open_backend(job, R->comm, r, 1);
+	if (rc == 0 && r->be->i->reduce &&
 	    (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE ||
 	     job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER ||
 	     job->train.accumulate_steps > 1 || job->strategy.hierarchical ||
 	     job->strategy.compression != DTF_GRAD_COMPRESSION_NONE))
-		/* the GPU path reduces its device gradients in one allreduce */
+		/* a backend that reduces its own gradients (the GPU's) does so
+		 * in one allreduce, without the strategy */
 		rc = dtf_error(DTF_ERR_CONFIG,
 			       "strategy: %s%s%s%s is not supported on the GPU yet\n"
 			       "HINT: set device: cpu",
@@ -1112,281 +1178,374 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 			       job->strategy.hierarchical ? ", hierarchical" : "",
 			       job->strategy.compression ? ", compression" : "");
 	if (rc == 0)
-		rc = dtf_fault_new(comm, rank, job->fault.timeout_seconds, &fault);
+		rc = dtf_fault_new(R->comm, R->rank, job->fault.timeout_seconds,
+				   &R->fault);
 	if (rc == 0 && job->checkpoint.dir)
-		rc = dtf_checkpointer_new(job, &r.g, r.params, &r.opt,
-					  rank == 0, fault, &ck);
+		rc = dtf_checkpointer_new(job, &r->g, r->params, &r->opt,
+					  R->rank == 0, R->fault, &R->ck);
 	if (rc == 0)
-		rc = open_pipeline(job, job->data.train_files, rank, world,
-				   batch, 1, &train);
-	if (rc == 0 && job->data.eval_files && evaluator < 0)
+		rc = open_pipeline(job, job->data.train_files, R->rank,
+				   R->world, R->batch, 1, &R->train);
+	if (rc == 0 && job->data.eval_files && R->evaluator < 0)
 		/* with an evaluator task, it evaluates; the chief does not */
-		rc = open_pipeline(job, job->data.eval_files, rank, world,
-				   batch, 0, &eval);
-	if (rc == 0 && eval)
-		rc = check_eval_data(job, &r, eval);
-	if ((rc = agree(comm, rc, "opening data before", 0, result)) < 0)
-		goto out;
-	int64_t per_update = (int64_t)batch * job->train.accumulate_steps;
-	int64_t steps_per_epoch[3] = {dtf_pipeline_num_records(train) / per_update,
-				      -dtf_pipeline_num_records(train) / per_update,
-				      dtf_pipeline_num_records(train)};
-	if ((rc = dtf_comm_allreduce_min_i64(comm, steps_per_epoch, 3)) < 0)
-		goto out;
-	int64_t most = -steps_per_epoch[1];
-	if (steps_per_epoch[0] == 0) {
-		rc = dtf_error(DTF_ERR_DATA,
-			       "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
-			       "HINT: use fewer ranks, a smaller batch, or more data",
-			       world, (long long)steps_per_epoch[2], batch);
-		goto out;
-	}
-	if (most > steps_per_epoch[0])
-		dtf_info("shards are uneven: %lld to %lld steps per rank; every rank runs %lld steps per epoch",
-			 (long long)steps_per_epoch[0], (long long)most,
-			 (long long)steps_per_epoch[0]);
+		rc = open_pipeline(job, job->data.eval_files, R->rank,
+				   R->world, R->batch, 0, &R->eval);
+	if (rc == 0 && R->eval)
+		rc = check_eval_data(job, r, R->eval);
+	return agree(R->comm, rc, "opening data before", 0, R->result);
+}
 
-	/* identical start: deterministic init or rank 0's checkpoint, then
-	 * rank 0's values win (with one shared copy, rank 0 alone writes) */
-	if (dtf_strategy_writes_params(strat))
-		dtf_graph_init_params(&r.g, job->seed, r.params);
+/* All ranks agree on the steps per epoch (the fewest over the shards). */
+static int agree_steps_per_epoch(struct run *R)
+{
+	int64_t per_update = (int64_t)R->batch * R->job->train.accumulate_steps;
+	int64_t records = dtf_pipeline_num_records(R->train);
+	int64_t spe[3] = {records / per_update, -records / per_update, records};
+	int rc = dtf_comm_allreduce_min_i64(R->comm, spe, 3);
+	if (rc < 0)
+		return rc;
+	int64_t most = -spe[1];
+	if (spe[0] == 0)
+		return dtf_error(DTF_ERR_DATA,
+				 "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
+				 "HINT: use fewer ranks, a smaller batch, or more data",
+				 R->world, (long long)spe[2], R->batch);
+	if (most > spe[0])
+		dtf_info("shards are uneven: %lld to %lld steps per rank; every rank runs %lld steps per epoch",
+			 (long long)spe[0], (long long)most, (long long)spe[0]);
+	R->steps_per_epoch = spe[0];
+	return 0;
+}
+
+/*
+ * An identical start: deterministic init or rank 0's checkpoint, then rank
+ * 0's values win (with one shared copy, rank 0 alone writes); the backend
+ * gets the host's variables and (restored) slots; where to start (step 0,
+ * or the checkpoint's position, re-sharded when the world size or
+ * per-replica batch changed), the schedule and the outputs.
+ */
+static int resume(struct run *R)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	int rc;
+	if ((rc = agree_steps_per_epoch(R)) < 0)
+		return rc;
+	if (dtf_strategy_writes_params(R->strat))
+		dtf_graph_init_params(&r->g, job->seed, r->params);
 	struct dtf_ckpt_position pos = {0};
 	int found = 0;
-	if (ck && resume) {
-		if (rank == 0)
-			rc = dtf_checkpointer_restore(ck, opts->allow_fresh_start,
+	if (R->ck && R->resume) {
+		if (R->rank == 0)
+			rc = dtf_checkpointer_restore(R->ck,
+						      R->opts->allow_fresh_start,
 						      &pos, &found);
-		if ((rc = agree(comm, rc, "restoring a checkpoint before", 0,
-				result)) < 0)
-			goto out;
-		if ((rc = dtf_checkpointer_share(ck, comm, &pos, &found)) < 0)
-			goto out;
+		if ((rc = agree(R->comm, rc, "restoring a checkpoint before", 0,
+				R->result)) < 0)
+			return rc;
+		if ((rc = dtf_checkpointer_share(R->ck, R->comm, &pos,
+						 &found)) < 0)
+			return rc;
 	}
-	if ((rc = dtf_strategy_share_params(strat, comm, r.params,
-					    r.g.nparams)) < 0)
-		goto out;
-	/* the GPU starts from the host's variables and (restored) slots */
-	if (r.gpu && (rc = dtf_gpu_upload_state(r.gpu)) < 0)
-		goto out;
+	if ((rc = dtf_strategy_share_params(R->strat, R->comm, r->params,
+					    r->g.nparams)) < 0)
+		return rc;
+	if ((rc = dtf_backend_upload(r->be, DTF_BACKEND_PARAMS |
+						    DTF_BACKEND_SLOTS)) < 0)
+		return rc;
 
-	int64_t total_steps = steps_per_epoch[0] * job->train.epochs;
-	if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
-		total_steps = job->train.max_steps;
-	struct dtf_exec_ctx ctx = {
-		.training = 1, .example_ids = r.ids, .valid = batch,
-		.loss_scale = (float)(1.0 / ((double)global_batch *
+	int64_t spe = R->steps_per_epoch;
+	R->total_steps = spe * job->train.epochs;
+	if (job->train.max_steps > 0 && job->train.max_steps < R->total_steps)
+		R->total_steps = job->train.max_steps;
+	R->ctx = (struct dtf_exec_ctx){
+		.training = 1, .example_ids = r->ids, .valid = R->batch,
+		.loss_scale = (float)(1.0 / ((double)R->global_batch *
 					     job->train.accumulate_steps)),
 		.dropout_key = dtf_philox_make_key(job->seed, DTF_RNG_DROPOUT),
-		.workspace = r.plan.workspace,
-		.fast = r.use_fast ? &r.fast : NULL};
-	size_t np = r.g.nparams;
-	/* where to start: step 0, or the checkpoint's position, re-sharded
-	 * when the world size or per-replica batch changed */
-	st.epoch_end = steps_per_epoch[0];
-	if (found && (rc = start_position(job, comm, ck, train, &r, &pos, world,
-					  batch, steps_per_epoch[0], &st,
-					  result)) < 0)
-		goto out;
-	int64_t step = st.step, first_step = st.step;
-	if (st.elastic) {
-		total_steps = st.epoch_end - pos.step_in_epoch + step +
-			      steps_per_epoch[0] *
-				      (job->train.epochs - st.epoch - 1);
-		if (job->train.max_steps > 0 && job->train.max_steps < total_steps)
-			total_steps = job->train.max_steps;
+		.workspace = r->plan.workspace};
+	R->st.epoch_end = spe;
+	if (found && (rc = start_position(job, R->comm, R->ck, R->train, r,
+					  &pos, R->world, R->batch, spe, &R->st,
+					  R->result)) < 0)
+		return rc;
+	R->step = R->first_step = R->st.step;
+	if (R->st.elastic) {
+		R->total_steps = R->st.epoch_end - pos.step_in_epoch + R->step +
+				 spe * (job->train.epochs - R->st.epoch - 1);
+		if (job->train.max_steps > 0 &&
+		    job->train.max_steps < R->total_steps)
+			R->total_steps = job->train.max_steps;
 	}
-	pos = (struct dtf_ckpt_position){
-		.global_batch = global_batch, .world = world,
-		.per_replica_batch = batch, .seed = job->seed};
-	if (st.elastic) { /* the parts of this epoch run before */
-		pos.nprev = st.nprev;
-		memcpy(pos.prev, st.prev, sizeof(st.prev));
+	R->pos = (struct dtf_ckpt_position){
+		.global_batch = R->global_batch, .world = R->world,
+		.per_replica_batch = R->batch, .seed = job->seed};
+	if (R->st.elastic) { /* the parts of this epoch run before */
+		R->pos.nprev = R->st.nprev;
+		memcpy(R->pos.prev, R->st.prev, sizeof(R->st.prev));
 	}
-	struct dtf_schedule sched;
-	dtf_schedule_init(&sched, job, total_steps);
-	{
-		/* what the update is: optimizer and schedule in force */
-		char od[256], sd[512];
-		dtf_optimizer_describe(job, od, sizeof(od));
-		dtf_schedule_describe(&sched, sd, sizeof(sd));
-		dtf_info("optimizer %s; schedule %s", od, sd);
-	}
-	double lr = 0; /* of the step in progress */
-	uint64_t step_allocs = 0; /* allocations inside steps after the first */
-	const int64_t every = job->train.eval_every_steps;
+	dtf_schedule_init(&R->sched, job, R->total_steps);
+	/* what the update is: optimizer and schedule in force */
+	char od[256], sd[512];
+	dtf_optimizer_describe(job, od, sizeof(od));
+	dtf_schedule_describe(&R->sched, sd, sizeof(sd));
+	dtf_info("optimizer %s; schedule %s", od, sd);
 
 	/* console, metrics, events, trace (obs/obs.h); a collective, after
 	 * the restore so steps continue from the checkpoint's */
 	struct dtf_obs_config oc = {
-		.job = job, .quiet = opts->quiet, .start_step = step,
-		.total_steps = total_steps, .steps_per_epoch = steps_per_epoch[0],
-		.global_batch = global_batch, .sidecar_eval = evaluator >= 0};
-	rc = dtf_obs_open(comm, &oc, &obs);
-	if ((rc = agree(comm, rc, "opening logging files before", step,
-			result)) < 0)
-		goto out;
-	if (ck)
-		dtf_obs_set_checkpoint_dir(obs, job->checkpoint.dir);
-	double t_start = now_seconds();
+		.quiet = R->opts->quiet, .start_step = R->step,
+		.total_steps = R->total_steps, .steps_per_epoch = spe,
+		.global_batch = R->global_batch,
+		.sidecar_eval = R->evaluator >= 0};
+	dtf_train_obs_job(job, &oc.job);
+	rc = dtf_obs_open(R->comm, &oc, &R->obs);
+	if ((rc = agree(R->comm, rc, "opening logging files before", R->step,
+			R->result)) < 0)
+		return rc;
+	if (R->ck)
+		dtf_obs_set_checkpoint_dir(R->obs, job->checkpoint.dir);
+	return 0;
+}
 
-	for (int epoch = st.epoch; step < total_steps; epoch++) {
-		rc = dtf_pipeline_begin_epoch(train, epoch);
-		int64_t s = 0, end = steps_per_epoch[0];
-		if (epoch == st.epoch) {
-			s = st.in_epoch;
-			end = st.epoch_end;
-			/* same sharding: consume what the checkpoint had */
-			for (int64_t k = 0, n = batch; !st.elastic && rc == 0 &&
-						       k < s && n == batch; k++) {
-				int got = 0;
-				rc = dtf_pipeline_next(train, r.feed, r.ids, &got);
-				n = got;
-			}
-		} else if (st.elastic) { /* the re-sharded epoch is over */
-			dtf_pipeline_set_exclude(train, NULL, NULL);
-			pos.nprev = 0;
-		}
-		for (; s < end && step < total_steps; s++) {
-			uint64_t allocs_before = dtf_alloc_count();
-			struct dtf_step_times stt = {0};
-			double t_begin = now_seconds();
-			ctx.step = (uint64_t)step;
-			/* train.schedule's rate, then the replicas' scaling */
-			lr = dtf_strategy_learning_rate(
-				strat, dtf_schedule_lr(&sched, step), step);
-			dtf_fault_progress(fault, "training step", step);
-			dtf_fault_at_step(fault, step);
-			if (rc == 0)
-				rc = dtf_checkpointer_poll(ck);
-			int vote = dtf_fault_pending_signal() << 8 |
-				   dtf_checkpointer_time_due(ck), agreed = 0;
-			int read_ahead = s + 1 < steps_per_epoch[0] &&
-					 step + 1 < total_steps;
-			if (r.gpu)
-				rc = train_step(job, comm, &r, train, &ctx, rc,
-						vote, &agreed, step, read_ahead,
-						&stt, obs, result);
-			else
-				rc = strategy_step(job, comm, strat, &r, train,
-						   &ctx, rc, vote, &agreed, step,
-						   lr, &stt, obs, result);
-			if (rc < 0)
-				goto out;
-			if (r.gpu)
-				dtf_gpu_apply(r.gpu, &r.opt, lr);
-			double t_end = now_seconds();
-			stt.optimizer += t_end - stt.mark;
-			step++;
-			add_times(&result->times, &stt);
-			dtf_obs_span(obs, DTF_OBS_OPTIMIZER, step, -1, stt.mark, t_end);
-			dtf_obs_step(obs, &(struct dtf_obs_step){
-				.step = step, .epoch = epoch,
-				.loss_sum = r.grads[np], .correct = r.grads[np + 1],
-				.count = r.grads[np + 2], .learning_rate = lr,
-				.times = stt, .t_begin = t_begin, .t_end = t_end});
-			pos.step = step;
-			pos.epoch = epoch;
-			pos.step_in_epoch = s + 1;
-			if ((rc = after_step(job, comm, strat, &r, ck, fault, obs, &pos, agreed,
-					     step == total_steps, result)) < 0)
-				goto out;
-			if (step > 1)
-				step_allocs += dtf_alloc_count() - allocs_before;
-			if (eval && every && step % every == 0) {
-				/* train.eval_every_steps; all ranks see the same
-				 * (allreduced) accuracy, so all stop together */
-				struct eval_totals tot;
-				if ((rc = average_nontrainable(comm, &r)) < 0)
-					goto out;
-				dtf_fault_progress(fault, "evaluation", step);
-				if ((rc = dtf_strategy_sync_params(strat)) < 0)
-					goto out;
-				double te = now_seconds();
-				if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
-					goto out;
-				result->eval_loss = tot.loss_sum / tot.count;
-				result->eval_accuracy = tot.correct / tot.count;
-				if (job->model.metric_top_k && !r.gpu)
-					result->eval_top_k_accuracy =
-						tot.top_k / tot.count;
-				/* the evaluation's one console line */
-				dtf_obs_eval(obs, step, epoch, result->eval_loss,
-					     result->eval_accuracy,
-					     result->eval_top_k_accuracy,
-					     tot.count, te, now_seconds());
-				if (job->train.stop_at_accuracy > 0 &&
-				    result->eval_accuracy >= job->train.stop_at_accuracy) {
-					dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
-						 result->eval_accuracy,
-						 job->train.stop_at_accuracy, (long long)step);
-					goto stopped;
-				}
-			}
-		}
-		if (rc < 0)
-			goto out;
-		dtf_pipeline_log_skipped(train, epoch);
-		if ((rc = average_nontrainable(comm, &r)) < 0)
-			goto out;
-		if (eval && (!every || (step == total_steps && step % every))) {
-			struct eval_totals tot;
-			dtf_fault_progress(fault, "evaluation", step);
-			if ((rc = dtf_strategy_sync_params(strat)) < 0)
-				goto out;
-			double te = now_seconds();
-			if ((rc = evaluate(job, comm, &r, eval, step, &tot, result)) < 0)
-				goto out;
-			result->eval_loss = tot.loss_sum / tot.count;
-			result->eval_accuracy = tot.correct / tot.count;
-			if (job->model.metric_top_k && !r.gpu)
-				result->eval_top_k_accuracy = tot.top_k / tot.count;
-			dtf_obs_eval(obs, step, epoch, result->eval_loss,
-				     result->eval_accuracy,
-				     result->eval_top_k_accuracy, tot.count, te,
-				     now_seconds());
-			if (job->train.stop_at_accuracy > 0 &&
-			    result->eval_accuracy >= job->train.stop_at_accuracy) {
-				dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
-					 result->eval_accuracy, job->train.stop_at_accuracy);
-				break;
-			}
-		}
+/*
+ * Evaluate when due: after step `step` every train.eval_every_steps, or at
+ * the end of an epoch (`epoch_end`) without eval_every_steps, or after
+ * the last step when it is not a multiple of it.  All ranks see the same
+ * (allreduced) accuracy, so all stop together: *stop when
+ * train.stop_at_accuracy is reached.  At an epoch's end the caller has
+ * averaged the non-trainable variables already.
+ */
+static int maybe_evaluate(struct run *R, int epoch, int epoch_end, int *stop)
+{
+	const struct dtf_job *job = R->job;
+	struct dtf_train_result *result = R->result;
+	const int64_t every = job->train.eval_every_steps, step = R->step;
+	int due = epoch_end ? !every || (step == R->total_steps && step % every)
+			    : every && step % every == 0;
+	int rc;
+	if (!R->eval || !due)
+		return 0;
+	if (!epoch_end && (rc = average_nontrainable(R->comm, &R->r)) < 0)
+		return rc;
+	dtf_fault_progress(R->fault, "evaluation", step);
+	if ((rc = dtf_strategy_sync_params(R->strat)) < 0)
+		return rc;
+	struct eval_totals tot;
+	double te = now_seconds();
+	if ((rc = evaluate(job, R->comm, &R->r, R->eval, step, &tot,
+			   result)) < 0)
+		return rc;
+	result->eval_loss = tot.loss_sum / tot.count;
+	result->eval_accuracy = tot.correct / tot.count;
+	if (job->model.metric_top_k && tot.has_top_k)
+		result->eval_top_k_accuracy = tot.top_k / tot.count;
+	/* the evaluation's one console line */
+	dtf_obs_eval(R->obs, step, epoch, result->eval_loss,
+		     result->eval_accuracy, result->eval_top_k_accuracy,
+		     tot.count, te, now_seconds());
+	if (job->train.stop_at_accuracy > 0 &&
+	    result->eval_accuracy >= job->train.stop_at_accuracy) {
+		if (epoch_end)
+			dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g: stopping",
+				 result->eval_accuracy,
+				 job->train.stop_at_accuracy);
+		else
+			dtf_info("test accuracy %.4f reached train.stop_at_accuracy %g at step %lld: stopping",
+				 result->eval_accuracy,
+				 job->train.stop_at_accuracy, (long long)step);
+		*stop = 1;
 	}
-stopped:
-	dtf_fault_idle(fault);
-	result->steps = step;
-	result->wall_seconds = now_seconds() - t_start;
-	result->samples_per_second = (double)(step - first_step) *
-				     (double)global_batch / result->wall_seconds;
-	result->step_allocations = step_allocs;
-	if (step_allocs)
+	return 0;
+}
+
+/* Step `s` of epoch `epoch` (rc: an error from before it, for its
+ * agreement), its records and outputs, and a checkpoint when due. */
+static int one_step(struct run *R, int epoch, int64_t s, int rc)
+{
+	const struct dtf_job *job = R->job;
+	struct replica *r = &R->r;
+	struct dtf_train_result *result = R->result;
+	size_t np = r->g.nparams;
+	int64_t step = R->step;
+	uint64_t allocs_before = dtf_alloc_count();
+	struct dtf_step_times stt = {0};
+	double t_begin = now_seconds();
+	R->ctx.step = (uint64_t)step;
+	/* train.schedule's rate, then the replicas' scaling */
+	double lr = dtf_strategy_learning_rate(
+		R->strat, dtf_schedule_lr(&R->sched, step), step);
+	dtf_fault_progress(R->fault, "training step", step);
+	dtf_fault_at_step(R->fault, step);
+	if (rc == 0)
+		rc = dtf_checkpointer_poll(R->ck);
+	int vote = dtf_fault_pending_signal() << 8 |
+		   dtf_checkpointer_time_due(R->ck), agreed = 0;
+	int read_ahead = s + 1 < R->steps_per_epoch &&
+			 step + 1 < R->total_steps;
+	rc = train_step(job, R->comm, R->strat, r, R->train, &R->ctx, rc, vote,
+			&agreed, step, lr, read_ahead, &stt, R->obs, result);
+	if (rc < 0)
+		return rc;
+	double t_end = now_seconds();
+	stt.optimizer += t_end - stt.mark;
+	R->step = ++step;
+	add_times(&result->times, &stt);
+	dtf_obs_span(R->obs, DTF_OBS_OPTIMIZER, step, -1, stt.mark, t_end);
+	dtf_obs_step(R->obs, &(struct dtf_obs_step){
+		.step = step, .epoch = epoch,
+		.loss_sum = r->grads[np], .correct = r->grads[np + 1],
+		.count = r->grads[np + 2], .learning_rate = lr,
+		.times = stt, .t_begin = t_begin, .t_end = t_end});
+	R->pos.step = step;
+	R->pos.epoch = epoch;
+	R->pos.step_in_epoch = s + 1;
+	if ((rc = after_step(job, R->comm, R->strat, r, R->ck, R->fault,
+			     R->obs, &R->pos, agreed, step == R->total_steps,
+			     result)) < 0)
+		return rc;
+	if (step > 1)
+		R->step_allocs += dtf_alloc_count() - allocs_before;
+	return 0;
+}
+
+/* One epoch (the first one of a resumed run from where the checkpoint
+ * left it), with its evaluations; *stop as maybe_evaluate's. */
+static int one_epoch(struct run *R, int epoch, int *stop)
+{
+	struct replica *r = &R->r;
+	struct start *st = &R->st;
+	int rc = dtf_pipeline_begin_epoch(R->train, epoch);
+	int64_t s = 0, end = R->steps_per_epoch;
+	if (epoch == st->epoch) {
+		s = st->in_epoch;
+		end = st->epoch_end;
+		/* same sharding: consume what the checkpoint had */
+		for (int64_t k = 0, n = R->batch; !st->elastic && rc == 0 &&
+					       k < s && n == R->batch; k++) {
+			int got = 0;
+			rc = dtf_pipeline_next(R->train, r->feed, r->ids, &got);
+			n = got;
+		}
+	} else if (st->elastic) { /* the re-sharded epoch is over */
+		dtf_pipeline_set_exclude(R->train, NULL, NULL);
+		R->pos.nprev = 0;
+	}
+	for (; s < end && R->step < R->total_steps; s++) {
+		if ((rc = one_step(R, epoch, s, rc)) < 0)
+			return rc;
+		if ((rc = maybe_evaluate(R, epoch, 0, stop)) < 0 || *stop)
+			return rc;
+	}
+	if (rc < 0)
+		return rc;
+	dtf_pipeline_log_skipped(R->train, epoch);
+	if ((rc = average_nontrainable(R->comm, r)) < 0)
+		return rc;
+	return maybe_evaluate(R, epoch, 1, stop);
+}
+
+/* The run's numbers, the variables back from the backend, the outputs
+ * closed and --export-variables written. */
+static int finish(struct run *R)
+{
+	struct dtf_train_result *result = R->result;
+	int rc;
+	dtf_fault_idle(R->fault);
+	result->steps = R->step;
+	result->wall_seconds = now_seconds() - R->t_start;
+	result->samples_per_second = (double)(R->step - R->first_step) *
+				     (double)R->global_batch /
+				     result->wall_seconds;
+	result->step_allocations = R->step_allocs;
+	if (R->step_allocs)
 		dtf_warn("%llu allocations happened inside training steps",
-			 (unsigned long long)step_allocs);
-	if (r.gpu && (rc = dtf_gpu_download_params(r.gpu)) < 0)
-		goto out;
-	if ((rc = dtf_obs_finish(obs, comm, result)) < 0)
-		goto out;
-	if ((rc = dtf_strategy_sync_params(strat)) < 0)
-		goto out;
-	if (opts->export_variables && rank == 0)
-		rc = write_variables(opts->export_variables, r.params, np);
-out:
-	dtf_strategy_end(strat, rc);
-	dtf_strategy_free(strat);
-	dtf_obs_free(obs);
-	dtf_checkpointer_free(ck); /* joins a write in flight */
-	if (ckpt_lock >= 0)
-		close(ckpt_lock); /* another run may use checkpoint.dir now */
-	if (notify) {
-		int nrc = dtf_evaluator_notify(world_comm, evaluator, rc,
-					       result->steps);
+			 (unsigned long long)R->step_allocs);
+	if ((rc = dtf_backend_download(R->r.be, DTF_BACKEND_PARAMS)) < 0)
+		return rc;
+	struct dtf_obs_run run = {
+		.steps = result->steps, .wall_seconds = result->wall_seconds,
+		.samples_per_second = result->samples_per_second,
+		.times = result->times};
+	if ((rc = dtf_obs_finish(R->obs, R->comm, &run)) < 0)
+		return rc;
+	if ((rc = dtf_strategy_sync_params(R->strat)) < 0)
+		return rc;
+	if (R->opts->export_variables && R->rank == 0)
+		rc = write_variables(R->opts->export_variables, R->r.params,
+				     R->r.g.nparams);
+	return rc;
+}
+
+/* Release everything of R, telling the ps ranks and the evaluator how the
+ * run ended; returns rc (or the notice's failure). */
+static int release(struct run *R, int rc)
+{
+	dtf_strategy_end(R->strat, rc);
+	dtf_strategy_free(R->strat);
+	dtf_obs_free(R->obs);
+	dtf_checkpointer_free(R->ck); /* joins a write in flight */
+	if (R->ckpt_lock >= 0)
+		close(R->ckpt_lock); /* another run may use checkpoint.dir now */
+	if (R->notify) {
+		int nrc = dtf_evaluator_notify(R->world_comm, R->evaluator, rc,
+					       R->result->steps);
 		if (rc == 0)
 			rc = nrc;
 	}
-	dtf_fault_free(fault);
-	dtf_pipeline_free(eval);
-	dtf_pipeline_free(train); /* joins its reader, which asks st.el */
-	dtf_elastic_free(st.el);
-	replica_deinit(&r);
+	dtf_fault_free(R->fault);
+	dtf_pipeline_free(R->eval);
+	dtf_pipeline_free(R->train); /* joins its reader, which asks st.el */
+	dtf_elastic_free(R->st.el);
+	replica_deinit(&R->r);
 	return rc;
+}
+
+int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
+		  const struct dtf_train_opts *opts,
+		  struct dtf_train_result *result)
+{
+	struct run R = {
+		.job = job, .opts = opts, .result = result, .world_comm = comm,
+		.evaluator = opts->cluster ? dtf_evaluator_rank(opts->cluster)
+					   : -1,
+		.ckpt_lock = -1,
+		/* --overwrite-checkpoints starts a new run, whatever
+		 * checkpoint.resume says */
+		.resume = (opts->resume || job->checkpoint.resume) &&
+			  !opts->overwrite_checkpoints};
+	int rc, done = 0;
+	if (!opts->dry_run && R.evaluator >= 0 &&
+	    (rc = dtf_evaluator_check_job(job)) < 0)
+		return rc; /* the same on every rank, before any collective */
+	/* roles and sub-communicators (distribute/strategy.h); from here
+	 * R.comm is the training replicas' */
+	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster,
+					   &R.strat)) < 0)
+		return rc;
+	R.role = R.strat ? dtf_strategy_role(R.strat) : DTF_TASK_WORKER;
+	R.comm = R.strat ? dtf_strategy_replica_comm(R.strat) : NULL;
+	R.rank = R.comm ? dtf_comm_rank(R.comm) : 0;
+	R.world = R.strat ? dtf_strategy_num_replicas(R.strat) : 1;
+	memset(result, 0, sizeof(*result));
+	result->eval_loss = result->eval_accuracy = -1;
+	result->eval_top_k_accuracy = -1;
+	if ((rc = check_options(&R)) < 0) {
+		dtf_strategy_free(R.strat);
+		if (R.ckpt_lock >= 0)
+			close(R.ckpt_lock);
+		return rc;
+	}
+	rc = setup(&R, &done);
+	if (rc == 0 && !done && (rc = setup_threads(&R)) == 0 &&
+	    (rc = open_all(&R)) == 0 && (rc = resume(&R)) == 0) {
+		int stop = 0;
+		R.t_start = now_seconds();
+		for (int epoch = R.st.epoch;
+		     rc == 0 && !stop && R.step < R.total_steps; epoch++)
+			rc = one_epoch(&R, epoch, &stop);
+		if (rc == 0)
+			rc = finish(&R);
+	}
+	return release(&R, rc);
 }

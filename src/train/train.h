@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "config/job.h"
+#include "obs/obs.h"
 
 struct dtf_comm;
 struct dtf_cluster;
@@ -34,14 +35,8 @@ struct dtf_train_opts {
 				      new run finding them is refused) */
 };
 
-/* Seconds spent per phase of the training step (sums over steps). */
-struct dtf_step_times {
-	double data_wait; /* waiting for the input pipeline */
-	double forward, backward;
-	double comm;      /* allreduce and status agreement, not overlapped */
-	double optimizer;
-	double mark;      /* internal: start of the current phase */
-};
+/* Seconds spent per phase of the training step: struct dtf_step_times
+ * (obs/obs.h), summed over steps. */
 
 /* Results of a run, for the caller and tests. */
 struct dtf_train_result {
@@ -71,5 +66,8 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 /* Print the Keras-style table of layers, output shapes and parameters for
  * per-replica batch `batch`.  Errors as graph building. */
 int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out);
+
+/* What obs/ reads of the job (obs/obs.h), borrowing its strings. */
+void dtf_train_obs_job(const struct dtf_job *job, struct dtf_obs_job *out);
 
 #endif

@@ -20,6 +20,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "ops/backend.h"
 
 #define NSETS 2
 /* events of the context: E_COPIED(s) the upload of set s is done,
@@ -75,8 +76,8 @@ static void *translate(const struct dtf_cuda_exec *ex,
 		       size_t bytes)
 {
 	const char *c = p;
-	const char *arena = o->plan->arena;
-	if (c >= arena && c + bytes <= arena + o->plan->arena_bytes)
+	const char *arena = o->arena;
+	if (c >= arena && c + bytes <= arena + o->arena_bytes)
 		return ex->d_arena + (c - arena);
 	const char *pp = (const char *)o->params;
 	if (c >= pp && c + bytes <= pp + ex->nparams * sizeof(float))
@@ -199,14 +200,13 @@ int dtf_cuda_exec_new(struct dtf_cuda_ctx *ctx,
 	/* one input set: every feature of one batch, then the ids */
 	ex->set_bytes = 0;
 	for (int f = 0; f < o->nfeatures; f++) {
-		ex->feat_bytes[f] = (size_t)dtf_feature_numel(&o->features[f]) *
-				    (size_t)g->batch * 4;
+		ex->feat_bytes[f] = o->feature_bytes[f] * (size_t)g->batch;
 		ex->set_bytes += align_up(ex->feat_bytes[f]);
 	}
 	size_t ids_off = ex->set_bytes;
 	ex->set_bytes += align_up((size_t)g->batch * sizeof(uint64_t));
 
-	size_t off_params = align_up(o->plan->arena_bytes);
+	size_t off_params = align_up(o->arena_bytes);
 	size_t off_grads = off_params + align_up(ex->nparams * sizeof(float));
 	size_t off_slots = off_grads + align_up(ex->ngrads * sizeof(float));
 	size_t off_sets = off_slots + align_up(o->optimizer_slots * sizeof(float));
@@ -502,23 +502,23 @@ int dtf_cuda_exec_wait(struct dtf_cuda_exec *ex)
 	return dtf_cuda_sync(ex->ctx);
 }
 
-void dtf_cuda_exec_apply(struct dtf_cuda_exec *ex, struct dtf_optimizer *opt,
-			 double lr)
+void dtf_cuda_exec_apply(struct dtf_cuda_exec *ex,
+			 const struct dtf_backend_update *u)
 {
 	/* optimizer.c's arithmetic: step size in double, update in float */
-	opt->iterations++;
 	size_t n = ex->nparams;
-	if (opt->kind == DTF_OPT_ADAM) {
-		double t = (double)opt->iterations;
-		float step = (float)(lr * sqrt(1.0 - pow(opt->beta_2, t)) /
-				     (1.0 - pow(opt->beta_1, t)));
+	double lr = u->lr;
+	if (u->adam) {
+		double t = (double)u->iterations;
+		float step = (float)(lr * sqrt(1.0 - pow(u->beta_2, t)) /
+				     (1.0 - pow(u->beta_1, t)));
 		dtf_cuda_adam(ex->ctx, n, ex->d_params, ex->d_grads, ex->d_slots,
-			      ex->d_slots + n, step, (float)opt->beta_1,
-			      (float)opt->beta_2, (float)opt->epsilon);
+			      ex->d_slots + n, step, (float)u->beta_1,
+			      (float)u->beta_2, (float)u->epsilon);
 	} else {
 		dtf_cuda_sgd(ex->ctx, n, ex->d_params, ex->d_grads,
-			     opt->momentum != 0.0 ? ex->d_slots : NULL,
-			     (float)lr, (float)opt->momentum, opt->nesterov);
+			     u->momentum != 0.0 ? ex->d_slots : NULL,
+			     (float)lr, (float)u->momentum, u->nesterov);
 	}
 }
 

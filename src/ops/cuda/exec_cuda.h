@@ -28,24 +28,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/job.h"
 #include "graph/exec.h"
 #include "graph/graph.h"
-#include "mem/plan.h"
 #include "ops/cuda/cuda.h"
-#include "train/optimizer.h"
 
 struct dtf_cuda_exec;
 
 struct dtf_cuda_exec_opts {
-	const struct dtf_graph *g;  /* planned with plan, params, grads */
-	const struct dtf_plan *plan;
+	const struct dtf_graph *g;  /* planned with arena, params, grads */
+	const char *arena;          /* the host plan's arena (mem/plan.h) */
+	size_t arena_bytes;
 	float *params;              /* host, g->nparams */
 	float *grads;               /* host, g->nparams + nstats; pinned
 				       (registered) here for async copies */
 	size_t nstats;              /* loss sum, correct, examples */
-	const struct dtf_feature_spec *features; /* the job's, every one is
-						    staged */
+	const size_t *feature_bytes; /* per feature of the job, bytes of one
+					example; every one is staged */
 	int nfeatures;
 	size_t optimizer_slots;     /* floats of optimizer state (0, n, 2n) */
 };
@@ -111,10 +109,11 @@ float *dtf_cuda_exec_device_grads(struct dtf_cuda_exec *ex);
  * Errors: DTF_ERR_RUNTIME. */
 int dtf_cuda_exec_wait(struct dtf_cuda_exec *ex);
 
-/* One optimizer update on the device (optimizer.h's formulas; advances
- * opt->iterations as dtf_optimizer_apply does; opt's host slots unused). */
-void dtf_cuda_exec_apply(struct dtf_cuda_exec *ex, struct dtf_optimizer *opt,
-			 double lr);
+/* One optimizer update on the device (train/optimizer.h's formulas; u's
+ * iterations count this update, as dtf_optimizer_apply's do after it). */
+struct dtf_backend_update;
+void dtf_cuda_exec_apply(struct dtf_cuda_exec *ex,
+			 const struct dtf_backend_update *u);
 
 /* Parameters between the host vector given at creation and the device
  * (synchronous).  Errors: DTF_ERR_RUNTIME. */
