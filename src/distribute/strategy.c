@@ -85,7 +85,7 @@ struct psbuf {                /* worker side, one per ps */
 };
 
 struct dtf_strategy {
-	const struct dtf_job *job;
+	struct dtf_strategy_opts o;  /* copied; its strings borrowed */
 	enum dtf_strategy_kind kind;
 	struct dtf_comm *world;     /* borrowed */
 	struct dtf_comm *replicas;  /* owned; NULL off the replicas */
@@ -115,14 +115,14 @@ struct dtf_strategy {
 	 * owner) for a checkpoint.  whole_why: why not (NULL when sharded) */
 	int sharded;
 	const char *whole_why;
-	struct dtf_opt_range *mine;
+	struct dtf_update_range *mine;
 	int nmine;
 	struct shard_range *theirs;
 	int ntheirs;
 
 	const struct dtf_graph *g;
 	float *params, *grads;
-	struct dtf_optimizer *opt;
+	struct dtf_update_ops upd;  /* ctx owned */
 	size_t np;
 	struct var *vars;           /* production order */
 	int nvars;
@@ -147,7 +147,7 @@ struct dtf_strategy {
 	size_t own_n;               /* floats this ps owns */
 	float *own_params, *own_sum, *own_reply;
 	float *wbuf;                /* [nreplicas][HDR + own_n] */
-	struct dtf_optimizer own_opt;
+	struct dtf_update_ops own_upd; /* ctx owned */
 	int ended;
 };
 
@@ -320,24 +320,25 @@ int64_t dtf_strategy_skipped(const struct dtf_strategy *s)
 double dtf_strategy_learning_rate(const struct dtf_strategy *s, double base,
 				  int64_t step)
 {
-	if (s->job->train.lr_scaling != DTF_LR_SCALING_LINEAR)
+	if (s->o.lr_scaling != DTF_LR_SCALING_LINEAR)
 		return base;
 	double n = (double)s->nreplicas;
-	int64_t w = s->job->train.lr_warmup_steps;
+	int64_t w = s->o.lr_warmup_steps;
 	if (w > 0 && step < w)
 		return base * (1.0 + (n - 1.0) * (double)step / (double)w);
 	return base * n;
 }
 
-static int check_strategy(const struct dtf_job *job, struct dtf_comm *world)
+static int check_strategy(const struct dtf_strategy_opts *o,
+			  struct dtf_comm *world)
 {
 	int size = world->size;
 	/* job errors that depend on the ranks: at strategy.type's position
 	 * (the job reader checks hierarchical outside multi_worker_mirrored,
 	 * which does not) */
-	const char *tw = job->strategy.type_where;
+	const char *tw = o->type_where;
 	const char *sep = tw[0] ? ": " : "";
-	switch (job->strategy.type) {
+	switch (o->type) {
 	case DTF_STRATEGY_ONE_DEVICE:
 		if (size > 1)
 			return dtf_error(DTF_ERR_CONFIG,
@@ -355,25 +356,25 @@ static int check_strategy(const struct dtf_job *job, struct dtf_comm *world)
 	default:
 		break;
 	}
-	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY)
+	if (o->implementation != DTF_COMM_IMPL_SHARED_MEMORY)
 		return 0;
 	/* asked for by name: every case it cannot serve is a job error (the
 	 * same on every rank: num_nodes is the world's) */
 	const char *why = NULL;
-	if (job->strategy.type != DTF_STRATEGY_MIRRORED &&
-	    job->strategy.type != DTF_STRATEGY_MULTI_WORKER_MIRRORED &&
-	    job->strategy.type != DTF_STRATEGY_ONE_DEVICE)
-		why = dtf_strategy_name(job->strategy.type);
-	else if (job->strategy.compression != DTF_GRAD_COMPRESSION_NONE)
+	if (o->type != DTF_STRATEGY_MIRRORED &&
+	    o->type != DTF_STRATEGY_MULTI_WORKER_MIRRORED &&
+	    o->type != DTF_STRATEGY_ONE_DEVICE)
+		why = dtf_strategy_name(o->type);
+	else if (o->compression != DTF_GRAD_COMPRESSION_NONE)
 		why = "compression";
-	else if (job->strategy.hierarchical)
+	else if (o->hierarchical)
 		why = "hierarchical";
-	else if (job->device.kind == DTF_DEVICE_CUDA)
+	else if (o->on_cuda)
 		why = "device cuda";
 	else if (world->num_nodes > 1)
 		why = "ranks on several nodes";
 	/* a job error: where the key was given, as the job reader says it */
-	const char *where = job->strategy.implementation_where;
+	const char *where = o->implementation_where;
 	if (why)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s%sstrategy.communication.implementation: shared_memory reduces the gradients of mirrored or multi_worker_mirrored replicas on one node, on the CPU, without compression or hierarchical; not with %s\n"
@@ -406,14 +407,13 @@ static void free_comm(MPI_Comm *c)
  * them all).  A collective over the replicas. */
 static int shm_candidate(struct dtf_strategy *s)
 {
-	const struct dtf_job *job = s->job;
 	if (!s->replicas || s->nreplicas < 2 ||
 	    s->replicas->local_size != s->replicas->size ||
-	    job->strategy.implementation == DTF_COMM_IMPL_MPI ||
+	    s->o.implementation == DTF_COMM_IMPL_MPI ||
 	    (s->kind != DTF_STRATEGY_MIRRORED &&
 	     s->kind != DTF_STRATEGY_MULTI_WORKER_MIRRORED) ||
 	    s->compression != DTF_GRAD_COMPRESSION_NONE || s->hierarchical ||
-	    job->device.kind == DTF_DEVICE_CUDA)
+	    s->o.on_cuda)
 		return 0;
 	MPI_Comm node;
 	MPI_TRY(MPI_Comm_split_type(s->replicas->comm, MPI_COMM_TYPE_SHARED,
@@ -427,28 +427,66 @@ static int shm_candidate(struct dtf_strategy *s)
 	return 0;
 }
 
+void dtf_strategy_opts_from_job(const struct dtf_job *job,
+				struct dtf_strategy_opts *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->type = job->strategy.type;
+	out->type_where = job->strategy.type_where;
+	out->implementation =
+		(enum dtf_comm_implementation)job->strategy.implementation;
+	out->implementation_where = job->strategy.implementation_where;
+	out->compression = (enum dtf_grad_compression)job->strategy.compression;
+	out->hierarchical = job->strategy.hierarchical;
+	out->overlap = job->strategy.overlap;
+	out->bucket_mb = job->strategy.bucket_mb;
+	out->sync = job->strategy.sync;
+	out->max_staleness = job->strategy.max_staleness;
+	out->on_cuda = job->device.kind == DTF_DEVICE_CUDA;
+	out->lr_scaling = (enum dtf_lr_scaling)job->train.lr_scaling;
+	out->lr_warmup_steps = job->train.lr_warmup_steps;
+	out->accumulate_steps = job->train.accumulate_steps;
+	out->clipnorm = job->train.clipnorm;
+	out->on_nonfinite = (enum dtf_on_nonfinite)job->train.on_nonfinite;
+	out->keep_slots = job->checkpoint.dir != NULL;
+}
+
 int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 		     const struct dtf_cluster *cluster,
 		     struct dtf_strategy **out)
 {
+	struct dtf_strategy_opts o;
 	struct dtf_cluster own;
 	int rc;
 	*out = NULL;
 	memset(&own, 0, sizeof(own));
-	if ((rc = check_strategy(job, world)) < 0)
+	dtf_strategy_opts_from_job(job, &o);
+	if ((rc = check_strategy(&o, world)) < 0)
 		return rc;
 	if (!cluster) {
 		if ((rc = dtf_cluster_from_job(job, world->size, &own)) < 0)
 			return rc;
 		cluster = &own;
 	}
+	rc = dtf_strategy_new_opts(&o, world, cluster, out);
+	dtf_cluster_deinit(&own);
+	return rc;
+}
+
+int dtf_strategy_new_opts(const struct dtf_strategy_opts *opts,
+			  struct dtf_comm *world,
+			  const struct dtf_cluster *cluster,
+			  struct dtf_strategy **out)
+{
+	int rc;
+	*out = NULL;
+	if ((rc = check_strategy(opts, world)) < 0)
+		return rc;
 	struct dtf_strategy *s = dtf_calloc(1, sizeof(*s));
-	if (!s) {
-		dtf_cluster_deinit(&own);
+	if (!s)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
-	}
-	s->job = job;
-	s->kind = job->strategy.type;
+	s->o = *opts;
+	s->kind = opts->type;
 	s->world = world;
 	s->rank = world->rank;
 	s->role = cluster->tasks[world->rank].type;
@@ -457,14 +495,13 @@ int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 	s->nps = cluster->count[DTF_TASK_PS];
 	s->first_ps = s->nreplicas;
 	s->ps_index = s->role == DTF_TASK_PS ? s->rank - s->first_ps : -1;
-	s->overlap = job->strategy.overlap;
-	s->compression = (enum dtf_grad_compression)job->strategy.compression;
-	s->hierarchical = job->strategy.hierarchical;
+	s->overlap = opts->overlap;
+	s->compression = opts->compression;
+	s->hierarchical = opts->hierarchical;
 	s->bcomm = s->node_red = s->node_bc = s->leaders = MPI_COMM_NULL;
 	s->pscomm = s->ps_only = MPI_COMM_NULL;
 	s->shm_comm = MPI_COMM_NULL;
 	s->op16 = MPI_OP_NULL;
-	dtf_cluster_deinit(&own);
 
 	int replica = s->role == DTF_TASK_CHIEF || s->role == DTF_TASK_WORKER;
 	if ((rc = dtf_comm_split(world, replica ? 0 : -1, &s->replicas)) < 0)
@@ -524,7 +561,10 @@ void dtf_strategy_free(struct dtf_strategy *s)
 	free_comm(&s->pscomm);
 	free_comm(&s->ps_only);
 	dtf_comm_finalize(s->replicas);
-	dtf_optimizer_deinit(&s->own_opt);
+	if (s->own_upd.free)
+		s->own_upd.free(s->own_upd.ctx);
+	if (s->upd.free)
+		s->upd.free(s->upd.ctx);
 	dtf_free(s->vars);
 	dtf_free(s->buckets);
 	dtf_free(s->units);
@@ -586,7 +626,7 @@ static int collect_vars(struct dtf_strategy *s)
 
 static int make_buckets(struct dtf_strategy *s)
 {
-	size_t cap = (size_t)(s->job->strategy.bucket_mb * 1e6 / 4);
+	size_t cap = (size_t)(s->o.bucket_mb * 1e6 / 4);
 	if (s->overlap && cap > s->np / OVERLAP_BUCKETS)
 		cap = s->np / OVERLAP_BUCKETS;
 	if (cap < 1)
@@ -714,7 +754,7 @@ static int setup_ps(struct dtf_strategy *s)
 					    sizeof(float));
 		if (!s->own_params || !s->own_sum || !s->own_reply || !s->wbuf)
 			return dtf_error(DTF_ERR_NOMEM, "out of memory on the ps");
-		return dtf_optimizer_init(&s->own_opt, s->job, s->own_n);
+		return s->upd.part_new(s->upd.ctx, s->own_n, &s->own_upd);
 	}
 	if (!s->replicas)
 		return 0;
@@ -739,11 +779,11 @@ static int setup_ps(struct dtf_strategy *s)
 	for (int i = 0; i < s->nvars; i++)
 		if (s->vars[i].grad_node > s->ps[s->vars[i].ps].trigger)
 			s->ps[s->vars[i].ps].trigger = s->vars[i].grad_node;
-	if (s->job->train.accumulate_steps > 1 &&
+	if (s->o.accumulate_steps > 1 &&
 	    !(s->acc = dtf_alloc_aligned(s->np * sizeof(float) + 4)))
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for accumulation");
 	/* the ps rank keeps the optimizer state */
-	dtf_optimizer_deinit(s->opt);
+	s->upd.release(s->upd.ctx);
 	return 0;
 }
 
@@ -758,7 +798,7 @@ int dtf_strategy_wants_shared_grads(const struct dtf_strategy *s)
 static const char *whole_update_why(const struct dtf_strategy *s,
 				    const struct dtf_graph *g)
 {
-	if (s->job->train.clipnorm > 0)
+	if (s->o.clipnorm > 0)
 		return "clipnorm";
 	if (!g)
 		return "no graph";
@@ -783,8 +823,8 @@ int dtf_strategy_share_grads(struct dtf_strategy *s, const struct dtf_graph *g,
 	if (rc < 0)
 		return rc;
 	if (!s->shm) {
-		const char *where = s->job->strategy.implementation_where;
-		if (s->job->strategy.implementation == DTF_COMM_IMPL_SHARED_MEMORY)
+		const char *where = s->o.implementation_where;
+		if (s->o.implementation == DTF_COMM_IMPL_SHARED_MEMORY)
 			return dtf_error(DTF_ERR_MPI,
 					 "%s%sstrategy.communication.implementation: shared_memory: %s",
 					 where, where[0] ? ": " : "", s->shm_why);
@@ -821,13 +861,14 @@ int dtf_strategy_share_params(struct dtf_strategy *s, struct dtf_comm *comm,
 static int make_shards(struct dtf_strategy *s);
 
 int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
-		       float *params, float *grads, struct dtf_optimizer *opt)
+		       float *params, float *grads,
+		       const struct dtf_update_ops *upd)
 {
 	int rc;
 	s->g = g;
 	s->params = params;
 	s->grads = grads;
-	s->opt = opt;
+	s->upd = *upd;
 	s->np = g->nparams;
 	if ((rc = collect_vars(s)) < 0)
 		return rc;
@@ -835,7 +876,7 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 		return setup_ps(s);
 	if (!s->replicas)
 		return 0;
-	if (s->job->train.accumulate_steps > 1 &&
+	if (s->o.accumulate_steps > 1 &&
 	    !(s->acc = dtf_alloc_aligned(s->np * sizeof(float) + 4)))
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for accumulation");
 	if ((rc = make_buckets(s)) < 0)
@@ -846,8 +887,8 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 	 * with checkpoints, whose restore broadcasts the slots to every
 	 * replica (they then hold a copy that is never updated) */
 	if (s->kind == DTF_STRATEGY_CENTRAL_STORAGE && s->rank != 0 &&
-	    !s->job->checkpoint.dir)
-		dtf_optimizer_deinit(s->opt);
+	    !s->o.keep_slots)
+		s->upd.release(s->upd.ctx);
 	return 0;
 }
 
@@ -859,7 +900,7 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 	if (s->kind == DTF_STRATEGY_PARAMETER_SERVER) {
 		int n = snprintf(buf, size, "%d ps, %s; variables per ps (floats):",
 				 s->nps,
-				 s->job->strategy.sync ? "sync" : "async");
+				 s->o.sync ? "sync" : "async");
 		for (int p = 0; p < s->nps && n > 0 && (size_t)n < size; p++)
 			n += snprintf(buf + n, size - (size_t)n, " %zu",
 				      ps_owned(s, p));
@@ -1001,7 +1042,7 @@ static void note_range(struct dtf_strategy *s, int part, size_t off,
 	struct shard_fill *f = ctx;
 	if (part == s->shm->rank) {
 		if (!f->count_only)
-			s->mine[f->nm] = (struct dtf_opt_range){off, n};
+			s->mine[f->nm] = (struct dtf_update_range){off, n};
 		f->nm++;
 	} else {
 		if (!f->count_only)
@@ -1058,14 +1099,15 @@ static int exchange_shards(struct dtf_strategy *s, float *v)
 
 int dtf_strategy_sync_slots(struct dtf_strategy *s)
 {
-	if (!s || !s->sharded || !s->opt->slots)
+	if (!s || !s->sharded || !s->upd.slot(s->upd.ctx, 0))
 		return 0;
 	int rc;
 	/* every replica has applied its update: the segments' gradients
 	 * are used up */
 	MPI_TRY(MPI_Barrier(s->shm->reduced));
-	for (int k = 0; k < s->opt->nslots; k++) {
-		if ((rc = exchange_shards(s, s->opt->slots + (size_t)k * s->opt->n)) < 0)
+	float *slot;
+	for (int k = 0; (slot = s->upd.slot(s->upd.ctx, k)) != NULL; k++) {
+		if ((rc = exchange_shards(s, slot)) < 0)
 			return rc;
 		/* the others have read this replica's segment */
 		MPI_TRY(MPI_Barrier(s->shm->reduced));
@@ -1409,8 +1451,8 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	if (s->shm && comm_active(s)) {
 		red[DTF_NSTATS] = (float)s->sh_bad;
 	} else if (!central || s->rank == 0) {
-		red[DTF_NSTATS] = (float)dtf_optimizer_nonfinite(s->opt, s->grads,
-								 s->np);
+		red[DTF_NSTATS] = (float)s->upd.nonfinite(s->upd.ctx, s->grads,
+							  s->np);
 	}
 	if (comm_active(s) &&
 	    (rc = dtf_comm_allreduce_sum_f32(s->replicas, red,
@@ -1420,7 +1462,7 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	double t1 = now();
 	*comm_s += t1 - t0;
 	if (red[DTF_NSTATS] != 0) {
-		if (s->job->train.on_nonfinite == DTF_NONFINITE_FAIL)
+		if (s->o.on_nonfinite == DTF_NONFINITE_FAIL)
 			return nonfinite_error(s, step);
 		note_skip(s, step);
 		*applied = 0;
@@ -1429,8 +1471,9 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 	if (s->sharded) {
 		/* every replica is past its backward pass (it joined the
 		 * allreduce above): the one copy may change */
-		dtf_optimizer_apply_ranges(s->opt, s->params, s->grads, lr,
-					   s->mine, s->nmine);
+		if ((rc = s->upd.apply_ranges(s->upd.ctx, s->params, s->grads,
+					      lr, s->mine, s->nmine)) < 0)
+			return rc;
 		double t2 = now();
 		*opt_s += t2 - t1;
 		/* every replica has applied its part before any reads the
@@ -1443,7 +1486,7 @@ int dtf_strategy_finish_step(struct dtf_strategy *s, float *stats, double lr,
 		return 0;
 	}
 	if (!central || s->rank == 0)
-		dtf_optimizer_apply(s->opt, s->params, s->grads, lr);
+		s->upd.apply(s->upd.ctx, s->params, s->grads, lr);
 	double t2 = now();
 	*opt_s += t2 - t1;
 	if (central && comm_active(s)) {
@@ -1548,7 +1591,7 @@ static int ps_message(struct dtf_strategy *s, float kind, float value)
 int dtf_strategy_sync_params(struct dtf_strategy *s)
 {
 	if (s->kind != DTF_STRATEGY_PARAMETER_SERVER || !s->replicas ||
-	    s->job->strategy.sync)
+	    s->o.sync)
 		return 0;
 	int rc = dtf_comm_barrier(s->replicas);
 	if (rc < 0)
@@ -1635,10 +1678,10 @@ static int update(struct dtf_strategy *s, float *grad, double lr,
 		MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX,
 			      s->ps_only);
 	if (bad)
-		return s->job->train.on_nonfinite == DTF_NONFINITE_FAIL
+		return s->o.on_nonfinite == DTF_NONFINITE_FAIL
 			       ? REPLY_NONFINITE
 			       : REPLY_SKIPPED;
-	dtf_optimizer_apply(&s->own_opt, s->own_params, grad, lr);
+	s->own_upd.apply(s->own_upd.ctx, s->own_params, grad, lr);
 	return REPLY_OK;
 }
 
@@ -1654,8 +1697,8 @@ static int64_t min_steps(const struct serve *sv)
 static int serve_loop(struct dtf_strategy *s, struct serve *sv)
 {
 	size_t row = HDR + s->own_n;
-	int sync = s->job->strategy.sync, rc;
-	int64_t staleness = s->job->strategy.max_staleness;
+	int sync = s->o.sync, rc;
+	int64_t staleness = s->o.max_staleness;
 	for (int w = 0; w < sv->nw; w++)
 		if ((rc = repost(s, sv, w)) < 0)
 			return rc;

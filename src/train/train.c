@@ -44,6 +44,7 @@
 #include "train/evaluator.h"
 #include "train/fault.h"
 #include "train/optimizer.h"
+#include "train/optimizer_ops.h"
 #include "train/schedule.h"
 #include "train/summary.h"
 #include "train/threads.h"
@@ -1047,8 +1048,11 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		rc = run_evaluator(job, world_comm, opts, &r, batch, result);
 		goto out;
 	}
-	if ((rc = setup_buffers(job, &r)) == 0)
-		rc = dtf_strategy_setup(strat, &r.g, r.params, r.grads, &r.opt);
+	/* the strategy applies the updates through r.opt (and takes upd) */
+	struct dtf_update_ops upd;
+	if ((rc = setup_buffers(job, &r)) == 0 &&
+	    (rc = dtf_optimizer_ops(&r.opt, job, &upd)) == 0)
+		rc = dtf_strategy_setup(strat, &r.g, r.params, r.grads, &upd);
 	/* every rank, ps and evaluator included, learns of a failed setup */
 	if ((rc = agree(world_comm, rc, "setting up before", 0, result)) < 0)
 		goto out;
