@@ -48,7 +48,10 @@
  * The strategy reads no job and applies no optimizer itself: the caller
  * gives it a struct dtf_strategy_opts (dtf_strategy_opts_from_job) and
  * the update as callbacks (struct dtf_update_ops), so distribute/ includes
- * nothing from train/.
+ * nothing from train/.  The code: strategy.c dispatches to buckets.c
+ * (fusion buckets), compress.c (fp16/bf16), shard.c (the shared window
+ * and the sharded update) and ps.c (parameter_server);
+ * distribute/strategy_impl.h holds what they share.
  *
  * Nothing is allocated per step.  Only distribute/ includes <mpi.h>.
  */
