@@ -45,6 +45,14 @@
  * 1..k-1 add their gradients into an accumulator; the k-th adds it in as
  * each bucket becomes ready, so one communication serves k micro-batches.
  *
+ * The strategy reads no job and applies no optimizer itself: the caller
+ * gives it a struct dtf_strategy_opts (dtf_strategy_opts_from_job) and
+ * the update as callbacks (struct dtf_update_ops), so distribute/ includes
+ * nothing from train/.  The code: strategy.c dispatches to buckets.c
+ * (fusion buckets), compress.c (fp16/bf16), shard.c (the shared window
+ * and the sharded update) and ps.c (parameter_server);
+ * distribute/strategy_impl.h holds what they share.
+ *
  * Nothing is allocated per step.  Only distribute/ includes <mpi.h>.
  */
 #ifndef DTF_DIST_STRATEGY_H
@@ -53,14 +61,79 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/job.h"
+#include "config/job.h"       /* the enums of the strategy section */
 #include "config/tf_config.h"
 #include "graph/exec.h"
 #include "graph/graph.h"
-#include "train/optimizer.h"
 
 struct dtf_comm;
 struct dtf_strategy;
+
+/*
+ * What the strategy reads of the job, filled by the caller
+ * (dtf_strategy_opts_from_job does it from a whole job).  Strings are
+ * borrowed and must outlive the strategy.
+ */
+struct dtf_strategy_opts {
+	enum dtf_strategy_kind type;
+	const char *type_where;     /* "file:line:col" of strategy.type, or "" */
+	enum dtf_comm_implementation implementation;
+	const char *implementation_where; /* of the implementation, or "" */
+	enum dtf_grad_compression compression;
+	int hierarchical, overlap;
+	double bucket_mb;           /* fusion bucket cap, MB (1e6 B) */
+	int sync;                   /* parameter_server: synchronous */
+	int64_t max_staleness;      /* parameter_server async */
+	int on_cuda;                /* device cuda: no shared memory */
+	enum dtf_lr_scaling lr_scaling;
+	int64_t lr_warmup_steps;
+	int accumulate_steps;       /* train.accumulate_steps, >= 1 */
+	double clipnorm;            /* train.clipnorm; > 0: update unsharded */
+	enum dtf_on_nonfinite on_nonfinite;
+	int keep_slots;             /* checkpoints: central_storage's other
+				       replicas keep their optimizer slots */
+};
+
+/* The options of job's strategy, train and device sections. */
+void dtf_strategy_opts_from_job(const struct dtf_job *job,
+				struct dtf_strategy_opts *out);
+
+/* A range of the flat parameter vector: floats [off, off + n). */
+struct dtf_update_range {
+	size_t off, n;
+};
+
+/*
+ * The optimizer update as the strategy drives it, filled by the caller
+ * (the trainer wraps its optimizer; distribute/ knows no optimizer).
+ * Every member takes ctx first.  The strategy owns what
+ * dtf_strategy_setup is given: it calls free(ctx) once when done.
+ */
+struct dtf_update_ops {
+	void *ctx;
+	/* One update of params with grads (the n floats the update was made
+	 * for) at learning rate lr; grads may be changed in place. */
+	void (*apply)(void *ctx, float *params, float *grads, double lr);
+	/* The same update on the elements of r[0 .. nr) only (disjoint):
+	 * each changes exactly as under apply, and the update counts once.
+	 * Errors: DTF_ERR_NOMEM. */
+	int (*apply_ranges)(void *ctx, float *params, float *grads, double lr,
+			    const struct dtf_update_range *r, int nr);
+	/* 1 when g (n floats) holds a NaN or an infinity, else 0. */
+	int (*nonfinite)(void *ctx, const float *g, size_t n);
+	/* Drop the state: this rank applies no update (it stays valid to
+	 * call free). */
+	void (*release)(void *ctx);
+	/* Slot k of the optimizer state (n floats, as apply's vector), NULL
+	 * past the last or after release. */
+	float *(*slot)(void *ctx, int k);
+	/* A second, independent update of n floats (a ps rank's share of
+	 * the variables) into *out, freed with out->free.  Errors:
+	 * DTF_ERR_NOMEM. */
+	int (*part_new)(void *ctx, size_t n, struct dtf_update_ops *out);
+	/* Release ctx and everything it owns; NULL ctx is a no-op. */
+	void (*free)(void *ctx);
+};
 
 /* The step statistics that travel with the gradients. */
 enum { DTF_STAT_LOSS, DTF_STAT_CORRECT, DTF_STAT_COUNT, DTF_NSTATS };
@@ -77,6 +150,13 @@ enum { DTF_STAT_LOSS, DTF_STAT_CORRECT, DTF_STAT_COUNT, DTF_NSTATS };
 int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 		     const struct dtf_cluster *cluster,
 		     struct dtf_strategy **out);
+
+/* The same from the options alone: cluster is required (and borrowed for
+ * the call only), opts is copied. */
+int dtf_strategy_new_opts(const struct dtf_strategy_opts *opts,
+			  struct dtf_comm *world,
+			  const struct dtf_cluster *cluster,
+			  struct dtf_strategy **out);
 
 /* NULL is a no-op.  A worker of a parameter_server strategy that has not
  * called dtf_strategy_end() tells the ps ranks it failed. */
@@ -153,13 +233,16 @@ int dtf_strategy_share_params(struct dtf_strategy *s, struct dtf_comm *comm,
  * Prepare a replica (or a ps) for graph g: buckets from g->var_grad, fusion
  * and compression buffers, the accumulator, the ps partition.  params and
  * grads are the replica's flat vectors (g->nparams floats; grads has
- * DTF_NSTATS more floats behind it); opt is its optimizer, which the
- * strategy drives (on replicas that keep no state, central_storage's
- * non-root replicas and parameter_server workers, its state is released).
- * The pointers are borrowed.  Errors: DTF_ERR_NOMEM.
+ * DTF_NSTATS more floats behind it); upd is its optimizer update, which
+ * the strategy drives (on replicas that keep no state, central_storage's
+ * non-root replicas and parameter_server workers, upd->release drops it).
+ * The pointers are borrowed; *upd is copied and its ctx owned by s from
+ * here (freed by dtf_strategy_free, also after an error).
+ * Errors: DTF_ERR_NOMEM.
  */
 int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
-		       float *params, float *grads, struct dtf_optimizer *opt);
+		       float *params, float *grads,
+		       const struct dtf_update_ops *upd);
 
 /* Human-readable summary of the buckets, for the start-up log. */
 void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,

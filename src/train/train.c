@@ -51,6 +51,7 @@
 #include "train/evaluator.h"
 #include "train/fault.h"
 #include "train/optimizer.h"
+#include "train/optimizer_ops.h"
 #include "train/schedule.h"
 #include "train/summary.h"
 #include "train/threads.h"
@@ -1103,9 +1104,12 @@ static int setup(struct run *R, int *done)
 	if (R->role == DTF_TASK_EVALUATOR)
 		return run_evaluator(job, R->world_comm, R->opts, r, R->batch,
 				     R->result);
-	if ((rc = setup_buffers(job, r)) == 0)
+	/* the strategy applies the updates through r->opt (and takes upd) */
+	struct dtf_update_ops upd;
+	if ((rc = setup_buffers(job, r)) == 0 &&
+	    (rc = dtf_optimizer_ops(&r->opt, job, &upd)) == 0)
 		rc = dtf_strategy_setup(R->strat, &r->g, r->params, r->grads,
-					&r->opt);
+					&upd);
 	/* every rank, ps and evaluator included, learns of a failed setup */
 	if ((rc = agree(R->world_comm, rc, "setting up before", 0,
 			R->result)) < 0)

@@ -1,0 +1,24 @@
+/*
+ * optimizer_ops.h - an optimizer as the update a distribution strategy
+ * drives (struct dtf_update_ops of distribute/strategy.h), so that
+ * distribute/ applies updates without knowing train/.
+ */
+#ifndef DTF_TRAIN_OPTIMIZER_OPS_H
+#define DTF_TRAIN_OPTIMIZER_OPS_H
+
+#include "distribute/strategy.h"
+#include "train/optimizer.h"
+
+struct dtf_job;
+
+/*
+ * Fill *out with the update of opt (borrowed: it must outlive the
+ * strategy; release deinitializes it).  part_new makes optimizers of the
+ * job's train section (dtf_optimizer_init, one segment), for the ps ranks.
+ * out->ctx is heap memory owned by whoever holds *out (dtf_strategy_setup
+ * takes it), released by out->free.  Errors: DTF_ERR_NOMEM.
+ */
+int dtf_optimizer_ops(struct dtf_optimizer *opt, const struct dtf_job *job,
+		      struct dtf_update_ops *out);
+
+#endif
