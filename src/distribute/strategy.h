@@ -55,7 +55,7 @@
 
 #include "config/job.h"
 #include "config/tf_config.h"
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 #include "train/optimizer.h"
 

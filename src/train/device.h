@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "config/job.h"
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 #include "mem/plan.h"
 #include "train/optimizer.h"

@@ -1,6 +1,6 @@
 /*
  * exec_cuda.h - run a planned graph on one GPU (the CUDA twin of
- * graph/exec.h, which stays the reference).
+ * ops/cpu/exec.h, which stays the reference).
  *
  * The host plan (mem/plan.h) decides where every node lives; the executor
  * mirrors it on the device: one device allocation holds the arena at the
@@ -29,7 +29,7 @@
 #include <stdint.h>
 
 #include "config/job.h"
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 #include "mem/plan.h"
 #include "ops/cuda/cuda.h"

@@ -4,8 +4,8 @@
  * Planning (mem/plan.h) has given every node a buffer; executing is a walk
  * over the nodes in order calling one kernel each, with no allocation.
  */
-#ifndef DTF_GRAPH_EXEC_H
-#define DTF_GRAPH_EXEC_H
+#ifndef DTF_OPS_CPU_EXEC_H
+#define DTF_OPS_CPU_EXEC_H
 
 #include <stdint.h>
 
@@ -24,7 +24,7 @@ struct dtf_exec_ctx {
 	struct dtf_philox_key dropout_key;
 	float *workspace;  /* g->workspace floats */
 	double loss_sum;   /* out: unscaled sum of per-example losses */
-	const struct dtf_fast_plan *fast; /* fast CPU path (graph/fast_exec.h),
+	const struct dtf_fast_plan *fast; /* fast CPU path (ops/cpu/fast_exec.h),
 					     or NULL for the reference kernels */
 };
 

@@ -1,12 +1,12 @@
 /*
  * exec.c - the CPU executor: one switch over the op, one kernel per node.
  */
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 
 #include <string.h>
 
 #include "core/error.h"
-#include "graph/fast_exec.h"
+#include "ops/cpu/fast_exec.h"
 #include "ops/cpu/kernels.h"
 
 static float *F(const struct dtf_graph *g, int id)

@@ -2,7 +2,7 @@
  * fast_exec.c - fusion plan and dispatch to the fast CPU kernels.
  * See fast_exec.h for the patterns and the rule that makes them safe.
  */
-#include "graph/fast_exec.h"
+#include "ops/cpu/fast_exec.h"
 
 #include <string.h>
 
