@@ -1,6 +1,11 @@
 /*
  * fast_exec.c - fusion plan and dispatch to the fast CPU kernels.
  * See fast_exec.h for the patterns and the rule that makes them safe.
+ *
+ * Both go through one table indexed by the op (fast_kernels, below): an
+ * op's plan function decides its action and what it absorbs, its run
+ * function executes it as planned.  The action per node stays the plan's
+ * state (the undo pass reads it); the run is picked by the op.
  */
 #include "ops/cpu/fast_exec.h"
 
@@ -205,6 +210,339 @@ static int filter_grad_of(const struct dtf_graph *g, const int *uses,
 	return k;
 }
 
+/* The state of dtf_fast_plan_init while it walks the nodes. */
+struct planner {
+	const struct dtf_graph *g;
+	struct dtf_fast_plan *fp;
+	const int *uses, *user; /* per node: consumers, the last one */
+	int *absorber;          /* per node: the node that absorbed it, or -1 */
+	size_t ws;              /* floats of workspace so far */
+	int nt;                 /* threads of the pool */
+};
+
+/* CONV2D, MATMUL, BIAS_ADD: absorb the bias_add and relu that follow
+ * (and, after a conv2d, a tiling max_pool2d). */
+static void plan_producer(struct planner *P, int i)
+{
+	const struct dtf_graph *g = P->g;
+	struct dtf_fast_plan *fp = P->fp;
+	const struct dtf_node *nd = &g->nodes[i];
+	int first = nd->op == DTF_OP_CONV2D   ? A_CONV
+		    : nd->op == DTF_OP_MATMUL ? A_MATMUL
+					      : A_BIAS_ACT;
+	if (nd->op == DTF_OP_MATMUL) {
+		const struct dtf_shape *sa = &g->nodes[nd->inputs[0]].shape;
+		int mk = (int)(nd->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+		P->ws = max_sz(P->ws, dtf_fast_matmul_workspace(
+					      (int)nd->shape.d[0], (int)nd->shape.d[1],
+					      mk, nd->a.mm.trans_a, nd->a.mm.trans_b));
+	}
+	if (nd->op == DTF_OP_MATMUL && (nd->a.mm.trans_a || nd->a.mm.trans_b)) {
+		fp->action[i] = A_MATMUL;
+		return;
+	}
+	fp->action[i] = (unsigned char)first;
+	int cur = i;
+	if (nd->op == DTF_OP_BIAS_ADD) {
+		fp->bias[i] = nd->inputs[1];
+	} else {
+		int b = sole_consumer(P->uses, P->user, cur);
+		int bv = b >= 0 ? g->nodes[b].inputs[1] : -1;
+		/* the bias must be ready when node i runs */
+		if (b >= 0 && g->nodes[b].op == DTF_OP_BIAS_ADD &&
+		    g->nodes[b].inputs[0] == cur && bv != cur &&
+		    (bv < i || g->nodes[bv].op == DTF_OP_VARIABLE)) {
+			fp->bias[i] = g->nodes[b].inputs[1];
+			fp->action[b] = A_SKIP;
+			P->absorber[b] = i;
+			cur = b;
+		}
+	}
+	int r = sole_consumer(P->uses, P->user, cur);
+	if (r >= 0 && g->nodes[r].op == DTF_OP_RELU) {
+		fp->action[r] = A_SKIP;
+		P->absorber[r] = i;
+		cur = r;
+	}
+	fp->out[i] = cur;
+	if (nd->op == DTF_OP_CONV2D) {
+		P->ws = max_sz(P->ws, dtf_fast_conv2d_workspace(&nd->a.win.g, P->nt));
+		int k = pool_of(g, cur, &nd->a.win.g);
+		if (k >= 0) {
+			fp->next[i] = k;
+			fp->action[k] = A_SKIP;
+			P->absorber[k] = i;
+		}
+	}
+}
+
+static void plan_conv_backprop(struct planner *P, int i)
+{
+	const struct dtf_node *nd = &P->g->nodes[i];
+	P->fp->action[i] = nd->op == DTF_OP_CONV2D_BACKPROP_INPUT ? A_CONV_BWI
+								  : A_CONV_BWF;
+	P->ws = max_sz(P->ws, dtf_fast_conv2d_workspace(&nd->a.win.g, P->nt));
+}
+
+static void plan_relu(struct planner *P, int i) { P->fp->action[i] = A_RELU; }
+
+/* RELU_GRAD: absorb the bias_add_grad that reads it. */
+static void plan_relu_grad(struct planner *P, int i)
+{
+	struct dtf_fast_plan *fp = P->fp;
+	fp->action[i] = A_RELU_GRAD;
+	int b = bias_grad_of(P->g, i);
+	if (b >= 0) {
+		fp->bias[i] = b;
+		fp->action[b] = A_SKIP;
+		P->absorber[b] = i;
+		int c = last_dim(&P->g->nodes[i]);
+		P->ws = max_sz(P->ws, dtf_fast_bias_grad_workspace(c, P->nt));
+	}
+}
+
+static void plan_max_pool2d(struct planner *P, int i) { P->fp->action[i] = A_POOL; }
+
+/* MAX_POOL2D_GRAD with tiling windows: absorb relu_grad, its bias gradient
+ * and the filter gradient that reads it. */
+static void plan_max_pool2d_grad(struct planner *P, int i)
+{
+	const struct dtf_graph *g = P->g;
+	struct dtf_fast_plan *fp = P->fp;
+	const struct dtf_node *nd = &g->nodes[i];
+	if (!dtf_fast_pool_tiles(&nd->a.win.g))
+		return; /* reference */
+	fp->action[i] = A_POOL_GRAD;
+	int c = nd->a.win.g.c;
+	P->ws = max_sz(P->ws, dtf_fast_bias_grad_workspace(c, P->nt));
+	int r = sole_consumer(P->uses, P->user, i);
+	/* relu_grad(dy = this, y = the pooled relu output) */
+	if (r < 0 || g->nodes[r].op != DTF_OP_RELU_GRAD ||
+	    g->nodes[r].inputs[0] != i || g->nodes[r].inputs[1] != nd->inputs[0])
+		return;
+	fp->action[r] = A_SKIP;
+	P->absorber[r] = i;
+	fp->out[i] = r;
+	int b = bias_grad_of(g, r);
+	if (b >= 0) {
+		fp->bias[i] = b;
+		fp->action[b] = A_SKIP;
+		P->absorber[b] = i;
+	}
+	int k = filter_grad_of(g, P->uses, P->user, r, b, i);
+	if (k >= 0) {
+		const struct dtf_window_geom *cg = &g->nodes[k].a.win.g;
+		fp->action[i] = A_POOL_GRAD_BWF;
+		fp->next[i] = k;
+		fp->action[k] = A_SKIP;
+		P->absorber[k] = i;
+		P->ws = max_sz(P->ws, dtf_fast_pool_grad_conv2d_filter_workspace(
+					      &nd->a.win.g, cg, P->nt));
+	}
+}
+
+static void plan_add(struct planner *P, int i) { P->fp->action[i] = A_ADD; }
+static void plan_dropout(struct planner *P, int i) { P->fp->action[i] = A_DROPOUT; }
+
+/* ---- the fast kernel table ------------------------------------------- */
+
+/* One signature for every fast kernel: node i as planned (its fused
+ * output fp->out[i], bias fp->bias[i], later node fp->next[i]). */
+#define RUN(fn)                                                          \
+	static void fn(const struct dtf_fast_plan *fp,                   \
+		       const struct dtf_graph *g, int i,                 \
+		       const struct dtf_exec_ctx *ctx)
+#define RUN_VARS                                                         \
+	const struct dtf_node *n = &g->nodes[i];                         \
+	struct dtf_pool *p = fp->pool;                                   \
+	float *ws = fp->workspace;                                       \
+	int a = n->inputs[0], b = n->inputs[1];                          \
+	int out = fp->out[i], bias = fp->bias[i];                        \
+	int relu = out != i && g->nodes[out].op == DTF_OP_RELU;          \
+	size_t numel = (size_t)dtf_shape_numel(&n->shape);               \
+	(void)ctx, (void)p, (void)ws, (void)a, (void)b, (void)out,       \
+		(void)bias, (void)relu, (void)numel
+
+RUN(run_conv2d)
+{
+	RUN_VARS;
+	if (fp->next[i] >= 0)
+		dtf_fast_conv2d_pool(p, &n->a.win.g, F(g, a), F(g, b),
+				     bias >= 0 ? F(g, bias) : NULL, relu,
+				     F(g, out), &g->nodes[fp->next[i]].a.win.g,
+				     F(g, fp->next[i]), ws);
+	else
+		dtf_fast_conv2d(p, &n->a.win.g, F(g, a), F(g, b),
+				bias >= 0 ? F(g, bias) : NULL, relu, F(g, out),
+				ws);
+}
+
+RUN(run_conv2d_backprop_input)
+{
+	RUN_VARS;
+	dtf_fast_conv2d_backprop_input(p, &n->a.win.g, F(g, a), F(g, b),
+				       F(g, i), ws);
+}
+
+RUN(run_conv2d_backprop_filter)
+{
+	RUN_VARS;
+	dtf_fast_conv2d_backprop_filter(p, &n->a.win.g, F(g, a), F(g, b),
+					F(g, i), ws);
+}
+
+RUN(run_matmul)
+{
+	RUN_VARS;
+	const struct dtf_shape *sa = &g->nodes[a].shape;
+	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
+	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	dtf_fast_matmul(p, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
+			n->a.mm.trans_b, F(g, out), ws);
+	if (bias >= 0 || relu)
+		dtf_fast_bias_act(p, (size_t)m, cols, F(g, out),
+				  bias >= 0 ? F(g, bias) : NULL, relu, F(g, out));
+}
+
+RUN(run_bias_add)
+{
+	RUN_VARS;
+	int c = last_dim(n);
+	dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), F(g, b), relu,
+			  F(g, out));
+}
+
+RUN(run_relu)
+{
+	RUN_VARS;
+	int c = last_dim(n);
+	dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), NULL, 1, F(g, i));
+}
+
+RUN(run_relu_grad)
+{
+	RUN_VARS;
+	int c = last_dim(n);
+	dtf_fast_relu_grad_bias(p, numel / (size_t)c, c, F(g, a), F(g, b),
+				F(g, i), bias >= 0 ? F(g, bias) : NULL, ws);
+}
+
+RUN(run_max_pool2d)
+{
+	RUN_VARS;
+	dtf_fast_max_pool2d(p, &n->a.win.g, F(g, a), F(g, i));
+}
+
+RUN(run_max_pool2d_grad)
+{
+	RUN_VARS;
+	if (fp->action[i] == A_POOL_GRAD_BWF) {
+		const struct dtf_node *c = &g->nodes[fp->next[i]];
+		dtf_fast_pool_grad_conv2d_filter(p, &n->a.win.g, F(g, a), F(g, b),
+						 out != i,
+						 bias >= 0 ? F(g, bias) : NULL,
+						 &c->a.win.g, F(g, c->inputs[0]),
+						 F(g, fp->next[i]), ws);
+		return;
+	}
+	dtf_fast_max_pool2d_grad(p, &n->a.win.g, F(g, a), F(g, b), out != i,
+				 F(g, out), bias >= 0 ? F(g, bias) : NULL, ws);
+}
+
+RUN(run_add)
+{
+	RUN_VARS;
+	float *y = F(g, i);
+	if (y != F(g, a))
+		memcpy(y, F(g, a), numel * sizeof(float));
+	dtf_fast_add_inplace(p, numel, F(g, b), y);
+}
+
+/* DROPOUT and DROPOUT_GRAD */
+RUN(run_dropout)
+{
+	RUN_VARS;
+	size_t rows = (size_t)n->shape.d[0];
+	dtf_fast_dropout(p, rows, numel / rows,
+			 ctx->training ? n->a.drop.rate : 0.0f, ctx->dropout_key,
+			 ctx->example_ids, dtf_exec_dropout_salt(n, ctx->step),
+			 F(g, a), F(g, i));
+}
+
+/*
+ * The fast kernel table, indexed by the op: how an op is planned (which
+ * neighbours it absorbs, its workspace) and run.  REFERENCE: no fast
+ * kernel, the reference kernel runs.  One entry per row of the op table,
+ * FAST_<ID>: an op added there without one here does not compile.
+ */
+struct fast_kernel {
+	void (*plan)(struct planner *P, int i);
+	void (*run)(const struct dtf_fast_plan *fp, const struct dtf_graph *g,
+		    int i, const struct dtf_exec_ctx *ctx);
+};
+#define REFERENCE {NULL, NULL}
+#define FAST_INPUT REFERENCE
+#define FAST_VARIABLE REFERENCE
+#define FAST_CONV2D {plan_producer, run_conv2d}
+#define FAST_CONV2D_BACKPROP_INPUT {plan_conv_backprop, run_conv2d_backprop_input}
+#define FAST_CONV2D_BACKPROP_FILTER {plan_conv_backprop, run_conv2d_backprop_filter}
+#define FAST_MAX_POOL2D {plan_max_pool2d, run_max_pool2d}
+#define FAST_MAX_POOL2D_GRAD {plan_max_pool2d_grad, run_max_pool2d_grad}
+#define FAST_MATMUL {plan_producer, run_matmul}
+#define FAST_BIAS_ADD {plan_producer, run_bias_add}
+#define FAST_BIAS_ADD_GRAD REFERENCE /* fused into relu_grad, pool grads */
+#define FAST_RELU {plan_relu, run_relu}
+#define FAST_RELU_GRAD {plan_relu_grad, run_relu_grad}
+#define FAST_DROPOUT {plan_dropout, run_dropout}
+#define FAST_DROPOUT_GRAD {plan_dropout, run_dropout}
+#define FAST_RESHAPE REFERENCE
+#define FAST_ADD {plan_add, run_add}
+#define FAST_SPARSE_SOFTMAX_XENT REFERENCE
+#define FAST_SPARSE_SOFTMAX_XENT_GRAD REFERENCE
+#define FAST_DEPTHWISE_CONV2D REFERENCE
+#define FAST_DEPTHWISE_CONV2D_BACKPROP_INPUT REFERENCE
+#define FAST_DEPTHWISE_CONV2D_BACKPROP_FILTER REFERENCE
+#define FAST_AVG_POOL2D REFERENCE
+#define FAST_AVG_POOL2D_GRAD REFERENCE
+#define FAST_GLOBAL_AVG_POOL REFERENCE
+#define FAST_GLOBAL_AVG_POOL_GRAD REFERENCE
+#define FAST_BATCH_NORM REFERENCE
+#define FAST_BATCH_NORM_GRAD_INPUT REFERENCE
+#define FAST_BATCH_NORM_GRAD_GAMMA REFERENCE
+#define FAST_LAYER_NORM REFERENCE
+#define FAST_LAYER_NORM_GRAD_INPUT REFERENCE
+#define FAST_LAYER_NORM_GRAD_GAMMA REFERENCE
+#define FAST_MULTIPLY REFERENCE
+#define FAST_CONCAT REFERENCE
+#define FAST_SLICE REFERENCE
+#define FAST_LEAKY_RELU REFERENCE
+#define FAST_LEAKY_RELU_GRAD REFERENCE
+#define FAST_ELU REFERENCE
+#define FAST_ELU_GRAD REFERENCE
+#define FAST_GELU REFERENCE
+#define FAST_GELU_GRAD REFERENCE
+#define FAST_TANH REFERENCE
+#define FAST_TANH_GRAD REFERENCE
+#define FAST_SIGMOID REFERENCE
+#define FAST_SIGMOID_GRAD REFERENCE
+#define FAST_SOFTMAX REFERENCE
+#define FAST_SOFTMAX_GRAD REFERENCE
+#define FAST_IDENTITY REFERENCE
+#define FAST_SOFTMAX_XENT REFERENCE
+#define FAST_SOFTMAX_XENT_GRAD REFERENCE
+#define FAST_SIGMOID_XENT REFERENCE
+#define FAST_SIGMOID_XENT_GRAD REFERENCE
+#define FAST_MSE REFERENCE
+#define FAST_MSE_GRAD REFERENCE
+static const struct fast_kernel fast_kernels[] = {
+#define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
+	[DTF_OP_##id] = FAST_##id,
+	DTF_OPS(DTF_X_OP)
+#undef DTF_X_OP
+};
+_Static_assert(sizeof(fast_kernels) / sizeof(fast_kernels[0]) == DTF_OP_COUNT_,
+	       "fast kernel table out of step with enum dtf_op");
+
 int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		       struct dtf_pool *pool)
 {
@@ -240,135 +578,14 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 		fp->next[i] = -1;
 		absorber[i] = -1;
 	}
-	size_t ws = 0;
+	struct planner P = {.g = g, .fp = fp, .uses = uses, .user = user,
+			    .absorber = absorber, .ws = 0, .nt = nt};
 	for (int i = 0; i < n; i++) {
-		const struct dtf_node *nd = &g->nodes[i];
 		if (fp->action[i] == A_SKIP)
 			continue;
-		switch (nd->op) {
-		case DTF_OP_CONV2D:
-		case DTF_OP_MATMUL:
-		case DTF_OP_BIAS_ADD: {
-			int first = nd->op == DTF_OP_CONV2D ? A_CONV
-				    : nd->op == DTF_OP_MATMUL ? A_MATMUL
-							       : A_BIAS_ACT;
-			if (nd->op == DTF_OP_MATMUL) {
-				const struct dtf_shape *sa = &g->nodes[nd->inputs[0]].shape;
-				int mk = (int)(nd->a.mm.trans_a ? sa->d[0] : sa->d[1]);
-				ws = max_sz(ws, dtf_fast_matmul_workspace(
-						(int)nd->shape.d[0], (int)nd->shape.d[1], mk,
-						nd->a.mm.trans_a, nd->a.mm.trans_b));
-			}
-			if (nd->op == DTF_OP_MATMUL &&
-			    (nd->a.mm.trans_a || nd->a.mm.trans_b)) {
-				fp->action[i] = A_MATMUL;
-				break;
-			}
-			fp->action[i] = (unsigned char)first;
-			int cur = i;
-			if (nd->op == DTF_OP_BIAS_ADD) {
-				fp->bias[i] = nd->inputs[1];
-			} else {
-				int b = sole_consumer(uses, user, cur);
-				int bv = b >= 0 ? g->nodes[b].inputs[1] : -1;
-				/* the bias must be ready when node i runs */
-				if (b >= 0 && g->nodes[b].op == DTF_OP_BIAS_ADD &&
-				    g->nodes[b].inputs[0] == cur && bv != cur &&
-				    (bv < i || g->nodes[bv].op == DTF_OP_VARIABLE)) {
-					fp->bias[i] = g->nodes[b].inputs[1];
-					fp->action[b] = A_SKIP;
-					absorber[b] = i;
-					cur = b;
-				}
-			}
-			int r = sole_consumer(uses, user, cur);
-			if (r >= 0 && g->nodes[r].op == DTF_OP_RELU) {
-				fp->action[r] = A_SKIP;
-				absorber[r] = i;
-				cur = r;
-			}
-			fp->out[i] = cur;
-			if (nd->op == DTF_OP_CONV2D) {
-				ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
-				int k = pool_of(g, cur, &nd->a.win.g);
-				if (k >= 0) {
-					fp->next[i] = k;
-					fp->action[k] = A_SKIP;
-					absorber[k] = i;
-				}
-			}
-			break;
-		}
-		case DTF_OP_CONV2D_BACKPROP_INPUT:
-			fp->action[i] = A_CONV_BWI;
-			ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
-			break;
-		case DTF_OP_CONV2D_BACKPROP_FILTER:
-			fp->action[i] = A_CONV_BWF;
-			ws = max_sz(ws, dtf_fast_conv2d_workspace(&nd->a.win.g, nt));
-			break;
-		case DTF_OP_RELU:
-			fp->action[i] = A_RELU;
-			break;
-		case DTF_OP_RELU_GRAD: {
-			fp->action[i] = A_RELU_GRAD;
-			int b = bias_grad_of(g, i);
-			if (b >= 0) {
-				fp->bias[i] = b;
-				fp->action[b] = A_SKIP;
-				absorber[b] = i;
-				int c = last_dim(nd);
-				ws = max_sz(ws, dtf_fast_bias_grad_workspace(c, nt));
-			}
-			break;
-		}
-		case DTF_OP_MAX_POOL2D:
-			fp->action[i] = A_POOL;
-			break;
-		case DTF_OP_MAX_POOL2D_GRAD: {
-			if (!dtf_fast_pool_tiles(&nd->a.win.g))
-				break; /* reference */
-			fp->action[i] = A_POOL_GRAD;
-			int c = nd->a.win.g.c;
-			ws = max_sz(ws, dtf_fast_bias_grad_workspace(c, nt));
-			int r = sole_consumer(uses, user, i);
-			/* relu_grad(dy = this, y = the pooled relu output) */
-			if (r >= 0 && g->nodes[r].op == DTF_OP_RELU_GRAD &&
-			    g->nodes[r].inputs[0] == i &&
-			    g->nodes[r].inputs[1] == nd->inputs[0]) {
-				fp->action[r] = A_SKIP;
-				absorber[r] = i;
-				fp->out[i] = r;
-				int b = bias_grad_of(g, r);
-				if (b >= 0) {
-					fp->bias[i] = b;
-					fp->action[b] = A_SKIP;
-					absorber[b] = i;
-				}
-				int k = filter_grad_of(g, uses, user, r, b, i);
-				if (k >= 0) {
-					const struct dtf_window_geom *cg =
-						&g->nodes[k].a.win.g;
-					fp->action[i] = A_POOL_GRAD_BWF;
-					fp->next[i] = k;
-					fp->action[k] = A_SKIP;
-					absorber[k] = i;
-					ws = max_sz(ws, dtf_fast_pool_grad_conv2d_filter_workspace(
-								&nd->a.win.g, cg, nt));
-				}
-			}
-			break;
-		}
-		case DTF_OP_ADD:
-			fp->action[i] = A_ADD;
-			break;
-		case DTF_OP_DROPOUT:
-		case DTF_OP_DROPOUT_GRAD:
-			fp->action[i] = A_DROPOUT;
-			break;
-		default:
-			break;
-		}
+		const struct fast_kernel *fk = &fast_kernels[g->nodes[i].op];
+		if (fk->plan)
+			fk->plan(&P, i);
 	}
 	/* Undo the fusions whose early writes the memory plan does not
 	 * allow; undoing one makes more nodes run, so repeat until none
@@ -398,6 +615,7 @@ int dtf_fast_plan_init(struct dtf_fast_plan *fp, const struct dtf_graph *g,
 	}
 	for (int i = 0; i < n; i++)
 		fp->fused += fp->action[i] == A_SKIP;
+	size_t ws = P.ws;
 	fp->ws_floats = ws;
 	fp->workspace = dtf_alloc_aligned((ws ? ws : 1) * sizeof(float));
 	if (!fp->workspace)
@@ -425,102 +643,9 @@ int dtf_fast_exec_node(const struct dtf_fast_plan *fp,
 		       const struct dtf_graph *g, int i,
 		       const struct dtf_exec_ctx *ctx)
 {
-	if (i >= fp->nnodes)
+	if (i >= fp->nnodes || fp->action[i] == A_REF)
 		return 0;
-	const struct dtf_node *n = &g->nodes[i];
-	struct dtf_pool *p = fp->pool;
-	float *ws = fp->workspace;
-	int a = n->inputs[0], b = n->inputs[1];
-	int out = fp->out[i], bias = fp->bias[i];
-	int relu = out != i && g->nodes[out].op == DTF_OP_RELU;
-	size_t numel = (size_t)dtf_shape_numel(&n->shape);
-
-	switch ((enum action)fp->action[i]) {
-	case A_REF:
-		return 0;
-	case A_SKIP:
-		return 1;
-	case A_CONV:
-		if (fp->next[i] >= 0)
-			dtf_fast_conv2d_pool(p, &n->a.win.g, F(g, a), F(g, b),
-					     bias >= 0 ? F(g, bias) : NULL, relu,
-					     F(g, out), &g->nodes[fp->next[i]].a.win.g,
-					     F(g, fp->next[i]), ws);
-		else
-			dtf_fast_conv2d(p, &n->a.win.g, F(g, a), F(g, b),
-					bias >= 0 ? F(g, bias) : NULL, relu,
-					F(g, out), ws);
-		return 1;
-	case A_CONV_BWI:
-		dtf_fast_conv2d_backprop_input(p, &n->a.win.g, F(g, a), F(g, b),
-					       F(g, i), ws);
-		return 1;
-	case A_CONV_BWF:
-		dtf_fast_conv2d_backprop_filter(p, &n->a.win.g, F(g, a), F(g, b),
-						F(g, i), ws);
-		return 1;
-	case A_MATMUL: {
-		const struct dtf_shape *sa = &g->nodes[a].shape;
-		int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-		int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
-		dtf_fast_matmul(p, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
-				n->a.mm.trans_b, F(g, out), ws);
-		if (bias >= 0 || relu)
-			dtf_fast_bias_act(p, (size_t)m, cols, F(g, out),
-					  bias >= 0 ? F(g, bias) : NULL, relu,
-					  F(g, out));
-		return 1;
-	}
-	case A_BIAS_ACT: {
-		int c = last_dim(n);
-		dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), F(g, b), relu,
-				  F(g, out));
-		return 1;
-	}
-	case A_RELU: {
-		int c = last_dim(n);
-		dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), NULL, 1, F(g, i));
-		return 1;
-	}
-	case A_RELU_GRAD: {
-		int c = last_dim(n);
-		dtf_fast_relu_grad_bias(p, numel / (size_t)c, c, F(g, a), F(g, b),
-					F(g, i), bias >= 0 ? F(g, bias) : NULL, ws);
-		return 1;
-	}
-	case A_POOL:
-		dtf_fast_max_pool2d(p, &n->a.win.g, F(g, a), F(g, i));
-		return 1;
-	case A_POOL_GRAD:
-		dtf_fast_max_pool2d_grad(p, &n->a.win.g, F(g, a), F(g, b),
-					 out != i, F(g, out),
-					 bias >= 0 ? F(g, bias) : NULL, ws);
-		return 1;
-	case A_ADD: {
-		float *y = F(g, i);
-		if (y != F(g, a))
-			memcpy(y, F(g, a), numel * sizeof(float));
-		dtf_fast_add_inplace(p, numel, F(g, b), y);
-		return 1;
-	}
-	case A_POOL_GRAD_BWF: {
-		const struct dtf_node *c = &g->nodes[fp->next[i]];
-		dtf_fast_pool_grad_conv2d_filter(p, &n->a.win.g, F(g, a), F(g, b),
-						 out != i,
-						 bias >= 0 ? F(g, bias) : NULL,
-						 &c->a.win.g, F(g, c->inputs[0]),
-						 F(g, fp->next[i]), ws);
-		return 1;
-	}
-	case A_DROPOUT: {
-		size_t rows = (size_t)n->shape.d[0];
-		dtf_fast_dropout(p, rows, numel / rows,
-				 ctx->training ? n->a.drop.rate : 0.0f,
-				 ctx->dropout_key, ctx->example_ids,
-				 dtf_exec_dropout_salt(n, ctx->step), F(g, a),
-				 F(g, i));
-		return 1;
-	}
-	}
-	return 0;
+	if (fp->action[i] != A_SKIP)
+		fast_kernels[g->nodes[i].op].run(fp, g, i, ctx);
+	return 1;
 }
