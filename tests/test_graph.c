@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "ops/cpu/exec.h"
+#include "ops/cuda/exec_cuda.h"
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
@@ -679,6 +680,14 @@ START_TEST(op_table_columns_hold)
 		if (r == DTF_SHAPE_GRAD)
 			ck_assert_int_eq(n->backward, 1);
 	}
+	/* the CUDA table's "not on this backend" entries, by name */
+	char missing[512];
+	ck_assert_int_gt(dtf_cuda_graph_missing(g, missing, sizeof(missing)), 0);
+	ck_assert_ptr_nonnull(strstr(missing, "batch_norm"));
+	ck_assert_ptr_nonnull(strstr(missing, "depthwise_conv2d"));
+	ck_assert_ptr_null(strstr(missing, "matmul"));
+	ck_assert_ptr_nonnull(dtf_cuda_op_missing(DTF_OP_LAYER_NORM));
+	ck_assert_ptr_null(dtf_cuda_op_missing(DTF_OP_CONV2D));
 	tu_model_free(&m);
 }
 END_TEST

@@ -36,6 +36,7 @@
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "obs/obs.h"
+#include "ops/cuda/exec_cuda.h"
 #include "ops/cpu/kernels.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
@@ -1039,8 +1040,16 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		goto out;
 	result->num_params = dtf_graph_num_params(&r.g);
 	if (opts->dry_run) {
+		char ops[512];
 		if (rank == 0)
 			rc = dtf_summary_print(job, &r.g, r.layer_out, stdout);
+		/* the op table's "not on this backend" entries, by name */
+		if (rc == 0 && rank == 0 && job->device.kind != DTF_DEVICE_CPU &&
+		    dtf_cuda_graph_missing(&r.g, ops, sizeof(ops)) > 0)
+			printf("not on the cuda backend: %s (device: %s)\n", ops,
+			       job->device.kind == DTF_DEVICE_AUTO
+				       ? "auto trains on the CPU"
+				       : "cuda cannot run this model");
 		goto out;
 	}
 	if (role == DTF_TASK_EVALUATOR) {
