@@ -1,5 +1,5 @@
 /*
- * test_fast.c - the fast CPU paths (ops/cpu/fast.h, graph/fast_exec.h)
+ * test_fast.c - the fast CPU paths (ops/cpu/fast.h, ops/cpu/fast_exec.h)
  * against the reference kernels (ops/cpu/kernels.h), op by op, forward and
  * backward, on 1 and 3 threads, and whole graphs (fused plan vs reference
  * executor: loss, logits and every variable's gradient).  The reference
@@ -27,8 +27,8 @@
 #include "config/config.h"
 #include "core/alloc.h"
 #include "core/error.h"
-#include "graph/exec.h"
-#include "graph/fast_exec.h"
+#include "ops/cpu/exec.h"
+#include "ops/cpu/fast_exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "ops/cpu/fast.h"

@@ -12,7 +12,8 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
+#include "ops/cuda/exec_cuda.h"
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
@@ -643,6 +644,54 @@ START_TEST(node_flops)
 }
 END_TEST
 
+/* The op table's columns hold for the nodes of a graph that uses most ops:
+ * names are unique, an in-place op's output has its input's shape, the
+ * shape rule SAME gives input 0's shape, and gradient ops (the rows whose
+ * shape rule is GRAD) appear only in the backward pass. */
+START_TEST(op_table_columns_hold)
+{
+	for (int op = 0; op < DTF_OP_COUNT_; op++) {
+		ck_assert_ptr_nonnull(dtf_op_name((enum dtf_op)op));
+		ck_assert_int_le(dtf_op_ninputs((enum dtf_op)op), DTF_MAX_INPUTS);
+		ck_assert_int_lt(dtf_op_inplace_input((enum dtf_op)op),
+				 dtf_op_ninputs((enum dtf_op)op));
+		for (int o2 = 0; o2 < op; o2++)
+			ck_assert_str_ne(dtf_op_name((enum dtf_op)op),
+					 dtf_op_name((enum dtf_op)o2));
+	}
+	struct tu_model m;
+	build_residual(&m, 5);
+	struct dtf_graph *g = &m.g;
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		int k = dtf_op_inplace_input(n->op);
+		enum dtf_shape_rule r = dtf_op_shape_rule(n->op);
+		const struct dtf_shape *s0 =
+			n->inputs[0] >= 0 ? &g->nodes[n->inputs[0]].shape : NULL;
+		if (k >= 0 || r == DTF_SHAPE_SAME) {
+			const struct dtf_shape *sk = k >= 0
+				? &g->nodes[n->inputs[k]].shape : s0;
+			ck_assert_int_eq(n->shape.rank, sk->rank);
+			for (int d = 0; d < sk->rank; d++)
+				ck_assert_int_eq(n->shape.d[d], sk->d[d]);
+		}
+		if (r == DTF_SHAPE_SCALAR)
+			ck_assert_int_eq(n->shape.rank, 0);
+		if (r == DTF_SHAPE_GRAD)
+			ck_assert_int_eq(n->backward, 1);
+	}
+	/* the CUDA table's "not on this backend" entries, by name */
+	char missing[512];
+	ck_assert_int_gt(dtf_cuda_graph_missing(g, missing, sizeof(missing)), 0);
+	ck_assert_ptr_nonnull(strstr(missing, "batch_norm"));
+	ck_assert_ptr_nonnull(strstr(missing, "depthwise_conv2d"));
+	ck_assert_ptr_null(strstr(missing, "matmul"));
+	ck_assert_ptr_nonnull(dtf_cuda_op_missing(DTF_OP_LAYER_NORM));
+	ck_assert_ptr_null(dtf_cuda_op_missing(DTF_OP_CONV2D));
+	tu_model_free(&m);
+}
+END_TEST
+
 /* Shape errors name both nodes and both shapes; bad attributes say which. */
 START_TEST(new_op_errors)
 {
@@ -771,6 +820,7 @@ static Suite *graph_suite(void)
 	Suite *s = suite_create("graph");
 	TCase *tc = tcase_create("lowering");
 	tcase_add_test(tc, fashion_mnist_parameter_count);
+	tcase_add_test(tc, op_table_columns_hold);
 	tcase_add_test(tc, shape_error_names_layer_and_position);
 	tcase_add_test(tc, init_is_glorot_and_deterministic);
 	tcase_add_test(tc, input_must_be_float_and_logits_last);

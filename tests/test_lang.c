@@ -16,7 +16,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "mem/plan.h"

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 #include "mem/plan.h"
 

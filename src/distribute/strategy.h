@@ -63,7 +63,7 @@
 
 #include "config/job.h"       /* the enums of the strategy section */
 #include "config/tf_config.h"
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 
 struct dtf_comm;

@@ -4,8 +4,9 @@
  * Walk the forward nodes from the loss back to the variables in reverse
  * topological order.  Each node's total gradient is the sum of the
  * contributions of its consumers (an ADD chain where there are several);
- * the switch below emits, for each input that needs a gradient, the op that
- * computes that input's contribution (TensorFlow's gradient registry, as in
+ * the op's gradient rule (its row of the op table names it) emits, for each
+ * input that needs a gradient, the op that computes that input's
+ * contribution (TensorFlow's gradient registry, as in
  * nn_grad.py: Conv2DBackpropInput/Filter, MaxPoolGrad, ReluGrad,
  * BiasAddGrad).  The gradient of the loss itself is 1 and is folded into
  * SPARSE_SOFTMAX_XENT_GRAD, which also carries the 1 / global-batch scale.
@@ -91,7 +92,301 @@ static int needs(const struct dtf_graph *g, int id)
 	return g->nodes[id].requires_grad;
 }
 
-static int backprop_more(struct dtf_graph *g, int *grads, int i, int dy);
+/*
+ * The gradient rules, one per forward op, named in the op's row of the op
+ * table (graph.h).  Each emits the contributions of node `i` (whose total
+ * gradient is node `dy`) to its inputs.  Each works on a copy of the node
+ * (grad_node may move g->nodes) and sees x, y: its first two inputs, sx:
+ * x's shape.
+ */
+#define RULE(fn)                                                         \
+	static int fn(struct dtf_graph *g, int *grads, int i, int dy,    \
+		      const struct dtf_node *np)
+#define RULE_VARS                                                        \
+	struct dtf_node n = *np;                                         \
+	int x = n.inputs[0], y = n.inputs[1];                            \
+	const struct dtf_shape *sx = x >= 0 ? &g->nodes[x].shape : NULL; \
+	int rc = 0, id;                                                  \
+	(void)x, (void)y, (void)sx, (void)rc, (void)id, (void)i
+
+/* INPUT, VARIABLE: the walk ends here. */
+RULE(grad_none)
+{
+	(void)g, (void)grads, (void)i, (void)dy, (void)np;
+	return 0;
+}
+
+RULE(grad_conv2d)
+{
+	RULE_VARS;
+	if (needs(g, x)) {
+		id = grad_node(g, DTF_OP_CONV2D_BACKPROP_INPUT, n.name,
+			       "backprop_input", dy, y, sx);
+		if (id >= 0)
+			g->nodes[id].a.win = n.a.win;
+		if ((rc = accumulate(g, grads, x, id)) < 0)
+			return rc;
+	}
+	if (needs(g, y)) {
+		id = grad_node(g, DTF_OP_CONV2D_BACKPROP_FILTER, n.name,
+			       "backprop_filter", x, dy, &g->nodes[y].shape);
+		if (id >= 0)
+			g->nodes[id].a.win = n.a.win;
+		rc = accumulate(g, grads, y, id);
+	}
+	return rc;
+}
+
+RULE(grad_max_pool2d)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_MAX_POOL2D_GRAD, n.name, "grad", x, dy, sx);
+	if (id >= 0)
+		g->nodes[id].a.win = n.a.win;
+	return accumulate(g, grads, x, id);
+}
+
+RULE(grad_matmul)
+{
+	RULE_VARS;
+	DTF_ASSERT(!n.a.mm.trans_a && !n.a.mm.trans_b);
+	if (needs(g, x)) {
+		/* dx (n, k) = dy (n, m) w^T */
+		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_input", dy, y,
+			       sx);
+		if (id >= 0)
+			g->nodes[id].a.mm.trans_b = 1;
+		if ((rc = accumulate(g, grads, x, id)) < 0)
+			return rc;
+	}
+	if (needs(g, y)) {
+		/* dw (k, m) = x^T dy */
+		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel", x, dy,
+			       &g->nodes[y].shape);
+		if (id >= 0)
+			g->nodes[id].a.mm.trans_a = 1;
+		rc = accumulate(g, grads, y, id);
+	}
+	return rc;
+}
+
+RULE(grad_bias_add)
+{
+	RULE_VARS;
+	if (needs(g, x) && (rc = accumulate(g, grads, x, dy)) < 0)
+		return rc;
+	if (needs(g, y)) {
+		id = grad_node(g, DTF_OP_BIAS_ADD_GRAD, n.name, "grad", dy, -1,
+			       &g->nodes[y].shape);
+		rc = accumulate(g, grads, y, id);
+	}
+	return rc;
+}
+
+RULE(grad_relu)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_RELU_GRAD, n.name, "grad", dy, i, sx);
+	return accumulate(g, grads, x, id);
+}
+
+RULE(grad_dropout)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_DROPOUT_GRAD, n.name, "grad", dy, -1, sx);
+	if (id >= 0)
+		g->nodes[id].a.drop = n.a.drop;
+	return accumulate(g, grads, x, id);
+}
+
+RULE(grad_reshape)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_RESHAPE, n.name, "grad", dy, -1, sx);
+	return accumulate(g, grads, x, id);
+}
+
+RULE(grad_add)
+{
+	RULE_VARS;
+	if (needs(g, x) && (rc = accumulate(g, grads, x, dy)) < 0)
+		return rc;
+	if (needs(g, y))
+		rc = accumulate(g, grads, y, dy);
+	return rc;
+}
+
+RULE(grad_sparse_xent)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_SPARSE_SOFTMAX_XENT_GRAD, n.name, "grad", x,
+		       y, sx);
+	return accumulate(g, grads, x, id);
+}
+
+RULE(grad_depthwise_conv2d)
+{
+	RULE_VARS;
+	if (needs(g, x)) {
+		id = grad_node(g, DTF_OP_DEPTHWISE_CONV2D_BACKPROP_INPUT, n.name,
+			       "backprop_input", dy, y, sx);
+		if (id >= 0)
+			g->nodes[id].a.win = n.a.win;
+		if ((rc = accumulate(g, grads, x, id)) < 0)
+			return rc;
+	}
+	if (needs(g, y)) {
+		id = grad_node(g, DTF_OP_DEPTHWISE_CONV2D_BACKPROP_FILTER,
+			       n.name, "backprop_filter", x, dy,
+			       &g->nodes[y].shape);
+		if (id >= 0)
+			g->nodes[id].a.win = n.a.win;
+		rc = accumulate(g, grads, y, id);
+	}
+	return rc;
+}
+
+RULE(grad_avg_pool2d)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_AVG_POOL2D_GRAD, n.name, "grad", dy, -1, sx);
+	if (id >= 0)
+		g->nodes[id].a.win = n.a.win;
+	return accumulate(g, grads, x, id);
+}
+
+RULE(grad_global_avg_pool)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_GLOBAL_AVG_POOL_GRAD, n.name, "grad", dy, -1,
+		       sx);
+	return accumulate(g, grads, x, id);
+}
+
+/* BATCH_NORM, LAYER_NORM */
+RULE(grad_norm)
+{
+	RULE_VARS;
+	int bn = n.op == DTF_OP_BATCH_NORM;
+	int gamma = n.inputs[1], beta = n.inputs[2];
+	if (needs(g, x)) {
+		id = grad_node3(g, bn ? DTF_OP_BATCH_NORM_GRAD_INPUT
+				      : DTF_OP_LAYER_NORM_GRAD_INPUT,
+				n.name, "grad_input", dy, x, gamma, sx);
+		if (id >= 0)
+			g->nodes[id].a.norm = n.a.norm;
+		if ((rc = accumulate(g, grads, x, id)) < 0)
+			return rc;
+	}
+	if (needs(g, gamma)) {
+		id = grad_node(g, bn ? DTF_OP_BATCH_NORM_GRAD_GAMMA
+				     : DTF_OP_LAYER_NORM_GRAD_GAMMA,
+			       n.name, "grad_gamma", dy, x,
+			       &g->nodes[gamma].shape);
+		if (id >= 0)
+			g->nodes[id].a.norm = n.a.norm;
+		if ((rc = accumulate(g, grads, gamma, id)) < 0)
+			return rc;
+	}
+	if (needs(g, beta)) {
+		id = grad_node(g, DTF_OP_BIAS_ADD_GRAD, n.name, "grad_beta", dy,
+			       -1, &g->nodes[beta].shape);
+		rc = accumulate(g, grads, beta, id);
+	}
+	return rc;
+}
+
+RULE(grad_multiply)
+{
+	RULE_VARS;
+	if (needs(g, x)) {
+		id = grad_node(g, DTF_OP_MULTIPLY, n.name, "grad_a", dy, y, sx);
+		if ((rc = accumulate(g, grads, x, id)) < 0)
+			return rc;
+	}
+	if (needs(g, y)) {
+		id = grad_node(g, DTF_OP_MULTIPLY, n.name, "grad_b", dy, x,
+			       &g->nodes[y].shape);
+		rc = accumulate(g, grads, y, id);
+	}
+	return rc;
+}
+
+RULE(grad_concat)
+{
+	RULE_VARS;
+	if (needs(g, x)) {
+		id = grad_node(g, DTF_OP_SLICE, n.name, "grad_a", dy, -1, sx);
+		if (id >= 0)
+			g->nodes[id].a.cat = n.a.cat; /* begin 0 */
+		if ((rc = accumulate(g, grads, x, id)) < 0)
+			return rc;
+	}
+	if (needs(g, y)) {
+		id = grad_node(g, DTF_OP_SLICE, n.name, "grad_b", dy, -1,
+			       &g->nodes[y].shape);
+		if (id >= 0) {
+			g->nodes[id].a.cat.axis = n.a.cat.axis;
+			g->nodes[id].a.cat.begin = sx->d[n.a.cat.axis];
+		}
+		rc = accumulate(g, grads, y, id);
+	}
+	return rc;
+}
+
+/* LEAKY_RELU, ELU, GELU: gradients that read the forward input x */
+RULE(grad_act_input)
+{
+	RULE_VARS;
+	enum dtf_op op = n.op == DTF_OP_LEAKY_RELU ? DTF_OP_LEAKY_RELU_GRAD
+			 : n.op == DTF_OP_ELU	   ? DTF_OP_ELU_GRAD
+						   : DTF_OP_GELU_GRAD;
+	id = grad_node(g, op, n.name, "grad", dy, x, sx);
+	if (id >= 0)
+		g->nodes[id].a.act = n.a.act;
+	return accumulate(g, grads, x, id);
+}
+
+/* TANH, SIGMOID, SOFTMAX: gradients that read the forward output */
+RULE(grad_act_output)
+{
+	RULE_VARS;
+	enum dtf_op op = n.op == DTF_OP_TANH	   ? DTF_OP_TANH_GRAD
+			 : n.op == DTF_OP_SIGMOID ? DTF_OP_SIGMOID_GRAD
+						  : DTF_OP_SOFTMAX_GRAD;
+	id = grad_node(g, op, n.name, "grad", dy, i, sx);
+	return accumulate(g, grads, x, id);
+}
+
+RULE(grad_identity)
+{
+	RULE_VARS;
+	return accumulate(g, grads, x, dy);
+}
+
+/* SOFTMAX_XENT, SIGMOID_XENT, MSE */
+RULE(grad_dense_loss)
+{
+	RULE_VARS;
+	enum dtf_op op = n.op == DTF_OP_SOFTMAX_XENT ? DTF_OP_SOFTMAX_XENT_GRAD
+			 : n.op == DTF_OP_SIGMOID_XENT ? DTF_OP_SIGMOID_XENT_GRAD
+							: DTF_OP_MSE_GRAD;
+	id = grad_node(g, op, n.name, "grad", x, y, sx);
+	if (id >= 0)
+		g->nodes[id].a.loss = n.a.loss;
+	return accumulate(g, grads, x, id);
+}
+
+/* The gradient column of the op table; NULL for gradient ops. */
+typedef int (*grad_rule_fn)(struct dtf_graph *g, int *grads, int i, int dy,
+			    const struct dtf_node *n);
+static const grad_rule_fn grad_rules[] = {
+#define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) grad,
+	DTF_OPS(DTF_X_OP)
+#undef DTF_X_OP
+};
+_Static_assert(sizeof(grad_rules) / sizeof(grad_rules[0]) == DTF_OP_COUNT_,
+	       "gradient rules out of step with enum dtf_op");
 
 /* Emit the gradient contributions of node `i` (whose total gradient is
  * node `dy`) to its inputs. */
@@ -99,245 +394,10 @@ static int backprop_node(struct dtf_graph *g, int *grads, int i, int dy)
 {
 	/* copy: grad_node may move g->nodes */
 	struct dtf_node n = g->nodes[i];
-	int x = n.inputs[0], y = n.inputs[1];
-	const struct dtf_shape *sx = x >= 0 ? &g->nodes[x].shape : NULL;
-	int rc = 0, id;
-
-	switch (n.op) {
-	case DTF_OP_INPUT:
-	case DTF_OP_VARIABLE:
-		break;
-	case DTF_OP_CONV2D:
-		if (needs(g, x)) {
-			id = grad_node(g, DTF_OP_CONV2D_BACKPROP_INPUT, n.name,
-				       "backprop_input", dy, y, sx);
-			if (id >= 0)
-				g->nodes[id].a.win = n.a.win;
-			if ((rc = accumulate(g, grads, x, id)) < 0)
-				return rc;
-		}
-		if (needs(g, y)) {
-			id = grad_node(g, DTF_OP_CONV2D_BACKPROP_FILTER, n.name,
-				       "backprop_filter", x, dy,
-				       &g->nodes[y].shape);
-			if (id >= 0)
-				g->nodes[id].a.win = n.a.win;
-			rc = accumulate(g, grads, y, id);
-		}
-		break;
-	case DTF_OP_MAX_POOL2D:
-		id = grad_node(g, DTF_OP_MAX_POOL2D_GRAD, n.name, "grad", x, dy,
-			       sx);
-		if (id >= 0)
-			g->nodes[id].a.win = n.a.win;
-		rc = accumulate(g, grads, x, id);
-		break;
-	case DTF_OP_MATMUL:
-		DTF_ASSERT(!n.a.mm.trans_a && !n.a.mm.trans_b);
-		if (needs(g, x)) {
-			/* dx (n, k) = dy (n, m) w^T */
-			id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_input",
-				       dy, y, sx);
-			if (id >= 0)
-				g->nodes[id].a.mm.trans_b = 1;
-			if ((rc = accumulate(g, grads, x, id)) < 0)
-				return rc;
-		}
-		if (needs(g, y)) {
-			/* dw (k, m) = x^T dy */
-			id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel",
-				       x, dy, &g->nodes[y].shape);
-			if (id >= 0)
-				g->nodes[id].a.mm.trans_a = 1;
-			rc = accumulate(g, grads, y, id);
-		}
-		break;
-	case DTF_OP_BIAS_ADD:
-		if (needs(g, x) && (rc = accumulate(g, grads, x, dy)) < 0)
-			return rc;
-		if (needs(g, y)) {
-			id = grad_node(g, DTF_OP_BIAS_ADD_GRAD, n.name, "grad",
-				       dy, -1, &g->nodes[y].shape);
-			rc = accumulate(g, grads, y, id);
-		}
-		break;
-	case DTF_OP_RELU:
-		id = grad_node(g, DTF_OP_RELU_GRAD, n.name, "grad", dy, i, sx);
-		rc = accumulate(g, grads, x, id);
-		break;
-	case DTF_OP_DROPOUT:
-		id = grad_node(g, DTF_OP_DROPOUT_GRAD, n.name, "grad", dy, -1,
-			       sx);
-		if (id >= 0)
-			g->nodes[id].a.drop = n.a.drop;
-		rc = accumulate(g, grads, x, id);
-		break;
-	case DTF_OP_RESHAPE:
-		id = grad_node(g, DTF_OP_RESHAPE, n.name, "grad", dy, -1, sx);
-		rc = accumulate(g, grads, x, id);
-		break;
-	case DTF_OP_ADD:
-		if (needs(g, x) && (rc = accumulate(g, grads, x, dy)) < 0)
-			return rc;
-		if (needs(g, y))
-			rc = accumulate(g, grads, y, dy);
-		break;
-	case DTF_OP_SPARSE_SOFTMAX_XENT:
-		id = grad_node(g, DTF_OP_SPARSE_SOFTMAX_XENT_GRAD, n.name,
-			       "grad", x, y, sx);
-		rc = accumulate(g, grads, x, id);
-		break;
-	default:
-		return backprop_more(g, grads, i, dy);
-	}
-	return rc;
-}
-
-/* The ops of ops.c, in the same form as backprop_node. */
-static int backprop_more(struct dtf_graph *g, int *grads, int i, int dy)
-{
-	struct dtf_node n = g->nodes[i];
-	int x = n.inputs[0], y = n.inputs[1];
-	const struct dtf_shape *sx = x >= 0 ? &g->nodes[x].shape : NULL;
-	int rc = 0, id;
-
-	switch (n.op) {
-	case DTF_OP_DEPTHWISE_CONV2D:
-		if (needs(g, x)) {
-			id = grad_node(g, DTF_OP_DEPTHWISE_CONV2D_BACKPROP_INPUT,
-				       n.name, "backprop_input", dy, y, sx);
-			if (id >= 0)
-				g->nodes[id].a.win = n.a.win;
-			if ((rc = accumulate(g, grads, x, id)) < 0)
-				return rc;
-		}
-		if (needs(g, y)) {
-			id = grad_node(g, DTF_OP_DEPTHWISE_CONV2D_BACKPROP_FILTER,
-				       n.name, "backprop_filter", x, dy,
-				       &g->nodes[y].shape);
-			if (id >= 0)
-				g->nodes[id].a.win = n.a.win;
-			rc = accumulate(g, grads, y, id);
-		}
-		break;
-	case DTF_OP_AVG_POOL2D:
-		id = grad_node(g, DTF_OP_AVG_POOL2D_GRAD, n.name, "grad", dy, -1,
-			       sx);
-		if (id >= 0)
-			g->nodes[id].a.win = n.a.win;
-		rc = accumulate(g, grads, x, id);
-		break;
-	case DTF_OP_GLOBAL_AVG_POOL:
-		id = grad_node(g, DTF_OP_GLOBAL_AVG_POOL_GRAD, n.name, "grad", dy,
-			       -1, sx);
-		rc = accumulate(g, grads, x, id);
-		break;
-	case DTF_OP_BATCH_NORM:
-	case DTF_OP_LAYER_NORM: {
-		int bn = n.op == DTF_OP_BATCH_NORM;
-		int gamma = n.inputs[1], beta = n.inputs[2];
-		if (needs(g, x)) {
-			id = grad_node3(g, bn ? DTF_OP_BATCH_NORM_GRAD_INPUT
-					      : DTF_OP_LAYER_NORM_GRAD_INPUT,
-					n.name, "grad_input", dy, x, gamma, sx);
-			if (id >= 0)
-				g->nodes[id].a.norm = n.a.norm;
-			if ((rc = accumulate(g, grads, x, id)) < 0)
-				return rc;
-		}
-		if (needs(g, gamma)) {
-			id = grad_node(g, bn ? DTF_OP_BATCH_NORM_GRAD_GAMMA
-					     : DTF_OP_LAYER_NORM_GRAD_GAMMA,
-				       n.name, "grad_gamma", dy, x,
-				       &g->nodes[gamma].shape);
-			if (id >= 0)
-				g->nodes[id].a.norm = n.a.norm;
-			if ((rc = accumulate(g, grads, gamma, id)) < 0)
-				return rc;
-		}
-		if (needs(g, beta)) {
-			id = grad_node(g, DTF_OP_BIAS_ADD_GRAD, n.name, "grad_beta",
-				       dy, -1, &g->nodes[beta].shape);
-			rc = accumulate(g, grads, beta, id);
-		}
-		break;
-	}
-	case DTF_OP_MULTIPLY:
-		if (needs(g, x)) {
-			id = grad_node(g, DTF_OP_MULTIPLY, n.name, "grad_a", dy, y,
-				       sx);
-			if ((rc = accumulate(g, grads, x, id)) < 0)
-				return rc;
-		}
-		if (needs(g, y)) {
-			id = grad_node(g, DTF_OP_MULTIPLY, n.name, "grad_b", dy, x,
-				       &g->nodes[y].shape);
-			rc = accumulate(g, grads, y, id);
-		}
-		break;
-	case DTF_OP_CONCAT:
-		if (needs(g, x)) {
-			id = grad_node(g, DTF_OP_SLICE, n.name, "grad_a", dy, -1,
-				       sx);
-			if (id >= 0)
-				g->nodes[id].a.cat = n.a.cat; /* begin 0 */
-			if ((rc = accumulate(g, grads, x, id)) < 0)
-				return rc;
-		}
-		if (needs(g, y)) {
-			id = grad_node(g, DTF_OP_SLICE, n.name, "grad_b", dy, -1,
-				       &g->nodes[y].shape);
-			if (id >= 0) {
-				g->nodes[id].a.cat.axis = n.a.cat.axis;
-				g->nodes[id].a.cat.begin = sx->d[n.a.cat.axis];
-			}
-			rc = accumulate(g, grads, y, id);
-		}
-		break;
-	case DTF_OP_LEAKY_RELU:
-	case DTF_OP_ELU:
-	case DTF_OP_GELU: {
-		/* these gradients read the forward input x */
-		enum dtf_op op = n.op == DTF_OP_LEAKY_RELU ? DTF_OP_LEAKY_RELU_GRAD
-				 : n.op == DTF_OP_ELU	   ? DTF_OP_ELU_GRAD
-							   : DTF_OP_GELU_GRAD;
-		id = grad_node(g, op, n.name, "grad", dy, x, sx);
-		if (id >= 0)
-			g->nodes[id].a.act = n.a.act;
-		rc = accumulate(g, grads, x, id);
-		break;
-	}
-	case DTF_OP_TANH:
-	case DTF_OP_SIGMOID:
-	case DTF_OP_SOFTMAX: {
-		/* these gradients read the forward output */
-		enum dtf_op op = n.op == DTF_OP_TANH	   ? DTF_OP_TANH_GRAD
-				 : n.op == DTF_OP_SIGMOID ? DTF_OP_SIGMOID_GRAD
-							  : DTF_OP_SOFTMAX_GRAD;
-		id = grad_node(g, op, n.name, "grad", dy, i, sx);
-		rc = accumulate(g, grads, x, id);
-		break;
-	}
-	case DTF_OP_IDENTITY:
-		rc = accumulate(g, grads, x, dy);
-		break;
-	case DTF_OP_SOFTMAX_XENT:
-	case DTF_OP_SIGMOID_XENT:
-	case DTF_OP_MSE: {
-		enum dtf_op op = n.op == DTF_OP_SOFTMAX_XENT ? DTF_OP_SOFTMAX_XENT_GRAD
-				 : n.op == DTF_OP_SIGMOID_XENT ? DTF_OP_SIGMOID_XENT_GRAD
-								: DTF_OP_MSE_GRAD;
-		id = grad_node(g, op, n.name, "grad", x, y, sx);
-		if (id >= 0)
-			g->nodes[id].a.loss = n.a.loss;
-		rc = accumulate(g, grads, x, id);
-		break;
-	}
-	default:
+	if (!grad_rules[n.op])
 		return dtf_error(DTF_ERR_GRAPH, "no gradient for op %s ('%s')",
 				 dtf_op_name(n.op), n.name);
-	}
-	return rc;
+	return grad_rules[n.op](g, grads, i, dy, &n);
 }
 
 int dtf_graph_backward(struct dtf_graph *g)

@@ -16,11 +16,18 @@
 #include "core/error.h"
 #include "core/rng.h"
 
+/* The generic columns of the op table (graph.h); the gradient column is
+ * autodiff.c's, the kernels are each backend's. */
 static const struct {
 	const char *name;
 	int ninputs;
+	int inplace;
+	enum dtf_shape_rule shape;
+	enum dtf_flops_basis flops;
+	int factor;
 } op_table[] = {
-#define DTF_X_OP(id, name, nin) {name, nin},
+#define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
+	{#name, nin, inplace, DTF_SHAPE_##shape, DTF_FLOPS_##flops, factor},
 	DTF_OPS(DTF_X_OP)
 #undef DTF_X_OP
 };
@@ -28,6 +35,11 @@ _Static_assert(sizeof(op_table) / sizeof(op_table[0]) == DTF_OP_COUNT_,
 	       "op table out of step with enum dtf_op");
 
 const char *dtf_op_name(enum dtf_op op) { return op_table[op].name; }
+int dtf_op_ninputs(enum dtf_op op) { return op_table[op].ninputs; }
+int dtf_op_inplace_input(enum dtf_op op) { return op_table[op].inplace; }
+enum dtf_shape_rule dtf_op_shape_rule(enum dtf_op op) { return op_table[op].shape; }
+enum dtf_flops_basis dtf_op_flops_basis(enum dtf_op op) { return op_table[op].flops; }
+int dtf_op_flops_factor(enum dtf_op op) { return op_table[op].factor; }
 
 int64_t dtf_shape_numel(const struct dtf_shape *s)
 {
@@ -224,12 +236,6 @@ void dtf_graph_fans(const struct dtf_shape *s, double *fan_in,
 		*fan_in = rf * (double)s->d[s->rank - 2];
 		*fan_out = rf * (double)s->d[s->rank - 1];
 	}
-}
-
-static void grow_workspace(struct dtf_graph *g, size_t floats)
-{
-	if (floats > g->workspace)
-		g->workspace = floats;
 }
 
 int dtf_graph_conv2d(struct dtf_graph *g, const char *name, int x, int w,
@@ -589,9 +595,3 @@ int dtf_graph_shape_error(const struct dtf_graph *g, const char *what, int a,
 	return shape_error(g, what, a, b);
 }
 
-void dtf_graph_grow_workspace(struct dtf_graph *g, size_t floats)
-{
-	grow_workspace(g, floats);
-}
-
-int dtf_graph_op_ninputs(enum dtf_op op) { return op_table[op].ninputs; }

@@ -7,8 +7,8 @@
  * consumers, so node order is a topological order; dtf_graph_toposort()
  * checks and restores that for graphs whose nodes were declared in any
  * order.  dtf_graph_backward() appends the gradient ops (reverse-mode
- * autodiff) to the same graph: it is a switch over the op that emits more
- * nodes.  Shapes are NHWC for images, (rows, features) for dense layers;
+ * autodiff) to the same graph: each op's gradient rule, named in its row of
+ * the op table, emits more nodes.  Shapes are NHWC for images, (rows, features) for dense layers;
  * dimension 0 is the per-replica batch.
  *
  * Variables live outside the node buffers, in one flat float32 parameter
@@ -23,66 +23,136 @@
 
 #include "config/job.h"
 #include "data/feature.h"
-#include "ops/cpu/kernels.h"
+#include "graph/window.h"
 
-/* X(NAME, "name", number of inputs) */
-#define DTF_OPS(X)                                                      \
-	X(INPUT, "input", 0)                                            \
-	X(VARIABLE, "variable", 0)                                      \
-	X(CONV2D, "conv2d", 2)                                          \
-	X(CONV2D_BACKPROP_INPUT, "conv2d_backprop_input", 2)            \
-	X(CONV2D_BACKPROP_FILTER, "conv2d_backprop_filter", 2)          \
-	X(MAX_POOL2D, "max_pool2d", 1)                                  \
-	X(MAX_POOL2D_GRAD, "max_pool2d_grad", 2)                        \
-	X(MATMUL, "matmul", 2)                                          \
-	X(BIAS_ADD, "bias_add", 2)                                      \
-	X(BIAS_ADD_GRAD, "bias_add_grad", 1)                            \
-	X(RELU, "relu", 1)                                              \
-	X(RELU_GRAD, "relu_grad", 2)                                    \
-	X(DROPOUT, "dropout", 1)                                        \
-	X(DROPOUT_GRAD, "dropout_grad", 1)                              \
-	X(RESHAPE, "reshape", 1)                                        \
-	X(ADD, "add", 2)                                                \
-	X(SPARSE_SOFTMAX_XENT, "sparse_softmax_cross_entropy", 2)       \
-	X(SPARSE_SOFTMAX_XENT_GRAD, "sparse_softmax_cross_entropy_grad", 2) \
-	X(DEPTHWISE_CONV2D, "depthwise_conv2d", 2)                      \
-	X(DEPTHWISE_CONV2D_BACKPROP_INPUT, "depthwise_conv2d_backprop_input", 2) \
-	X(DEPTHWISE_CONV2D_BACKPROP_FILTER, "depthwise_conv2d_backprop_filter", 2) \
-	X(AVG_POOL2D, "avg_pool2d", 1)                                  \
-	X(AVG_POOL2D_GRAD, "avg_pool2d_grad", 1)                        \
-	X(GLOBAL_AVG_POOL, "global_avg_pool", 1)                        \
-	X(GLOBAL_AVG_POOL_GRAD, "global_avg_pool_grad", 1)              \
-	X(BATCH_NORM, "batch_norm", 5)                                  \
-	X(BATCH_NORM_GRAD_INPUT, "batch_norm_grad_input", 3)            \
-	X(BATCH_NORM_GRAD_GAMMA, "batch_norm_grad_gamma", 2)            \
-	X(LAYER_NORM, "layer_norm", 3)                                  \
-	X(LAYER_NORM_GRAD_INPUT, "layer_norm_grad_input", 3)            \
-	X(LAYER_NORM_GRAD_GAMMA, "layer_norm_grad_gamma", 2)            \
-	X(MULTIPLY, "multiply", 2)                                      \
-	X(CONCAT, "concat", 2)                                          \
-	X(SLICE, "slice", 1)                                            \
-	X(LEAKY_RELU, "leaky_relu", 1)                                  \
-	X(LEAKY_RELU_GRAD, "leaky_relu_grad", 2)                        \
-	X(ELU, "elu", 1)                                                \
-	X(ELU_GRAD, "elu_grad", 2)                                      \
-	X(GELU, "gelu", 1)                                              \
-	X(GELU_GRAD, "gelu_grad", 2)                                    \
-	X(TANH, "tanh", 1)                                              \
-	X(TANH_GRAD, "tanh_grad", 2)                                    \
-	X(SIGMOID, "sigmoid", 1)                                        \
-	X(SIGMOID_GRAD, "sigmoid_grad", 2)                              \
-	X(SOFTMAX, "softmax", 1)                                        \
-	X(SOFTMAX_GRAD, "softmax_grad", 2)                              \
-	X(IDENTITY, "identity", 1)                                      \
-	X(SOFTMAX_XENT, "softmax_cross_entropy", 2)                     \
-	X(SOFTMAX_XENT_GRAD, "softmax_cross_entropy_grad", 2)           \
-	X(SIGMOID_XENT, "sigmoid_cross_entropy", 2)                     \
-	X(SIGMOID_XENT_GRAD, "sigmoid_cross_entropy_grad", 2)           \
-	X(MSE, "mean_squared_error", 2)                                 \
-	X(MSE_GRAD, "mean_squared_error_grad", 2)
+/*
+ * The op table.  One row per op, and what is generic about the op:
+ *
+ *   X(ID, name, inputs, inplace, shape, flops, factor, grad)
+ *
+ *   ID       the enum: DTF_OP_<ID>
+ *   name     as written in job files and summaries ("conv2d"); also names
+ *            the op's CPU reference kernel, cpu_<name> in ops/cpu/exec.c
+ *   inputs   how many inputs it takes (DTF_MAX_INPUTS at most)
+ *   inplace  which input its output may overwrite (same shape, every
+ *            element read before it is written), or -1: the memory
+ *            planner's rule (mem/plan.c)
+ *   shape    how its output shape follows (enum dtf_shape_rule below);
+ *            the constructor applies it for forward ops, the gradient rule
+ *            for gradient ops
+ *   flops,   its FLOP rule: the count dtf_graph_node_flops() returns is
+ *   factor   factor times the basis (enum dtf_flops_basis below); e.g.
+ *            sigmoid 3 per element (exp, add, divide), tanh_grad 3
+ *            (multiply, subtract, multiply), softmax 5 (max, subtract,
+ *            exp, sum, scale), softmax_grad 4 (dot, subtract, multiply),
+ *            batch/layer norm 5 per input element (mean 1, variance 2,
+ *            affine 2), their input gradients 11 (statistics 3, sums 3,
+ *            dx 5), sparse softmax cross entropy 4 (max, subtract, exp,
+ *            sum), the dense losses 6 (sigmoid: max, multiply, subtract,
+ *            exp, log1p, add), mean squared error 3 (subtract,
+ *            multiply-add)
+ *   grad     its gradient rule: the function of graph/autodiff.c that
+ *            emits the nodes of its inputs' gradients, or NULL for an op
+ *            that is itself a gradient (never differentiated)
+ *
+ * Adding an op:
+ *   1. one row here and its constructor dtf_graph_<name>() in graph/ops.c, which checks the
+ *      inputs and applies the shape rule;
+ *   2. one kernel per backend: cpu_<name> in ops/cpu/exec.c (the reference
+ *      walk, compile-checked against this table), a fast kernel in
+ *      ops/cpu/fast_exec.c's table or NULL (the reference runs), and an
+ *      entry in ops/cuda/exec_cuda.c's table -- a kernel or NOT_ON_CUDA
+ *      ("why"), which `dtf-train --dry-run` reports by name;
+ *   3. one gradient rule grad_<...> in graph/autodiff.c (named in the row;
+ *      its gradient ops get rows of their own with grad NULL);
+ *   4. one finite-difference test of the gradient in tests/test_graph.c
+ *      (and the op in tests/test_ops.c against a plain loop).
+ */
+#define DTF_OPS(X) \
+	X(INPUT,                            input,                             0, -1, FEED,     ZERO,      0,  grad_none)             \
+	X(VARIABLE,                         variable,                          0, -1, PARAM,    ZERO,      0,  grad_none)             \
+	X(CONV2D,                           conv2d,                            2, -1, WINDOW,   CONV,      1,  grad_conv2d)           \
+	X(CONV2D_BACKPROP_INPUT,            conv2d_backprop_input,             2, -1, GRAD,     CONV,      1,  NULL)                  \
+	X(CONV2D_BACKPROP_FILTER,           conv2d_backprop_filter,            2, -1, GRAD,     CONV,      1,  NULL)                  \
+	X(MAX_POOL2D,                       max_pool2d,                        1, -1, WINDOW,   POOL,      1,  grad_max_pool2d)       \
+	X(MAX_POOL2D_GRAD,                  max_pool2d_grad,                   2, -1, GRAD,     POOL,      1,  NULL)                  \
+	X(MATMUL,                           matmul,                            2, -1, MATMUL,   MATMUL,    1,  grad_matmul)           \
+	X(BIAS_ADD,                         bias_add,                          2, 0,  SAME,     OUT,       1,  grad_bias_add)         \
+	X(BIAS_ADD_GRAD,                    bias_add_grad,                     1, -1, GRAD,     IN0,       1,  NULL)                  \
+	X(RELU,                             relu,                              1, 0,  SAME,     OUT,       1,  grad_relu)             \
+	X(RELU_GRAD,                        relu_grad,                         2, 0,  GRAD,     OUT,       1,  NULL)                  \
+	X(DROPOUT,                          dropout,                           1, 0,  SAME,     OUT,       1,  grad_dropout)          \
+	X(DROPOUT_GRAD,                     dropout_grad,                      1, 0,  GRAD,     OUT,       1,  NULL)                  \
+	X(RESHAPE,                          reshape,                           1, -1, RESHAPE,  ZERO,      0,  grad_reshape)          \
+	X(ADD,                              add,                               2, 0,  SAME,     OUT,       1,  grad_add)              \
+	X(SPARSE_SOFTMAX_XENT,              sparse_softmax_cross_entropy,      2, -1, SCALAR,   IN0,       4,  grad_sparse_xent)      \
+	X(SPARSE_SOFTMAX_XENT_GRAD,         sparse_softmax_cross_entropy_grad, 2, -1, GRAD,     IN0,       6,  NULL)                  \
+	X(DEPTHWISE_CONV2D,                 depthwise_conv2d,                  2, -1, WINDOW,   DWCONV,    1,  grad_depthwise_conv2d) \
+	X(DEPTHWISE_CONV2D_BACKPROP_INPUT,  depthwise_conv2d_backprop_input,   2, -1, GRAD,     DWCONV,    1,  NULL)                  \
+	X(DEPTHWISE_CONV2D_BACKPROP_FILTER, depthwise_conv2d_backprop_filter,  2, -1, GRAD,     DWCONV,    1,  NULL)                  \
+	X(AVG_POOL2D,                       avg_pool2d,                        1, -1, WINDOW,   POOL,      1,  grad_avg_pool2d)       \
+	X(AVG_POOL2D_GRAD,                  avg_pool2d_grad,                   1, -1, GRAD,     POOL,      1,  NULL)                  \
+	X(GLOBAL_AVG_POOL,                  global_avg_pool,                   1, -1, CHANNELS, IN0,       1,  grad_global_avg_pool)  \
+	X(GLOBAL_AVG_POOL_GRAD,             global_avg_pool_grad,              1, -1, GRAD,     OUT,       1,  NULL)                  \
+	X(BATCH_NORM,                       batch_norm,                        5, -1, SAME,     IN0,       5,  grad_norm)             \
+	X(BATCH_NORM_GRAD_INPUT,            batch_norm_grad_input,             3, -1, GRAD,     OUT,       11, NULL)                  \
+	X(BATCH_NORM_GRAD_GAMMA,            batch_norm_grad_gamma,             2, -1, GRAD,     IN0,       5,  NULL)                  \
+	X(LAYER_NORM,                       layer_norm,                        3, -1, SAME,     IN0,       5,  grad_norm)             \
+	X(LAYER_NORM_GRAD_INPUT,            layer_norm_grad_input,             3, -1, GRAD,     OUT,       11, NULL)                  \
+	X(LAYER_NORM_GRAD_GAMMA,            layer_norm_grad_gamma,             2, -1, GRAD,     IN0,       5,  NULL)                  \
+	X(MULTIPLY,                         multiply,                          2, 0,  SAME,     OUT,       1,  grad_multiply)         \
+	X(CONCAT,                           concat,                            2, -1, CONCAT,   ZERO,      0,  grad_concat)           \
+	X(SLICE,                            slice,                             1, -1, GRAD,     ZERO,      0,  NULL)                  \
+	X(LEAKY_RELU,                       leaky_relu,                        1, 0,  SAME,     OUT,       1,  grad_act_input)        \
+	X(LEAKY_RELU_GRAD,                  leaky_relu_grad,                   2, 0,  GRAD,     OUT,       2,  NULL)                  \
+	X(ELU,                              elu,                               1, 0,  SAME,     OUT,       2,  grad_act_input)        \
+	X(ELU_GRAD,                         elu_grad,                          2, 0,  GRAD,     OUT,       3,  NULL)                  \
+	X(GELU,                             gelu,                              1, 0,  SAME,     GELU,      0,  grad_act_input)        \
+	X(GELU_GRAD,                        gelu_grad,                         2, 0,  GRAD,     GELU_GRAD, 0,  NULL)                  \
+	X(TANH,                             tanh,                              1, 0,  SAME,     OUT,       1,  grad_act_output)       \
+	X(TANH_GRAD,                        tanh_grad,                         2, 0,  GRAD,     OUT,       3,  NULL)                  \
+	X(SIGMOID,                          sigmoid,                           1, 0,  SAME,     OUT,       3,  grad_act_output)       \
+	X(SIGMOID_GRAD,                     sigmoid_grad,                      2, 0,  GRAD,     OUT,       3,  NULL)                  \
+	X(SOFTMAX,                          softmax,                           1, 0,  SAME,     OUT,       5,  grad_act_output)       \
+	X(SOFTMAX_GRAD,                     softmax_grad,                      2, -1, GRAD,     OUT,       4,  NULL)                  \
+	X(IDENTITY,                         identity,                          1, 0,  SAME,     ZERO,      0,  grad_identity)         \
+	X(SOFTMAX_XENT,                     softmax_cross_entropy,             2, -1, SCALAR,   IN0,       6,  grad_dense_loss)       \
+	X(SOFTMAX_XENT_GRAD,                softmax_cross_entropy_grad,        2, -1, GRAD,     IN0,       6,  NULL)                  \
+	X(SIGMOID_XENT,                     sigmoid_cross_entropy,             2, -1, SCALAR,   IN0,       6,  grad_dense_loss)       \
+	X(SIGMOID_XENT_GRAD,                sigmoid_cross_entropy_grad,        2, -1, GRAD,     IN0,       6,  NULL)                  \
+	X(MSE,                              mean_squared_error,                2, -1, SCALAR,   IN0,       3,  grad_dense_loss)       \
+	X(MSE_GRAD,                         mean_squared_error_grad,           2, -1, GRAD,     IN0,       3,  NULL)
+
+/* How an op's output shape follows from its inputs and attributes. */
+enum dtf_shape_rule {
+	DTF_SHAPE_FEED,     /* input: the feature's shape behind the batch */
+	DTF_SHAPE_PARAM,    /* variable: as declared */
+	DTF_SHAPE_SAME,     /* input 0's shape (elementwise, normalization) */
+	DTF_SHAPE_WINDOW,   /* (n, oh, ow, o or c) from the window geometry */
+	DTF_SHAPE_MATMUL,   /* (rows of a, columns of b), transposes applied */
+	DTF_SHAPE_CHANNELS, /* (n, c) of an (n, h, w, c) input */
+	DTF_SHAPE_RESHAPE,  /* the target shape, one -1 inferred */
+	DTF_SHAPE_CONCAT,   /* input 0's shape, the axis summed with input 1's */
+	DTF_SHAPE_SCALAR,   /* a loss: rank 0 */
+	DTF_SHAPE_GRAD,     /* a gradient: the shape of the forward tensor it
+			       is the gradient of, set by the gradient rule */
+};
+
+/* What dtf_graph_node_flops() multiplies an op's factor with. */
+enum dtf_flops_basis {
+	DTF_FLOPS_ZERO,      /* data movement: 0 */
+	DTF_FLOPS_OUT,       /* per output element */
+	DTF_FLOPS_IN0,       /* per element of input 0 */
+	DTF_FLOPS_CONV,      /* 2 per multiply-add: 2 n oh ow o kh kw c */
+	DTF_FLOPS_DWCONV,    /* 2 n oh ow o kh kw (o = c * multiplier) */
+	DTF_FLOPS_POOL,      /* 1 per window tap: n oh ow c kh kw */
+	DTF_FLOPS_MATMUL,    /* 2 m n k */
+	DTF_FLOPS_GELU,      /* per output element: 5 (erf form), 9 (tanh) */
+	DTF_FLOPS_GELU_GRAD, /* per output element: 9 (erf form), 14 (tanh) */
+};
 
 enum dtf_op {
-#define DTF_X_OP(id, name, nin) DTF_OP_##id,
+#define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) DTF_OP_##id,
 	DTF_OPS(DTF_X_OP)
 #undef DTF_X_OP
 	DTF_OP_COUNT_
@@ -90,6 +160,13 @@ enum dtf_op {
 
 /* The op's name as written in job files and summaries. */
 const char *dtf_op_name(enum dtf_op op);
+/* The columns of the op's row: inputs, in-place input (or -1), shape rule,
+ * FLOP basis and factor. */
+int dtf_op_ninputs(enum dtf_op op);
+int dtf_op_inplace_input(enum dtf_op op);
+enum dtf_shape_rule dtf_op_shape_rule(enum dtf_op op);
+enum dtf_flops_basis dtf_op_flops_basis(enum dtf_op op);
+int dtf_op_flops_factor(enum dtf_op op);
 
 /* batch_norm has the most: x, gamma, beta, moving_mean, moving_var.
  * Inputs past the op's count are -1. */
@@ -188,7 +265,6 @@ struct dtf_graph {
 	int nforward;     /* nodes [0, nforward) are the forward pass */
 	int *var_grad;    /* per node: id of its total gradient, or -1;
 			     filled by dtf_graph_backward */
-	size_t workspace; /* floats of kernel workspace (max over nodes) */
 };
 
 /* Empty graph for per-replica batch `batch`.  Errors: DTF_ERR_NOMEM. */
@@ -264,7 +340,7 @@ int dtf_graph_sparse_softmax_xent(struct dtf_graph *g, const char *name,
 #define DTF_BATCH_NORM_EPSILON 1e-3f  /* Keras BatchNormalization */
 #define DTF_LAYER_NORM_EPSILON 1e-3f  /* Keras LayerNormalization */
 #define DTF_ELU_ALPHA 1.0f            /* Keras ELU, tf.nn.elu */
-/* leaky_relu: DTF_LEAKY_RELU_ALPHA (0.2, tf.nn.leaky_relu) in kernels.h */
+#define DTF_LEAKY_RELU_ALPHA 0.2f        /* tf.nn.leaky_relu */
 
 /* Window attributes of conv2d and depthwise_conv2d (TF's tf.nn.conv2d):
  * strides and dilations >= 1 (0 is read as 1); for DTF_PAD_EXPLICIT the
@@ -299,7 +375,7 @@ int dtf_graph_global_avg_pool(struct dtf_graph *g, const char *name, int x);
  * initialised like any variable, get no gradient).  In training
  * (exec ctx.training) the batch statistics normalize and the moving
  * averages are updated in place with `momentum`
- * (dtf_cpu_batch_norm_train); in inference the moving statistics
+ * (the CPU kernel: dtf_cpu_batch_norm_train); in inference the moving statistics
  * normalize.  The lowering initialises gamma and moving_var to ones, beta
  * and moving_mean to zeros (Keras).  The gradient assumes training mode.
  */
@@ -344,16 +420,6 @@ int dtf_graph_sigmoid_xent(struct dtf_graph *g, const char *name, int logits,
 /* predictions and float32 labels of the same shape (n, ...). */
 int dtf_graph_mean_squared_error(struct dtf_graph *g, const char *name,
 				 int predictions, int labels);
-
-/*
- * Correct predictions among the first `valid` rows of the last forward
- * pass, for the graph's loss: sparse int labels or one-hot float labels,
- * k == 1 accuracy (argmax, first maximum wins: Keras's accuracy), k > 1
- * TF's in_top_k (ties at the k-th place count).  sigmoid_cross_entropy:
- * Keras's binary_accuracy summed over rows (k ignored).
- * mean_squared_error: 0 (no accuracy for a regression).
- */
-double dtf_graph_count_correct(const struct dtf_graph *g, int valid, int k);
 
 /*
  * Forward FLOPs of node `id` for its whole per-replica batch (divide by

@@ -18,10 +18,4 @@ int dtf_graph_append_node(struct dtf_graph *g, enum dtf_op op,
 int dtf_graph_shape_error(const struct dtf_graph *g, const char *what, int a,
 			  int b);
 
-/* Raise g->workspace to at least `floats`. */
-void dtf_graph_grow_workspace(struct dtf_graph *g, size_t floats);
-
-/* Inputs the op takes (the X-macro's count). */
-int dtf_graph_op_ninputs(enum dtf_op op);
-
 #endif

@@ -1,8 +1,8 @@
 /*
  * ops.c - constructors of the wider op set (windows with dilation and
  * explicit padding, depthwise conv2d, average pooling, normalization,
- * elementwise and shape ops, activations, dense losses), the accuracy count
- * of any loss, and forward FLOPs per node.
+ * elementwise and shape ops, activations, dense losses) and forward FLOPs
+ * per node.
  *
  * Same rules as graph.c: a constructor checks its inputs' shapes, records
  * op and attributes, infers the output shape, and computes nothing.  A
@@ -116,10 +116,8 @@ int dtf_graph_conv2d_ex(struct dtf_graph *g, const char *name, int x, int w,
 		return rc;
 	struct dtf_shape s = {4, {geom.n, geom.oh, geom.ow, geom.o}};
 	int id = node2(g, DTF_OP_CONV2D, name, x, w, &s);
-	if (id < 0)
-		return id;
-	g->nodes[id].a.win.g = geom;
-	dtf_graph_grow_workspace(g, dtf_cpu_conv2d_workspace(&geom));
+	if (id >= 0)
+		g->nodes[id].a.win.g = geom;
 	return id;
 }
 
@@ -221,7 +219,7 @@ int dtf_graph_batch_norm(struct dtf_graph *g, const char *name, int x,
 					 "batch_norm '%s': the moving statistics '%s' must be a variable, not %s",
 					 name, v->name, dtf_op_name(v->op));
 		for (int i = 0; i < g->nnodes; i++)
-			for (int j = 0; j < dtf_graph_op_ninputs(g->nodes[i].op); j++)
+			for (int j = 0; j < dtf_op_ninputs(g->nodes[i].op); j++)
 				if (g->nodes[i].inputs[j] == stats[k])
 					return dtf_error(DTF_ERR_GRAPH,
 							 "batch_norm '%s': the moving statistics '%s' are already used by '%s'",
@@ -497,40 +495,6 @@ int dtf_graph_mean_squared_error(struct dtf_graph *g, const char *name,
 	return dense_loss(g, DTF_OP_MSE, name, predictions, labels, 0);
 }
 
-/* ---- metrics ------------------------------------------------------------ */
-
-double dtf_graph_count_correct(const struct dtf_graph *g, int valid, int k)
-{
-	if (g->loss < 0 || valid <= 0)
-		return 0.0;
-	const struct dtf_node *l = &g->nodes[g->logits];
-	const void *labels = g->nodes[g->labels].data;
-	size_t rows = (size_t)l->shape.d[0];
-	size_t cols = (size_t)(dtf_shape_numel(&l->shape) / l->shape.d[0]);
-	const float *logits = l->data;
-	if (k < 1)
-		k = 1;
-	switch (g->nodes[g->loss].op) {
-	case DTF_OP_SPARSE_SOFTMAX_XENT:
-		if (k == 1)
-			return (double)dtf_cpu_count_correct(rows, (int)cols, logits,
-							     labels, (size_t)valid);
-		return (double)dtf_cpu_count_in_top_k(rows, (int)cols, logits,
-						      labels, (size_t)valid, k);
-	case DTF_OP_SOFTMAX_XENT:
-		if (k == 1)
-			return (double)dtf_cpu_count_correct_onehot(
-				rows, (int)cols, logits, labels, (size_t)valid);
-		return (double)dtf_cpu_count_in_top_k_onehot(
-			rows, (int)cols, logits, labels, (size_t)valid, k);
-	case DTF_OP_SIGMOID_XENT:
-		return dtf_cpu_binary_accuracy_sum(rows, cols, logits, labels,
-						   (size_t)valid);
-	default:
-		return 0.0;
-	}
-}
-
 /* ---- FLOPs -------------------------------------------------------------- */
 
 int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id)
@@ -540,84 +504,31 @@ int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id)
 	int64_t out = dtf_shape_numel(&n->shape);
 	int64_t in0 = n->inputs[0] >= 0 ? dtf_shape_numel(S(g, n->inputs[0])) : 0;
 	int64_t win_out = (int64_t)w->n * w->oh * w->ow;
+	int64_t f = dtf_op_flops_factor(n->op);
 
-	switch (n->op) {
-	case DTF_OP_CONV2D:
-	case DTF_OP_CONV2D_BACKPROP_INPUT:
-	case DTF_OP_CONV2D_BACKPROP_FILTER:
-		return 2 * win_out * w->o * w->kh * w->kw * w->c;
-	case DTF_OP_DEPTHWISE_CONV2D:
-	case DTF_OP_DEPTHWISE_CONV2D_BACKPROP_INPUT:
-	case DTF_OP_DEPTHWISE_CONV2D_BACKPROP_FILTER:
-		return 2 * win_out * w->o * w->kh * w->kw;
-	case DTF_OP_MAX_POOL2D:
-	case DTF_OP_MAX_POOL2D_GRAD:
-	case DTF_OP_AVG_POOL2D:
-	case DTF_OP_AVG_POOL2D_GRAD:
-		return win_out * w->c * w->kh * w->kw;
-	case DTF_OP_MATMUL: {
+	/* the FLOP rule of the op's row (graph.h): factor times the basis */
+	switch (dtf_op_flops_basis(n->op)) {
+	case DTF_FLOPS_ZERO:
+		return 0;
+	case DTF_FLOPS_OUT:
+		return f * out;
+	case DTF_FLOPS_IN0:
+		return f * in0;
+	case DTF_FLOPS_CONV:
+		return f * 2 * win_out * w->o * w->kh * w->kw * w->c;
+	case DTF_FLOPS_DWCONV:
+		return f * 2 * win_out * w->o * w->kh * w->kw;
+	case DTF_FLOPS_POOL:
+		return f * win_out * w->c * w->kh * w->kw;
+	case DTF_FLOPS_MATMUL: {
 		const struct dtf_shape *sa = S(g, n->inputs[0]);
 		int64_t k = n->a.mm.trans_a ? sa->d[0] : sa->d[1];
-		return 2 * out * k;
+		return f * 2 * out * k;
 	}
-	case DTF_OP_GLOBAL_AVG_POOL:
-	case DTF_OP_BIAS_ADD_GRAD:
-		return in0; /* one add per input element */
-	case DTF_OP_GLOBAL_AVG_POOL_GRAD:
-	case DTF_OP_BIAS_ADD:
-	case DTF_OP_ADD:
-	case DTF_OP_MULTIPLY:
-	case DTF_OP_RELU:
-	case DTF_OP_RELU_GRAD:
-	case DTF_OP_LEAKY_RELU:
-	case DTF_OP_DROPOUT:
-	case DTF_OP_DROPOUT_GRAD:
-	case DTF_OP_TANH:
-		return out;
-	case DTF_OP_LEAKY_RELU_GRAD:
-	case DTF_OP_ELU:
-		return 2 * out;
-	case DTF_OP_SIGMOID:     /* exp, add, divide */
-	case DTF_OP_ELU_GRAD:    /* exp, 2 multiplies */
-	case DTF_OP_TANH_GRAD:   /* multiply, subtract, multiply */
-		return 3 * out;
-	case DTF_OP_SIGMOID_GRAD:
-		return 3 * out;
-	case DTF_OP_GELU:        /* erf form: scale, erf, add, 2 multiplies */
+	case DTF_FLOPS_GELU: /* erf form: scale, erf, add, 2 multiplies */
 		return (n->a.act.approximate ? 9 : 5) * out;
-	case DTF_OP_GELU_GRAD:
+	case DTF_FLOPS_GELU_GRAD:
 		return (n->a.act.approximate ? 14 : 9) * out;
-	case DTF_OP_SOFTMAX:     /* max, subtract, exp, sum, scale */
-		return 5 * out;
-	case DTF_OP_SOFTMAX_GRAD: /* dot, subtract, multiply */
-		return 4 * out;
-	case DTF_OP_BATCH_NORM:  /* mean 1, variance 2 (training), affine 2 */
-	case DTF_OP_LAYER_NORM:
-	case DTF_OP_BATCH_NORM_GRAD_GAMMA: /* statistics 3, xhat 2 */
-	case DTF_OP_LAYER_NORM_GRAD_GAMMA:
-		return 5 * in0;
-	case DTF_OP_BATCH_NORM_GRAD_INPUT: /* statistics 3, sums 3, dx 5 */
-	case DTF_OP_LAYER_NORM_GRAD_INPUT:
-		return 11 * out;
-	case DTF_OP_SPARSE_SOFTMAX_XENT: /* max, subtract, exp, sum */
-		return 4 * in0;
-	case DTF_OP_SPARSE_SOFTMAX_XENT_GRAD:
-	case DTF_OP_SOFTMAX_XENT:        /* + multiply-add by the target */
-	case DTF_OP_SOFTMAX_XENT_GRAD:
-	case DTF_OP_SIGMOID_XENT:        /* max, multiply, subtract, exp, log1p, add */
-	case DTF_OP_SIGMOID_XENT_GRAD:
-		return 6 * in0;
-	case DTF_OP_MSE:                 /* subtract, multiply-add */
-	case DTF_OP_MSE_GRAD:
-		return 3 * in0;
-	case DTF_OP_INPUT:
-	case DTF_OP_VARIABLE:
-	case DTF_OP_RESHAPE:
-	case DTF_OP_IDENTITY:
-	case DTF_OP_CONCAT:
-	case DTF_OP_SLICE:
-	case DTF_OP_COUNT_:
-		return 0;
 	}
 	return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "ops/cpu/kernels.h"
 
 #define NONE SIZE_MAX
 
@@ -31,34 +32,21 @@ static size_t node_bytes(const struct dtf_node *n)
 	return align_up((size_t)dtf_shape_numel(&n->shape) * elem);
 }
 
-/* Which input an op may overwrite with its output (same shape,
- * elementwise), or -1. */
-static int inplace_input(enum dtf_op op)
+/* Floats of scratch the CPU kernels need: the largest conv2d im2col block
+ * (a node's gradients share its geometry).  The graph computes no backend
+ * sizes, so the arena's workspace is sized here, where the arena is. */
+static size_t cpu_workspace(const struct dtf_graph *g)
 {
-	switch (op) {
-	case DTF_OP_RELU:
-	case DTF_OP_RELU_GRAD: /* dx over dy */
-	case DTF_OP_BIAS_ADD:
-	case DTF_OP_ADD:       /* exec copies input 0 then adds input 1 */
-	case DTF_OP_DROPOUT:
-	case DTF_OP_DROPOUT_GRAD:
-	case DTF_OP_MULTIPLY:
-	case DTF_OP_IDENTITY:  /* exec skips the copy when y == x */
-	case DTF_OP_LEAKY_RELU:
-	case DTF_OP_LEAKY_RELU_GRAD: /* elementwise grads: dx over dy */
-	case DTF_OP_ELU:
-	case DTF_OP_ELU_GRAD:
-	case DTF_OP_GELU:
-	case DTF_OP_GELU_GRAD:
-	case DTF_OP_TANH:
-	case DTF_OP_TANH_GRAD:
-	case DTF_OP_SIGMOID:
-	case DTF_OP_SIGMOID_GRAD:
-	case DTF_OP_SOFTMAX:
-		return 0;
-	default:
-		return -1;
+	size_t ws = 0;
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		if (n->op != DTF_OP_CONV2D)
+			continue;
+		size_t f = dtf_cpu_conv2d_workspace(&n->a.win.g);
+		if (f > ws)
+			ws = f;
 	}
+	return ws;
 }
 
 /* var_of[i]: the variable whose total gradient node i is, or -1. */
@@ -249,7 +237,7 @@ static int compute_offsets(const struct dtf_graph *g,
 		size_t bytes = node_bytes(nd);
 		*naive += bytes;
 		int b = -1;
-		int k = kind == DTF_PLANNER_LIVENESS ? inplace_input(nd->op) : -1;
+		int k = kind == DTF_PLANNER_LIVENESS ? dtf_op_inplace_input(nd->op) : -1;
 		if (k >= 0 && nd->inputs[k] >= 0) {
 			int ib = buf[nd->inputs[k]];
 			if (ib >= 0 && buf_last[ib] == i &&
@@ -319,7 +307,7 @@ int dtf_plan_measure(const struct dtf_graph *g, enum dtf_planner_kind kind,
 	int rc = compute_offsets(g, kind, with_grads, offset, &total, &naive,
 				 &st->inplace);
 	dtf_free(offset);
-	st->workspace_bytes = align_up(g->workspace * sizeof(float));
+	st->workspace_bytes = align_up(cpu_workspace(g) * sizeof(float));
 	st->naive_bytes = naive + st->workspace_bytes;
 	st->planned_bytes = total + st->workspace_bytes;
 	return rc;
@@ -340,7 +328,7 @@ int dtf_plan_graph_with(struct dtf_graph *g, enum dtf_planner_kind kind,
 	if ((rc = compute_offsets(g, kind, grads != NULL, offset, &total,
 				  &naive, &ninplace)) < 0)
 		goto out;
-	size_t ws = align_up(g->workspace * sizeof(float));
+	size_t ws = align_up(cpu_workspace(g) * sizeof(float));
 	plan->arena = dtf_alloc_aligned(ws + total ? ws + total : DTF_ALIGN);
 	if (!plan->arena) {
 		rc = dtf_error(DTF_ERR_NOMEM,

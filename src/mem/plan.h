@@ -41,7 +41,9 @@
 struct dtf_plan {
 	void *arena;         /* owned; one allocation */
 	size_t arena_bytes;  /* activations, gradients and workspace */
-	float *workspace;    /* g->workspace floats inside the arena */
+	float *workspace;    /* the CPU kernels' scratch (the
+				largest conv2d im2col block) inside
+				the arena */
 	size_t naive_bytes;  /* what the naive planner needs for this graph */
 };
 

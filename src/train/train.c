@@ -39,12 +39,13 @@
 #include "distribute/comm.h"
 #include "distribute/strategy.h"
 #include "data/pipeline.h"
-#include "graph/exec.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "obs/obs.h"
 #include "ops/backend.h"
+#include "ops/cpu/exec.h"
 #include "ops/cpu/fast.h"
+#include "ops/cuda/exec_cuda.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
 #include "train/elastic.h"
@@ -1097,10 +1098,21 @@ static int setup(struct run *R, int *done)
 	if (rc < 0)
 		return rc;
 	R->result->num_params = dtf_graph_num_params(&r->g);
-	if (R->opts->dry_run)
-		return R->rank == 0 ? dtf_summary_print(job, &r->g, r->layer_out,
-							stdout)
-				    : 0;
+	if (R->opts->dry_run) {
+		char ops[512];
+		if (R->rank != 0)
+			return 0;
+		if ((rc = dtf_summary_print(job, &r->g, r->layer_out, stdout)) < 0)
+			return rc;
+		/* the op table's "not on this backend" entries, by name */
+		if (job->device.kind != DTF_DEVICE_CPU &&
+		    dtf_cuda_graph_missing(&r->g, ops, sizeof(ops)) > 0)
+			printf("not on the cuda backend: %s (device: %s)\n", ops,
+			       job->device.kind == DTF_DEVICE_AUTO
+				       ? "auto trains on the CPU"
+				       : "cuda cannot run this model");
+		return 0;
+	}
 	if (R->role == DTF_TASK_EVALUATOR)
 		return run_evaluator(job, R->world_comm, R->opts, r, R->batch,
 				     R->result);

@@ -15,7 +15,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "graph/fast_exec.h"
+#include "ops/cpu/fast_exec.h"
 #include "mem/plan.h"
 
 struct cpu {

@@ -17,39 +17,11 @@
 #include <stdint.h>
 
 #include "core/rng.h"
+#include "graph/window.h"
 
-/*
- * Geometry of a 2-D convolution or pooling window, TensorFlow semantics.
- * Input x: (n, h, w, c).  Filter (conv2d): (kh, kw, c, o), TF's HWIO layout.
- * Output y: (n, oh, ow, o) for conv2d, (n, oh, ow, c) for pooling.
- * padding "same": oh = ceil(h / stride_h), pad_total = max((oh-1)*stride_h +
- * (kh-1)*dilation_h + 1 - h, 0), pad_top = pad_total / 2 (the extra row goes
- * at the bottom, as in TF).  "valid": oh = ceil((h - (kh-1)*dil - 1 + 1) /
- * stride_h), no padding.  "explicit" (TF's padding=[[0,0],[t,b],[l,r],[0,0]]
- * of tf.nn.conv2d): the caller sets pad_top/left/bottom/right (>= 0, may be
- * asymmetric) and oh = floor((h + t + b - (kh-1)*dil - 1) / stride_h) + 1.
- * Fill it with dtf_window_geom_finish().  The kernels read only pad_top and
- * pad_left: padding after the input is implied by oh/ow, so every kernel
- * that takes a geometry supports all three kinds.
- */
-struct dtf_window_geom {
-	int n, h, w, c;       /* input */
-	int kh, kw, o;        /* window / filter; o unused by pooling */
-	int stride_h, stride_w;
-	int dilation_h, dilation_w;
-	int pad_top, pad_left; /* padding before */
-	int oh, ow;            /* output spatial size */
-	int pad_bottom, pad_right; /* padding after (informative for same and
-				      valid; an input for explicit) */
-};
-
-enum dtf_padding { DTF_PAD_VALID = 0, DTF_PAD_SAME = 1, DTF_PAD_EXPLICIT = 2 };
-
-/* Fill g->oh, ow and the padding from the other fields and `padding` (for
- * DTF_PAD_EXPLICIT the four pad_* fields are inputs and must be >= 0).
- * Returns 0, or -1 when the output would be empty (window larger than the
- * padded input) or a field is out of range. */
-int dtf_window_geom_finish(struct dtf_window_geom *g, enum dtf_padding padding);
+/* struct dtf_window_geom, enum dtf_padding and dtf_window_geom_finish()
+ * are graph-level (graph/window.h): a node carries the geometry, every
+ * backend reads it. */
 
 /* ---- conv2d: y = conv(x, w), im2col + sgemm --------------------------- */
 
@@ -234,9 +206,8 @@ void dtf_cpu_relu(size_t n, const float *x, float *y);
 void dtf_cpu_relu_grad(size_t n, const float *dy, const float *y, float *dx);
 
 /* y = x where x > 0, alpha * x elsewhere; tf.nn.leaky_relu (its default
- * alpha is 0.2, DTF_LEAKY_RELU_ALPHA; Keras's LeakyReLU layer defaults to
- * 0.3).  In place allowed. */
-#define DTF_LEAKY_RELU_ALPHA 0.2f
+ * alpha is 0.2, DTF_LEAKY_RELU_ALPHA in graph/graph.h; Keras's LeakyReLU
+ * layer defaults to 0.3).  In place allowed. */
 void dtf_cpu_leaky_relu(size_t n, float alpha, const float *x, float *y);
 /* dx = dy where x > 0, alpha * dy elsewhere (x is the input). */
 void dtf_cpu_leaky_relu_grad(size_t n, float alpha, const float *dy,

@@ -1,6 +1,6 @@
 /*
- * exec_cuda.c - the CUDA executor: one switch over the op, one CUDA kernel
- * per node, on device pointers translated from the host plan.
+ * exec_cuda.c - the CUDA executor: one CUDA kernel per node, from a table
+ * indexed by the op, on device pointers translated from the host plan.
  *
  * Plain C over the backend's interface (ops/cuda/cuda.h): it includes no
  * CUDA header and is built with or without the backend (without it, no
@@ -88,33 +88,258 @@ static void *translate(const struct dtf_cuda_exec *ex,
 	return NULL;
 }
 
-/* Is there a CUDA kernel for this op? */
-static int supported(enum dtf_op op)
+/* ---- the kernels --------------------------------------------------------- */
+
+static float *D(const struct dtf_cuda_exec *ex, int id)
 {
-	switch (op) {
-	case DTF_OP_INPUT:
-	case DTF_OP_VARIABLE:
-	case DTF_OP_RESHAPE:
-	case DTF_OP_CONV2D:
-	case DTF_OP_CONV2D_BACKPROP_INPUT:
-	case DTF_OP_CONV2D_BACKPROP_FILTER:
-	case DTF_OP_MAX_POOL2D:
-	case DTF_OP_MAX_POOL2D_GRAD:
-	case DTF_OP_MATMUL:
-	case DTF_OP_BIAS_ADD:
-	case DTF_OP_BIAS_ADD_GRAD:
-	case DTF_OP_RELU:
-	case DTF_OP_RELU_GRAD:
-	case DTF_OP_DROPOUT:
-	case DTF_OP_DROPOUT_GRAD:
-	case DTF_OP_ADD:
-	case DTF_OP_SPARSE_SOFTMAX_XENT:
-	case DTF_OP_SPARSE_SOFTMAX_XENT_GRAD:
-		return 1;
-	default:
-		return 0;
-	}
+	return ex->x[id].d;
 }
+
+/*
+ * The CUDA kernel table: one signature for every op.  D(ex, id) is a
+ * node's device buffer, set the input set of this step, stats the
+ * statistics the run writes.
+ */
+#define KERNEL(fn)                                                       \
+	static void fn(struct dtf_cuda_exec *ex, int i,                  \
+		       const struct dtf_exec_ctx *c, int set,            \
+		       enum dtf_cuda_stats stats)
+#define KERNEL_VARS                                                      \
+	struct dtf_cuda_ctx *ctx = ex->ctx;                              \
+	const struct dtf_graph *g = ex->g;                               \
+	const struct dtf_node *n = &g->nodes[i];                         \
+	const struct xnode *xn = &ex->x[i];                              \
+	int a = n->inputs[0], b = n->inputs[1];                          \
+	size_t numel = (size_t)dtf_shape_numel(&n->shape);               \
+	float *y = xn->d;                                                \
+	(void)ctx, (void)c, (void)set, (void)stats, (void)xn, (void)a,   \
+		(void)b, (void)numel, (void)y
+
+/* INPUT, VARIABLE, RESHAPE: buffers only (dtf_cuda_exec_run points them) */
+KERNEL(cu_nothing)
+{
+	KERNEL_VARS;
+}
+
+KERNEL(cu_conv2d)
+{
+	KERNEL_VARS;
+	dtf_cuda_conv2d(ctx, xn->conv, D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_conv2d_backprop_input)
+{
+	KERNEL_VARS;
+	dtf_cuda_conv2d_backprop_input(ctx, xn->conv, D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_conv2d_backprop_filter)
+{
+	KERNEL_VARS;
+	dtf_cuda_conv2d_backprop_filter(ctx, xn->conv, D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_max_pool2d)
+{
+	KERNEL_VARS;
+	dtf_cuda_max_pool2d(ctx, xn->pool, D(ex, a), y);
+}
+
+KERNEL(cu_max_pool2d_grad)
+{
+	KERNEL_VARS;
+	dtf_cuda_max_pool2d_grad(ctx, xn->pool, D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_matmul)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *sa = &g->nodes[a].shape;
+	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
+	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	dtf_cuda_matmul(ctx, m, cols, k, D(ex, a), n->a.mm.trans_a, D(ex, b),
+			n->a.mm.trans_b, y);
+}
+
+KERNEL(cu_bias_add)
+{
+	KERNEL_VARS;
+	int ch = (int)n->shape.d[n->shape.rank - 1];
+	dtf_cuda_bias_add(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_bias_add_grad)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	int ch = (int)s->d[s->rank - 1];
+	dtf_cuda_bias_add_grad(ctx, (size_t)dtf_shape_numel(s) / (size_t)ch, ch,
+			       D(ex, a), y);
+}
+
+KERNEL(cu_relu)
+{
+	KERNEL_VARS;
+	dtf_cuda_relu(ctx, numel, D(ex, a), y);
+}
+
+KERNEL(cu_relu_grad)
+{
+	KERNEL_VARS;
+	dtf_cuda_relu_grad(ctx, numel, D(ex, a), D(ex, b), y);
+}
+
+/* DROPOUT and DROPOUT_GRAD: the CPU's mask (dtf_exec_dropout_salt) */
+KERNEL(cu_dropout)
+{
+	KERNEL_VARS;
+	size_t rows = (size_t)n->shape.d[0], cols = numel / rows;
+	float rate = c->training ? n->a.drop.rate : 0.0f;
+	uint32_t salt = dtf_exec_dropout_salt(n, c->step);
+	if (n->op == DTF_OP_DROPOUT)
+		dtf_cuda_dropout(ctx, rows, cols, rate, c->dropout_key,
+				 ex->d_ids[set], salt, D(ex, a), y);
+	else
+		dtf_cuda_dropout_grad(ctx, rows, cols, rate, c->dropout_key,
+				      ex->d_ids[set], salt, D(ex, a), y);
+}
+
+KERNEL(cu_add)
+{
+	KERNEL_VARS;
+	dtf_cuda_add(ctx, numel, D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_sparse_xent)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	int step = stats == DTF_CUDA_STATS_STEP && ex->nstats >= 1;
+	dtf_cuda_sparse_softmax_xent(
+		ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
+		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y,
+		step ? ex->d_grads + ex->nparams : NULL,
+		step ? NULL : &ex->d_eval[0]);
+}
+
+KERNEL(cu_sparse_xent_grad)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	dtf_cuda_sparse_softmax_xent_grad(
+		ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
+		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y);
+}
+
+/* ---- planning: the plan column of the kernel table ------------------- */
+
+static int plan_conv2d(struct dtf_cuda_exec *ex, int i)
+{
+	const struct dtf_node *n = &ex->g->nodes[i];
+	int rc = dtf_cuda_conv2d_plan(ex->ctx, &n->a.win.g, &ex->x[i].conv);
+	if (rc < 0) {
+		char msg[768];
+		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+		return dtf_error(rc == -DTF_ERR_CONFIG ? DTF_ERR_CONFIG
+						       : DTF_ERR_RUNTIME,
+				 "node '%s': %s", n->name, msg);
+	}
+	return 0;
+}
+
+static int plan_pool(struct dtf_cuda_exec *ex, int i)
+{
+	return dtf_cuda_pool_plan(ex->ctx, &ex->g->nodes[i].a.win.g,
+				  &ex->x[i].pool);
+}
+
+static int plan_bias_add_grad(struct dtf_cuda_exec *ex, int i)
+{
+	const struct dtf_graph *g = ex->g;
+	const struct dtf_shape *s = &g->nodes[g->nodes[i].inputs[0]].shape;
+	int c = (int)s->d[s->rank - 1];
+	dtf_cuda_ctx_need(ex->ctx, 0, 0,
+			  dtf_cuda_bias_add_grad_scratch(
+				  (size_t)dtf_shape_numel(s) / (size_t)c, c));
+	return 0;
+}
+
+/*
+ * The CUDA kernel table, indexed by the op: plan (optional: cuDNN plans,
+ * scratch), run, and for an op without a CUDA kernel the reason, which
+ * dtf_cuda_exec_new's error and `dtf-train --dry-run` give by name.  One
+ * entry per row of the op table, CUDA_<ID>: an op added there without a
+ * kernel or a NOT_ON_CUDA entry here does not compile.
+ */
+struct cuda_kernel {
+	int (*plan)(struct dtf_cuda_exec *ex, int i);
+	void (*run)(struct dtf_cuda_exec *ex, int i, const struct dtf_exec_ctx *c,
+		    int set, enum dtf_cuda_stats stats);
+	const char *why; /* run == NULL: why the op is not on this backend */
+};
+#define NOT_ON_CUDA(why) {NULL, NULL, why}
+#define NO_KERNEL_YET NOT_ON_CUDA("no CUDA kernel yet")
+#define CUDA_INPUT {NULL, cu_nothing, NULL}
+#define CUDA_VARIABLE {NULL, cu_nothing, NULL}
+#define CUDA_CONV2D {plan_conv2d, cu_conv2d, NULL}
+#define CUDA_CONV2D_BACKPROP_INPUT {plan_conv2d, cu_conv2d_backprop_input, NULL}
+#define CUDA_CONV2D_BACKPROP_FILTER {plan_conv2d, cu_conv2d_backprop_filter, NULL}
+#define CUDA_MAX_POOL2D {plan_pool, cu_max_pool2d, NULL}
+#define CUDA_MAX_POOL2D_GRAD {plan_pool, cu_max_pool2d_grad, NULL}
+#define CUDA_MATMUL {NULL, cu_matmul, NULL}
+#define CUDA_BIAS_ADD {NULL, cu_bias_add, NULL}
+#define CUDA_BIAS_ADD_GRAD {plan_bias_add_grad, cu_bias_add_grad, NULL}
+#define CUDA_RELU {NULL, cu_relu, NULL}
+#define CUDA_RELU_GRAD {NULL, cu_relu_grad, NULL}
+#define CUDA_DROPOUT {NULL, cu_dropout, NULL}
+#define CUDA_DROPOUT_GRAD {NULL, cu_dropout, NULL}
+#define CUDA_RESHAPE {NULL, cu_nothing, NULL}
+#define CUDA_ADD {NULL, cu_add, NULL}
+#define CUDA_SPARSE_SOFTMAX_XENT {NULL, cu_sparse_xent, NULL}
+#define CUDA_SPARSE_SOFTMAX_XENT_GRAD {NULL, cu_sparse_xent_grad, NULL}
+#define CUDA_DEPTHWISE_CONV2D NO_KERNEL_YET
+#define CUDA_DEPTHWISE_CONV2D_BACKPROP_INPUT NO_KERNEL_YET
+#define CUDA_DEPTHWISE_CONV2D_BACKPROP_FILTER NO_KERNEL_YET
+#define CUDA_AVG_POOL2D NO_KERNEL_YET
+#define CUDA_AVG_POOL2D_GRAD NO_KERNEL_YET
+#define CUDA_GLOBAL_AVG_POOL NO_KERNEL_YET
+#define CUDA_GLOBAL_AVG_POOL_GRAD NO_KERNEL_YET
+#define CUDA_BATCH_NORM NO_KERNEL_YET
+#define CUDA_BATCH_NORM_GRAD_INPUT NO_KERNEL_YET
+#define CUDA_BATCH_NORM_GRAD_GAMMA NO_KERNEL_YET
+#define CUDA_LAYER_NORM NO_KERNEL_YET
+#define CUDA_LAYER_NORM_GRAD_INPUT NO_KERNEL_YET
+#define CUDA_LAYER_NORM_GRAD_GAMMA NO_KERNEL_YET
+#define CUDA_MULTIPLY NO_KERNEL_YET
+#define CUDA_CONCAT NO_KERNEL_YET
+#define CUDA_SLICE NO_KERNEL_YET
+#define CUDA_LEAKY_RELU NO_KERNEL_YET
+#define CUDA_LEAKY_RELU_GRAD NO_KERNEL_YET
+#define CUDA_ELU NO_KERNEL_YET
+#define CUDA_ELU_GRAD NO_KERNEL_YET
+#define CUDA_GELU NO_KERNEL_YET
+#define CUDA_GELU_GRAD NO_KERNEL_YET
+#define CUDA_TANH NO_KERNEL_YET
+#define CUDA_TANH_GRAD NO_KERNEL_YET
+#define CUDA_SIGMOID NO_KERNEL_YET
+#define CUDA_SIGMOID_GRAD NO_KERNEL_YET
+#define CUDA_SOFTMAX NO_KERNEL_YET
+#define CUDA_SOFTMAX_GRAD NO_KERNEL_YET
+#define CUDA_IDENTITY NO_KERNEL_YET
+#define CUDA_SOFTMAX_XENT NO_KERNEL_YET
+#define CUDA_SOFTMAX_XENT_GRAD NO_KERNEL_YET
+#define CUDA_SIGMOID_XENT NO_KERNEL_YET
+#define CUDA_SIGMOID_XENT_GRAD NO_KERNEL_YET
+#define CUDA_MSE NO_KERNEL_YET
+#define CUDA_MSE_GRAD NO_KERNEL_YET
+static const struct cuda_kernel cuda_kernels[] = {
+#define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
+	[DTF_OP_##id] = CUDA_##id,
+	DTF_OPS(DTF_X_OP)
+#undef DTF_X_OP
+};
+_Static_assert(sizeof(cuda_kernels) / sizeof(cuda_kernels[0]) == DTF_OP_COUNT_,
+	       "CUDA kernel table out of step with enum dtf_op");
 
 /* Plans and scratch needs of every node. */
 static int plan_nodes(struct dtf_cuda_exec *ex)
@@ -123,45 +348,40 @@ static int plan_nodes(struct dtf_cuda_exec *ex)
 	int rc;
 	for (int i = 0; i < g->nnodes; i++) {
 		const struct dtf_node *n = &g->nodes[i];
-		if (!supported(n->op))
+		const struct cuda_kernel *k = &cuda_kernels[n->op];
+		if (!k->run)
 			return dtf_error(DTF_ERR_CONFIG,
-					 "node '%s': op %s has no CUDA kernel",
-					 n->name, dtf_op_name(n->op));
-		switch (n->op) {
-		case DTF_OP_CONV2D:
-		case DTF_OP_CONV2D_BACKPROP_INPUT:
-		case DTF_OP_CONV2D_BACKPROP_FILTER:
-			rc = dtf_cuda_conv2d_plan(ex->ctx, &n->a.win.g,
-						  &ex->x[i].conv);
-			if (rc < 0) {
-				char msg[768];
-				snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
-				return dtf_error(rc == -DTF_ERR_CONFIG
-							 ? DTF_ERR_CONFIG
-							 : DTF_ERR_RUNTIME,
-						 "node '%s': %s", n->name, msg);
-			}
-			break;
-		case DTF_OP_MAX_POOL2D:
-		case DTF_OP_MAX_POOL2D_GRAD:
-			if ((rc = dtf_cuda_pool_plan(ex->ctx, &n->a.win.g,
-						     &ex->x[i].pool)) < 0)
-				return rc;
-			break;
-		case DTF_OP_BIAS_ADD_GRAD: {
-			const struct dtf_shape *s = &g->nodes[n->inputs[0]].shape;
-			int c = (int)s->d[s->rank - 1];
-			dtf_cuda_ctx_need(ex->ctx, 0, 0,
-					  dtf_cuda_bias_add_grad_scratch(
-						  (size_t)dtf_shape_numel(s) / (size_t)c,
-						  c));
-			break;
-		}
-		default:
-			break;
-		}
+					 "node '%s': op %s is not on the cuda backend (%s)",
+					 n->name, dtf_op_name(n->op), k->why);
+		if (k->plan && (rc = k->plan(ex, i)) < 0)
+			return rc;
 	}
 	return 0;
+}
+
+const char *dtf_cuda_op_missing(enum dtf_op op)
+{
+	return cuda_kernels[op].run ? NULL : cuda_kernels[op].why;
+}
+
+int dtf_cuda_graph_missing(const struct dtf_graph *g, char *buf, size_t size)
+{
+	int seen[DTF_OP_COUNT_] = {0}, count = 0;
+	size_t off = 0;
+	if (size)
+		buf[0] = '\0';
+	for (int i = 0; i < g->nnodes; i++) {
+		enum dtf_op op = g->nodes[i].op;
+		if (cuda_kernels[op].run || seen[op])
+			continue;
+		seen[op] = 1;
+		count++;
+		if (off < size)
+			off += (size_t)snprintf(buf + off, size - off, "%s%s",
+						count > 1 ? ", " : "",
+						dtf_op_name(op));
+	}
+	return count;
 }
 
 int dtf_cuda_exec_new(struct dtf_cuda_ctx *ctx,
@@ -326,114 +546,6 @@ void dtf_cuda_exec_upload(struct dtf_cuda_exec *ex, int set)
 	ex->uploaded[set] = 1;
 }
 
-/* ---- the switch ---------------------------------------------------------------- */
-
-static float *D(const struct dtf_cuda_exec *ex, int id)
-{
-	return ex->x[id].d;
-}
-
-static void exec_node(struct dtf_cuda_exec *ex, int i,
-		      const struct dtf_exec_ctx *c, int set,
-		      enum dtf_cuda_stats stats)
-{
-	struct dtf_cuda_ctx *ctx = ex->ctx;
-	const struct dtf_graph *g = ex->g;
-	const struct dtf_node *n = &g->nodes[i];
-	const struct xnode *xn = &ex->x[i];
-	int a = n->inputs[0], b = n->inputs[1];
-	size_t numel = (size_t)dtf_shape_numel(&n->shape);
-	float *y = xn->d;
-
-	switch (n->op) {
-	case DTF_OP_INPUT:
-	case DTF_OP_VARIABLE:
-	case DTF_OP_RESHAPE:
-		break;
-	case DTF_OP_CONV2D:
-		dtf_cuda_conv2d(ctx, xn->conv, D(ex, a), D(ex, b), y);
-		break;
-	case DTF_OP_CONV2D_BACKPROP_INPUT:
-		dtf_cuda_conv2d_backprop_input(ctx, xn->conv, D(ex, a), D(ex, b),
-					       y);
-		break;
-	case DTF_OP_CONV2D_BACKPROP_FILTER:
-		dtf_cuda_conv2d_backprop_filter(ctx, xn->conv, D(ex, a),
-						D(ex, b), y);
-		break;
-	case DTF_OP_MAX_POOL2D:
-		dtf_cuda_max_pool2d(ctx, xn->pool, D(ex, a), y);
-		break;
-	case DTF_OP_MAX_POOL2D_GRAD:
-		dtf_cuda_max_pool2d_grad(ctx, xn->pool, D(ex, a), D(ex, b), y);
-		break;
-	case DTF_OP_MATMUL: {
-		const struct dtf_shape *sa = &g->nodes[a].shape;
-		int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-		int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
-		dtf_cuda_matmul(ctx, m, cols, k, D(ex, a), n->a.mm.trans_a,
-				D(ex, b), n->a.mm.trans_b, y);
-		break;
-	}
-	case DTF_OP_BIAS_ADD: {
-		int ch = (int)n->shape.d[n->shape.rank - 1];
-		dtf_cuda_bias_add(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b),
-				  y);
-		break;
-	}
-	case DTF_OP_BIAS_ADD_GRAD: {
-		const struct dtf_shape *s = &g->nodes[a].shape;
-		int ch = (int)s->d[s->rank - 1];
-		dtf_cuda_bias_add_grad(ctx, (size_t)dtf_shape_numel(s) / (size_t)ch,
-				       ch, D(ex, a), y);
-		break;
-	}
-	case DTF_OP_RELU:
-		dtf_cuda_relu(ctx, numel, D(ex, a), y);
-		break;
-	case DTF_OP_RELU_GRAD:
-		dtf_cuda_relu_grad(ctx, numel, D(ex, a), D(ex, b), y);
-		break;
-	case DTF_OP_DROPOUT:
-	case DTF_OP_DROPOUT_GRAD: {
-		size_t rows = (size_t)n->shape.d[0], cols = numel / rows;
-		float rate = c->training ? n->a.drop.rate : 0.0f;
-		uint32_t salt = dtf_exec_dropout_salt(n, c->step);
-		if (n->op == DTF_OP_DROPOUT)
-			dtf_cuda_dropout(ctx, rows, cols, rate, c->dropout_key,
-					 ex->d_ids[set], salt, D(ex, a), y);
-		else
-			dtf_cuda_dropout_grad(ctx, rows, cols, rate,
-					      c->dropout_key, ex->d_ids[set],
-					      salt, D(ex, a), y);
-		break;
-	}
-	case DTF_OP_ADD:
-		dtf_cuda_add(ctx, numel, D(ex, a), D(ex, b), y);
-		break;
-	case DTF_OP_SPARSE_SOFTMAX_XENT: {
-		const struct dtf_shape *s = &g->nodes[a].shape;
-		int step = stats == DTF_CUDA_STATS_STEP && ex->nstats >= 1;
-		dtf_cuda_sparse_softmax_xent(
-			ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
-			(const int32_t *)D(ex, b), (size_t)c->valid,
-			c->loss_scale, y, step ? ex->d_grads + ex->nparams : NULL,
-			step ? NULL : &ex->d_eval[0]);
-		break;
-	}
-	case DTF_OP_SPARSE_SOFTMAX_XENT_GRAD: {
-		const struct dtf_shape *s = &g->nodes[a].shape;
-		dtf_cuda_sparse_softmax_xent_grad(
-			ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
-			(const int32_t *)D(ex, b), (size_t)c->valid,
-			c->loss_scale, y);
-		break;
-	}
-	default:
-		DTF_ASSERT(!"op without a CUDA kernel (checked at planning)");
-	}
-}
-
 void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 		       const struct dtf_exec_ctx *c, int backward,
 		       enum dtf_cuda_stats stats)
@@ -450,10 +562,10 @@ void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 	}
 	dtf_cuda_stream_wait(ctx, DTF_CUDA_COMPUTE, E_COPIED(set));
 	for (int i = 0; i < ex->loss_end; i++)
-		exec_node(ex, i, c, set, stats);
+		cuda_kernels[g->nodes[i].op].run(ex, i, c, set, stats);
 	if (backward)
 		for (int i = g->nforward; i < g->nnodes; i++)
-			exec_node(ex, i, c, set, stats);
+			cuda_kernels[g->nodes[i].op].run(ex, i, c, set, stats);
 	if (g->logits >= 0 && g->labels >= 0) {
 		const struct dtf_shape *s = &g->nodes[g->logits].shape;
 		int step = stats == DTF_CUDA_STATS_STEP;

@@ -1,6 +1,6 @@
 /*
  * exec_cuda.h - run a planned graph on one GPU (the CUDA twin of
- * graph/exec.h, which stays the reference).
+ * ops/cpu/exec.h, which stays the reference).
  *
  * The host plan (mem/plan.h) decides where every node lives; the executor
  * mirrors it on the device: one device allocation holds the arena at the
@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 #include "ops/cuda/cuda.h"
 
@@ -55,15 +55,26 @@ enum dtf_cuda_stats {
 };
 
 /*
- * Mirror the planned graph on ctx's device.  Every op must have a CUDA
- * kernel and every conv2d a cuDNN plan; otherwise DTF_ERR_CONFIG naming
- * the node and the op (the caller may fall back to the CPU).
+ * Mirror the planned graph on ctx's device.  Every op must be on the cuda
+ * backend (dtf_cuda_op_missing) and every conv2d have a cuDNN plan;
+ * otherwise DTF_ERR_CONFIG naming the node and the op (the caller may fall
+ * back to the CPU).
  * Errors: DTF_ERR_CONFIG, DTF_ERR_NOMEM (device or pinned memory),
  * DTF_ERR_RUNTIME.
  */
 int dtf_cuda_exec_new(struct dtf_cuda_ctx *ctx,
 		      const struct dtf_cuda_exec_opts *opts,
 		      struct dtf_cuda_exec **out);
+/* Why op `op` is not on the cuda backend (it has no CUDA kernel), or NULL
+ * when it is. */
+const char *dtf_cuda_op_missing(enum dtf_op op);
+
+/* The ops of `g` that are not on the cuda backend, each named once,
+ * ", "-separated, into buf (truncated to size); returns how many.  With
+ * any, dtf_cuda_exec_new fails with DTF_ERR_CONFIG (device: auto then
+ * trains on the CPU). */
+int dtf_cuda_graph_missing(const struct dtf_graph *g, char *buf, size_t size);
+
 /* NULL is a no-op.  Unregisters the host gradient vector. */
 void dtf_cuda_exec_free(struct dtf_cuda_exec *ex);
 

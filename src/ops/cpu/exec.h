@@ -2,10 +2,13 @@
  * exec.h - run a planned graph on the CPU backend.
  *
  * Planning (mem/plan.h) has given every node a buffer; executing is a walk
- * over the nodes in order calling one kernel each, with no allocation.
+ * over the nodes in order calling one kernel each, with no allocation.  The
+ * kernels come from a table indexed by the op (exec.c: cpu_<name> for every
+ * row of graph.h's op table); these reference kernels are the oracle the
+ * fast path (fast_exec.h) is tested against.
  */
-#ifndef DTF_GRAPH_EXEC_H
-#define DTF_GRAPH_EXEC_H
+#ifndef DTF_OPS_CPU_EXEC_H
+#define DTF_OPS_CPU_EXEC_H
 
 #include <stdint.h>
 
@@ -24,9 +27,19 @@ struct dtf_exec_ctx {
 	struct dtf_philox_key dropout_key;
 	float *workspace;  /* g->workspace floats */
 	double loss_sum;   /* out: unscaled sum of per-example losses */
-	const struct dtf_fast_plan *fast; /* fast CPU path (graph/fast_exec.h),
+	const struct dtf_fast_plan *fast; /* fast CPU path (ops/cpu/fast_exec.h),
 					     or NULL for the reference kernels */
 };
+
+/*
+ * Correct predictions among the first `valid` rows of the last forward
+ * pass (node buffers on the host), for the graph's loss: sparse int
+ * labels or one-hot float labels, k == 1 accuracy (argmax, first maximum
+ * wins: Keras's accuracy), k > 1 TF's in_top_k (ties at the k-th place count).  sigmoid_cross_entropy:
+ * Keras's binary_accuracy summed over rows (k ignored).
+ * mean_squared_error: 0 (no accuracy for a regression).
+ */
+double dtf_graph_count_correct(const struct dtf_graph *g, int valid, int k);
 
 /* The dropout salt of node n at global step `step` (the layer's salt mixed
  * with the step); every backend uses this one. */

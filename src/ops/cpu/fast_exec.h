@@ -18,16 +18,17 @@
  * backward), so no other node ever reads the buffers that fusion leaves
  * unwritten.  Everything else runs on the pool where a fast kernel exists
  * (conv2d and its gradients, matmul, max pooling, add, dropout) and on the reference
- * kernel otherwise.  The executor asks dtf_fast_exec_node() first
- * (graph/exec.c); with no plan (ctx->fast == NULL) every node runs the
+ * kernel otherwise (the REFERENCE entries of fast_exec.c's kernel table,
+ * indexed by the op).  The executor asks dtf_fast_exec_node() first
+ * (ops/cpu/exec.c); with no plan (ctx->fast == NULL) every node runs the
  * reference kernel, which is how the tests compare the two.
  */
-#ifndef DTF_GRAPH_FAST_EXEC_H
-#define DTF_GRAPH_FAST_EXEC_H
+#ifndef DTF_OPS_CPU_FAST_EXEC_H
+#define DTF_OPS_CPU_FAST_EXEC_H
 
 #include <stddef.h>
 
-#include "graph/exec.h"
+#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 #include "ops/cpu/fast.h"
 
