@@ -1089,6 +1089,69 @@ static int count_pass(struct dtf_pipeline *p)
 	return 0;
 }
 
+/* Each feature's bytes and offsets in an example and in a batch block. */
+static int layout_features(struct dtf_pipeline *p)
+{
+	for (int f = 0; f < p->nfeatures; f++) {
+		int64_t numel = dtf_feature_numel(&p->features[f]);
+		if (numel < 0)
+			return dtf_error(DTF_ERR_CONFIG,
+					 "feature '%s': negative shape",
+					 p->features[f].name);
+		/* float32 and int32 are both 4 bytes */
+		p->feat_bytes[f] = (size_t)numel * 4;
+		p->feat_off[f] = p->example_bytes;
+		p->example_bytes += (p->feat_bytes[f] + 7) & ~(size_t)7;
+		p->blk_off[f] = p->batch_bytes;
+		p->batch_bytes += ((size_t)p->batch * p->feat_bytes[f] + 63) &
+				  ~(size_t)63;
+	}
+	return 0;
+}
+
+/* The cycle's readers, with room for the largest record and the longest
+ * path reserved, so that no reopen allocates, on any thread. */
+static int open_readers(struct dtf_pipeline *p, uint64_t max_record)
+{
+	size_t longest = 0;
+	for (int i = 0; i < p->nfiles; i++)
+		if (strlen(p->paths[i]) > longest)
+			longest = strlen(p->paths[i]);
+	for (int i = 0; i < p->read.cycle_length; i++) {
+		struct cyc *c = &p->s.cycle[i];
+		int rc = dtf_tfrecord_reader_open_c(NULL, p->read.compression,
+						    &c->rd);
+		if (rc == 0)
+			rc = dtf_tfrecord_reader_reserve(
+				c->rd, max_record ? max_record : 1);
+		if (rc == 0)
+			rc = dtf_tfrecord_reader_reserve_path(c->rd, longest);
+		if (rc)
+			return rc;
+		c->file = -1;
+	}
+	return 0;
+}
+
+/* The shuffle buffer: `requested` examples, at most the shard's records. */
+static int alloc_shuffle(struct dtf_pipeline *p, size_t requested)
+{
+	size_t cap = requested;
+	if ((uint64_t)cap > (uint64_t)p->stats.records)
+		cap = p->stats.records > 0 ? (size_t)p->stats.records : 1;
+	p->shuf_cap = cap;
+	if (p->example_bytes && cap > SIZE_MAX / p->example_bytes)
+		return dtf_error(DTF_ERR_NOMEM, "shuffle buffer too large");
+	p->s.slots = dtf_malloc(cap * p->example_bytes);
+	p->s.slot_ids = dtf_malloc(cap * sizeof(uint64_t));
+	if (!p->s.slots || !p->s.slot_ids)
+		return dtf_error(DTF_ERR_NOMEM,
+				 "out of memory for a shuffle buffer of "
+				 "%zu examples (%zu bytes each)",
+				 cap, p->example_bytes);
+	return 0;
+}
+
 int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 		      struct dtf_pipeline **out)
 {
@@ -1143,23 +1206,7 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 	}
 	memcpy(p->features, o->features,
 	       (size_t)o->nfeatures * sizeof(*p->features));
-	for (int f = 0; f < p->nfeatures; f++) {
-		int64_t numel = dtf_feature_numel(&p->features[f]);
-		if (numel < 0) {
-			rc = dtf_error(DTF_ERR_CONFIG,
-				       "feature '%s': negative shape",
-				       p->features[f].name);
-			goto out_free;
-		}
-		/* float32 and int32 are both 4 bytes */
-		p->feat_bytes[f] = (size_t)numel * 4;
-		p->feat_off[f] = p->example_bytes;
-		p->example_bytes += (p->feat_bytes[f] + 7) & ~(size_t)7;
-		p->blk_off[f] = p->batch_bytes;
-		p->batch_bytes += ((size_t)p->batch * p->feat_bytes[f] + 63) &
-				  ~(size_t)63;
-	}
-	if ((rc = check_augment(p)) < 0)
+	if ((rc = layout_features(p)) < 0 || (rc = check_augment(p)) < 0)
 		goto out_free;
 	if ((rc = resolve_policy(p, rd.shard_policy)) < 0)
 		goto out_free;
@@ -1191,24 +1238,8 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 		rc = dtf_error(DTF_ERR_DATA, "record too large");
 		goto out_free;
 	}
-	size_t longest = 0; /* so no reopen allocates, on any thread */
-	for (int i = 0; i < p->nfiles; i++)
-		if (strlen(p->paths[i]) > longest)
-			longest = strlen(p->paths[i]);
-	for (int i = 0; i < rd.cycle_length; i++) {
-		rc = dtf_tfrecord_reader_open_c(NULL, rd.compression,
-						&p->s.cycle[i].rd);
-		if (rc)
-			goto out_free;
-		rc = dtf_tfrecord_reader_reserve(p->s.cycle[i].rd,
-						 max_record ? max_record : 1);
-		if (rc == 0)
-			rc = dtf_tfrecord_reader_reserve_path(p->s.cycle[i].rd,
-							      longest);
-		if (rc)
-			goto out_free;
-		p->s.cycle[i].file = -1;
-	}
+	if ((rc = open_readers(p, max_record)) < 0)
+		goto out_free;
 	p->s.scratch = dtf_alloc_aligned(p->example_bytes ? p->example_bytes
 							   : 1);
 	if (!p->s.scratch) {
@@ -1218,26 +1249,9 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 	if (rd.on_error == DTF_ON_ERROR_SKIP && (rc = count_pass(p)) < 0)
 		goto out_free;
 
-	if (o->shuffle_buffer > 1) {
-		size_t cap = o->shuffle_buffer;
-		if ((uint64_t)cap > (uint64_t)p->stats.records)
-			cap = p->stats.records > 0 ? (size_t)p->stats.records
-						   : 1;
-		p->shuf_cap = cap;
-		if (p->example_bytes && cap > SIZE_MAX / p->example_bytes) {
-			rc = dtf_error(DTF_ERR_NOMEM, "shuffle buffer too large");
-			goto out_free;
-		}
-		p->s.slots = dtf_malloc(cap * p->example_bytes);
-		p->s.slot_ids = dtf_malloc(cap * sizeof(uint64_t));
-		if (!p->s.slots || !p->s.slot_ids) {
-			rc = dtf_error(DTF_ERR_NOMEM,
-				       "out of memory for a shuffle buffer of "
-				       "%zu examples (%zu bytes each)",
-				       cap, p->example_bytes);
-			goto out_free;
-		}
-	}
+	if (o->shuffle_buffer > 1 &&
+	    (rc = alloc_shuffle(p, o->shuffle_buffer)) < 0)
+		goto out_free;
 	if (rd.prefetch > 0 && (rc = ring_start(p)) < 0)
 		goto out_free;
 	dtf_pipeline_begin_epoch(p, 0);
