@@ -16,6 +16,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/finite.h"
 #include "core/log.h"
 #include "distribute/strategy_impl.h"
 
@@ -120,11 +121,7 @@ int dtf_ps_setup(struct dtf_strategy *s)
 
 static int nonfinite(const float *x, size_t n)
 {
-	const uint32_t *b = (const uint32_t *)x;
-	uint32_t bad = 0;
-	for (size_t i = 0; i < n; i++)
-		bad |= (b[i] & 0x7f800000u) == 0x7f800000u;
-	return bad != 0;
+	return dtf_nonfinite_body(n, x) != 0;
 }
 
 /* ---- parameter server: worker side ------------------------------------------ */

@@ -8,12 +8,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-
-#if defined(__GNUC__)
-#define DTF_SHM_INLINE __attribute__((always_inline))
-#else
-#define DTF_SHM_INLINE
-#endif
+#include "core/finite.h"
 
 /* floats summed per block: the block of sums stays in L1 */
 #define BLOCK 1024
@@ -181,38 +176,25 @@ static void add1(float *restrict t, const float *restrict a, size_t m)
 		t[j] += a[j];
 }
 
-/* Nonzero when x holds a NaN or an infinity (exponent bits all ones); as
- * dtf_fast_nonfinite's loop, compiled for AVX2 where the CPU has it. */
-static inline DTF_SHM_INLINE uint32_t nonfinite_body(size_t n,
-						     const float *restrict x)
-{
-	uint32_t bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t b;
-		memcpy(&b, &x[i], sizeof b);
-		bad |= (b & 0x7f800000u) == 0x7f800000u;
-	}
-	return bad;
-}
-
+/* the non-finite check (core/finite.h), for AVX2 where the CPU has it */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && \
 	!defined(__clang__)
 __attribute__((target("avx2"))) static uint32_t
 nonfinite_avx2(size_t n, const float *restrict x)
 {
-	return nonfinite_body(n, x);
+	return dtf_nonfinite_body(n, x);
 }
 
 static int nonfinite(size_t n, const float *x)
 {
 	if (__builtin_cpu_supports("avx2"))
 		return nonfinite_avx2(n, x) != 0;
-	return nonfinite_body(n, x) != 0;
+	return dtf_nonfinite_body(n, x) != 0;
 }
 #else
 static int nonfinite(size_t n, const float *x)
 {
-	return nonfinite_body(n, x) != 0;
+	return dtf_nonfinite_body(n, x) != 0;
 }
 #endif
 

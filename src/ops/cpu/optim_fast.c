@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "core/finite.h"
 #include "ops/cpu/simd.h"
 
 #if defined(DTF_T512)
@@ -117,27 +118,15 @@ void dtf_fast_adam(struct dtf_pool *p, size_t n, float *params,
 
 /* ---- non-finite check ---------------------------------------------------- */
 
-/* Nonzero when x holds a NaN or an infinity (exponent bits all ones). */
-static inline DTF_BODY uint32_t nonfinite_run_body(size_t n,
-						   const float *restrict x)
-{
-	uint32_t bad = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t b;
-		memcpy(&b, &x[i], sizeof b);
-		bad |= (b & 0x7f800000u) == 0x7f800000u;
-	}
-	return bad;
-}
-
+/* the loop of core/finite.h, per ISA */
 #if defined(DTF_T512)
 DTF_T512 static uint32_t nonfinite_run_512(size_t n, const float *restrict x)
 {
-	return nonfinite_run_body(n, x);
+	return dtf_nonfinite_body(n, x);
 }
 DTF_T256 static uint32_t nonfinite_run_256(size_t n, const float *restrict x)
 {
-	return nonfinite_run_body(n, x);
+	return dtf_nonfinite_body(n, x);
 }
 #endif
 
@@ -150,7 +139,7 @@ static uint32_t nonfinite_run(size_t n, const float *restrict x)
 	if (__builtin_cpu_supports("avx2"))
 		return nonfinite_run_256(n, x);
 #endif
-	return nonfinite_run_body(n, x);
+	return dtf_nonfinite_body(n, x);
 }
 
 struct nonfinite_job {
