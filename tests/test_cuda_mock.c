@@ -61,22 +61,35 @@ static void teardown(void)
 	tu_tmpdir_remove(tmpdir);
 }
 
+/* Trains in this process with the job file plus `sets` (resuming from
+ * checkpoint.dir when `resume`); the exported variables (NAME.bin), their
+ * count in *n, and the result in *res when res is not NULL. */
+static float *run_job(const char *name, const char **sets, int nsets,
+		      int resume, struct dtf_train_result *res, size_t *n)
+{
+	char path[512], out[512];
+	tu_path(path, sizeof(path), tmpdir, "job.yaml");
+	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, name);
+	struct dtf_job *job = NULL;
+	ck_assert_msg(dtf_job_load(path, sets, nsets, &job) == 0, "%s",
+		      dtf_error_msg());
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
+				      .export_variables = out,
+				      .resume = resume};
+	struct dtf_train_result own;
+	int rc = dtf_train_run(job, comm, &opts, res ? res : &own);
+	ck_assert_msg(rc == 0, "%s: %s", name, dtf_error_msg());
+	dtf_job_free(job);
+	return tu_read_vars(NULL, out, n);
+}
+
 static float *train(const char *device, const char *extra,
 		    struct dtf_train_result *res, size_t *n)
 {
-	char path[512], out[512], dev[64];
-	tu_path(path, sizeof(path), tmpdir, "job.yaml");
-	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, device);
+	char dev[64];
 	snprintf(dev, sizeof(dev), "device=%s", device);
 	const char *sets[] = {dev, extra};
-	struct dtf_job *job = NULL;
-	ck_assert_int_eq(dtf_job_load(path, sets, extra ? 2 : 1, &job), 0);
-	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
-				      .export_variables = out};
-	int rc = dtf_train_run(job, comm, &opts, res);
-	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
-	dtf_job_free(job);
-	return tu_read_vars(NULL, out, n);
+	return run_job(device, sets, extra ? 2 : 1, 0, res, n);
 }
 
 static void same_as_cpu(const char *extra)
@@ -130,24 +143,13 @@ END_TEST
 static float *train_ck(const char *name, const char *device,
 		       const char *steps, int resume, size_t *n)
 {
-	char path[512], out[512], dev[64], ck[512];
-	tu_path(path, sizeof(path), tmpdir, "job.yaml");
-	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, name);
+	char dev[64], ck[512];
 	snprintf(dev, sizeof(dev), "device=%s", device);
 	snprintf(ck, sizeof(ck), "checkpoint.dir=%s/ck", tmpdir);
 	/* a schedule whose warmup and decay span the resume at step 20 */
 	const char *sets[] = {dev, steps, ck,
 			      "train.schedule={exponential_decay: {decay_steps: 9, decay_rate: 0.7, warmup_steps: 25}}"};
-	struct dtf_job *job = NULL;
-	ck_assert_int_eq(dtf_job_load(path, sets, 4, &job), 0);
-	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
-				      .export_variables = out,
-				      .resume = resume};
-	struct dtf_train_result res;
-	int rc = dtf_train_run(job, comm, &opts, &res);
-	ck_assert_msg(rc == 0, "%s: %s", name, dtf_error_msg());
-	dtf_job_free(job);
-	return tu_read_vars(NULL, out, n);
+	return run_job(name, sets, 4, resume, NULL, n);
 }
 
 START_TEST(gpu_checkpoint_resumes)
@@ -181,26 +183,6 @@ START_TEST(gpu_checkpoint_resumes)
 }
 END_TEST
 
-/* Trains on the GPU path with the job file plus `sets`; the exported
- * variables (NAME.bin), their count in *n. */
-static float *train_gpu(const char *name, const char **sets, int nsets,
-			size_t *n)
-{
-	char path[512], out[512];
-	tu_path(path, sizeof(path), tmpdir, "job.yaml");
-	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, name);
-	struct dtf_job *job = NULL;
-	ck_assert_msg(dtf_job_load(path, sets, nsets, &job) == 0, "%s",
-		      dtf_error_msg());
-	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
-				      .export_variables = out};
-	struct dtf_train_result res;
-	int rc = dtf_train_run(job, comm, &opts, &res);
-	ck_assert_msg(rc == 0, "%s: %s", name, dtf_error_msg());
-	dtf_job_free(job);
-	return tu_read_vars(NULL, out, n);
-}
-
 /* train.schedule on the GPU path: the rate logged at each step is the
  * closed form (ExponentialDecay after a linear warmup, computed here),
  * the path trains to the CPU path's bits with it, and SGD with a rate
@@ -216,7 +198,7 @@ START_TEST(gpu_path_follows_the_schedule)
 	const char *sets[] = {"device=cuda", "train.max_steps=20", logdir,
 			      "train.schedule={exponential_decay: {decay_steps: 7, decay_rate: 0.5, warmup_steps: 5}}"};
 	size_t n;
-	free(train_gpu("gpu-exp", sets, 4, &n));
+	free(run_job("gpu-exp", sets, 4, 0, NULL, &n));
 	char dir[512];
 	snprintf(dir, sizeof(dir), "%s/run", tmpdir);
 	char *text = tu_read_file(dir, "metrics.jsonl", NULL);
@@ -246,9 +228,9 @@ START_TEST(gpu_path_follows_the_schedule)
 	const char *sixteen[] = {"device=cuda", "train.max_steps=16",
 				 "train.optimizer={sgd: {learning_rate: 0.05}}"};
 	size_t n1, n2, n3;
-	float *a = train_gpu("drop", drop, 4, &n1);
-	float *b = train_gpu("eight", eight, 3, &n2);
-	float *c = train_gpu("sixteen", sixteen, 3, &n3);
+	float *a = run_job("drop", drop, 4, 0, NULL, &n1);
+	float *b = run_job("eight", eight, 3, 0, NULL, &n2);
+	float *c = run_job("sixteen", sixteen, 3, 0, NULL, &n3);
 	ck_assert_uint_eq(n1, n2);
 	ck_assert_msg(memcmp(a, b, n1 * sizeof(float)) == 0,
 		      "16 steps with the rate 0 after update 7 differ from 8 steps");
