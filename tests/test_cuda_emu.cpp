@@ -14,6 +14,7 @@
  * anything of CUDA itself: tests/test_cuda.c does, on a GPU.
  * Exit 1 on a difference.
  */
+#include <initializer_list>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -184,6 +185,9 @@ int main(void)
 	}
 	k_momentum(m, p2, e, v2, 0.01f, 0.9f, 1);
 	same("sgd nesterov", p2, p1, m);
+	for (float *q : {x, y1, y2, w, t, b, bias, a, e, f1, f2, l, g1, g2, p1,
+			 p2, m1, m2, v1, v2})
+		delete[] q;
 	printf("%s\n", failures ? "FAILED" : "all equal");
 	return failures ? 1 : 0;
 }
