@@ -97,3 +97,15 @@ void dtf_log_progress_end(void)
 	fflush(stderr);
 	ident.progress_open = 0;
 }
+
+void dtf_log_append(char *buf, size_t size, size_t *at, const char *fmt, ...)
+{
+	if (*at >= size)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf + *at, size - *at, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*at += (size_t)n;
+}

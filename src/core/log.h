@@ -58,4 +58,11 @@ int dtf_log_prefix(enum dtf_log_level level, char *buf, size_t size);
 void dtf_log_progress(const char *line);
 void dtf_log_progress_end(void);
 
+/* Appends printf-formatted text to buf[size] at offset *at and advances
+ * *at by what snprintf would have written, so a long text is cut at the
+ * buffer's end, still NUL-terminated, and later calls add nothing (for
+ * building one-line descriptions piece by piece). */
+void dtf_log_append(char *buf, size_t size, size_t *at, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 #endif

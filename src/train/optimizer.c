@@ -11,6 +11,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "graph/graph.h"
 #include "ops/cpu/fast.h"
 
@@ -305,12 +306,7 @@ void dtf_optimizer_describe(const struct dtf_job *job, char *buf, size_t size)
 	static const char *const names[] = {"sgd", "adam", "adamw", "rmsprop"};
 	int k = (int)job->train.optimizer;
 	size_t at = 0;
-#define ADD(...)                                                          \
-	do {                                                              \
-		if (at < size)                                            \
-			at += (size_t)snprintf(buf + at, size - at,       \
-					       __VA_ARGS__);              \
-	} while (0)
+#define ADD(...) dtf_log_append(buf, size, &at, __VA_ARGS__)
 	ADD("%s lr %g (", k >= 0 && k < 4 ? names[k] : "?", job->train.learning_rate);
 	switch (job->train.optimizer) {
 	case DTF_OPT_SGD:

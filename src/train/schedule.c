@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "core/log.h"
+
 void dtf_schedule_init(struct dtf_schedule *s, const struct dtf_job *job,
 		       int64_t total_steps)
 {
@@ -60,12 +62,7 @@ void dtf_schedule_describe(const struct dtf_schedule *s, char *buf,
 {
 	const struct dtf_schedule_spec *p = &s->spec;
 	size_t at = 0;
-#define ADD(...)                                                          \
-	do {                                                              \
-		if (at < size)                                            \
-			at += (size_t)snprintf(buf + at, size - at,       \
-					       __VA_ARGS__);              \
-	} while (0)
+#define ADD(...) dtf_log_append(buf, size, &at, __VA_ARGS__)
 	switch (p->kind) {
 	case DTF_SCHED_CONSTANT:
 		ADD("constant");
