@@ -1420,7 +1420,8 @@ static int one_step(struct run *R, int epoch, int64_t s, int rc)
 			     R->obs, &R->pos, agreed, step == R->total_steps,
 			     result)) < 0)
 		return rc;
-	if (step > 1)
+	/* the first step of this run (of a resumed one too) may set up */
+	if (step > R->first_step + 1)
 		R->step_allocs += dtf_alloc_count() - allocs_before;
 	return 0;
 }
