@@ -485,6 +485,23 @@ START_TEST(every_seconds_follows_rank_0_clock)
 }
 END_TEST
 
+/* A checkpoint policy (the job's every_steps: 10) without checkpoint.dir
+ * trains, and says once, before the first step, that nothing is saved. */
+START_TEST(policy_without_dir_warns)
+{
+	int st = tu_mpirun(2, NULL, tmp, "nodir.log",
+			   "--set train.max_steps=12 %s/job.yaml", tmp);
+	ck_assert_int_eq(st, 0);
+	ck_assert_log("nodir.log",
+		      "warning: checkpoint.every_steps is set but checkpoint.dir "
+		      "is not: this run writes no checkpoints");
+	const char *log = tu_slurp(tmp, "nodir.log");
+	const char *w = strstr(log, "checkpoint.every_steps is set");
+	ck_assert(strstr(w + 1, "checkpoint.every_steps is set") == NULL);
+	ck_assert(w < strstr(log, "step 10/12"));
+}
+END_TEST
+
 START_TEST(usage_errors)
 {
 	int st = tu_mpirun(1, NULL, tmp, "u1.log",
@@ -1059,6 +1076,7 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, dead_rank_ends_job_naming_it);
 	tcase_add_test(tc, every_seconds_follows_rank_0_clock);
 	tcase_add_test(tc, usage_errors);
+	tcase_add_test(tc, policy_without_dir_warns);
 	tcase_add_test(tc, config_keys_and_defaults);
 	tcase_add_test(tc, elastic_resume_reads_every_record_once);
 	tcase_add_test(tc, elastic_resume_two_ranks_to_one);

@@ -1306,6 +1306,14 @@ static int resume(struct run *R)
 	dtf_optimizer_describe(job, od, sizeof(od));
 	dtf_schedule_describe(&R->sched, sd, sizeof(sd));
 	dtf_info("optimizer %s; schedule %s", od, sd);
+	/* a checkpoint policy with nowhere to write: say so before training
+	 * (a job file may leave the directory to --set, so not an error) */
+	if (R->rank == 0 && !job->checkpoint.dir &&
+	    (job->checkpoint.every_steps > 0 || job->checkpoint.every_seconds > 0))
+		dtf_warn("checkpoint.%s is set but checkpoint.dir is not: this run writes no checkpoints\n"
+			 "HINT: --set checkpoint.dir=DIR",
+			 job->checkpoint.every_steps > 0 ? "every_steps"
+							 : "every_seconds");
 
 	/* console, metrics, events, trace (obs/obs.h); a collective, after
 	 * the restore so steps continue from the checkpoint's */
