@@ -142,7 +142,7 @@ static void teardown(void)
 {
 	/* a failed test may leave its unwritable directory behind */
 	if (geteuid() == 0)
-		tu_run("chattr -i %s/ro 2>/dev/null", tmp);
+		tu_run("chattr -i %s/ro %s/rot/ckpt-10.dtf 2>/dev/null", tmp, tmp);
 	else
 		tu_run("chmod 755 %s/ro 2>/dev/null", tmp);
 	tu_tmpdir_remove(tmp);
@@ -482,6 +482,26 @@ START_TEST(every_seconds_follows_rank_0_clock)
 		snprintf(name, sizeof(name), "sec/ckpt-%d.dtf", s);
 		verify(name, NULL);
 	}
+}
+END_TEST
+
+/* checkpoint.keep cannot delete a file (immutable): a warning naming it,
+ * the file stays, the run goes on. */
+START_TEST(keep_rotation_failure_warns)
+{
+	ck_assert_int_eq(train(1, "", "rot", "--set train.max_steps=10", "rot1.log"), 0);
+	if (tu_run("chattr +i %s/rot/ckpt-10.dtf 2>/dev/null", tmp) != 0)
+		return; /* no immutable files on this filesystem */
+	int st = train(1, "", "rot", "--resume --set checkpoint.keep=1 "
+		       "--set train.max_steps=20", "rot2.log");
+	tu_run("chattr -i %s/rot/ckpt-10.dtf", tmp);
+	ck_assert_int_eq(st, 0);
+	char want[700];
+	snprintf(want, sizeof(want), "warning: checkpoint.keep 1: cannot delete "
+		 "%s/rot/ckpt-10.dtf: Operation not permitted", tmp);
+	ck_assert_log("rot2.log", want);
+	ck_assert(tu_exists(tmp, "rot/ckpt-10.dtf"));
+	ck_assert(tu_exists(tmp, "rot/ckpt-20.dtf"));
 }
 END_TEST
 
@@ -1077,6 +1097,7 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, every_seconds_follows_rank_0_clock);
 	tcase_add_test(tc, usage_errors);
 	tcase_add_test(tc, policy_without_dir_warns);
+	tcase_add_test(tc, keep_rotation_failure_warns);
 	tcase_add_test(tc, config_keys_and_defaults);
 	tcase_add_test(tc, elastic_resume_reads_every_record_once);
 	tcase_add_test(tc, elastic_resume_two_ranks_to_one);

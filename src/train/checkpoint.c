@@ -898,7 +898,9 @@ static int update_index(struct dtf_checkpointer *ck, int64_t newest)
 	for (int i = first + kept; i < n; i++) { /* checkpoint.keep */
 		snprintf(tmp, sizeof(tmp), "%s/ckpt-%lld.dtf", ck->dir,
 			 (long long)steps[i]);
-		unlink(tmp);
+		if (unlink(tmp) != 0 && errno != ENOENT)
+			dtf_warn("checkpoint.keep %d: cannot delete %s: %s; it stays (the index no longer lists it)",
+				 ck->keep, tmp, strerror(errno));
 	}
 	return 0;
 }
