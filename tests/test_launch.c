@@ -389,6 +389,23 @@ START_TEST(dtf_launch_as_root)
 }
 END_TEST
 
+/* A dtf-train that cannot be run is a usage error before any attempt, not
+ * four attempts each reported as a killed process. */
+START_TEST(dtf_launch_without_dtf_train)
+{
+	int st = tu_run("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+			"timeout 60 %s/dtf-launch --dtf-train %s/missing -n 1 -- "
+			"%s/job.yaml >/dev/null 2>%s/nobin.log",
+			tu_build_root(), tmp, tmp, tmp);
+	ck_assert_int_eq(st, 2);
+	char want[600];
+	snprintf(want, sizeof(want), "dtf-launch: cannot run dtf-train: '%s/missing' "
+		 "is not an executable file (give its path with --dtf-train PATH)", tmp);
+	ck_assert_log("nobin.log", want);
+	ck_assert_not_log("nobin.log", "attempt 1");
+}
+END_TEST
+
 static TCase *add_case(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -410,6 +427,8 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, sighup_to_dtf_launch_group_exits_75);
 	tc = add_case(s, "root");
 	tcase_add_test(tc, dtf_launch_as_root);
+	tc = add_case(s, "usage");
+	tcase_add_test(tc, dtf_launch_without_dtf_train);
 	return s;
 }
 

@@ -104,6 +104,15 @@ if [ $# -eq 0 ]; then
 	usage >&2
 	exit 2
 fi
+# the binary, found before the first attempt: a missing one would fail
+# every attempt the same way (mpirun reports it as a killed process)
+case $train in
+*/*) [ -f "$train" ] && [ -x "$train" ] ;;
+*) command -v "$train" >/dev/null 2>&1 ;;
+esac || {
+	echo "$prog: cannot run dtf-train: '$train' is not an executable file (give its path with --dtf-train PATH)" >&2
+	exit 2
+}
 if [ -n "$min_np" ] && [ -z "$np" ]; then
 	echo "$prog: --min-np needs --np" >&2
 	exit 2
