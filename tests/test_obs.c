@@ -487,6 +487,8 @@ START_TEST(progress_line_redraws_on_a_terminal)
 	char *out = tu_read_file(NULL, path, NULL);
 	ck_assert_msg(strstr(out, "\repoch 1/2  step ") != NULL, "%s", out);
 	ck_assert_msg(strstr(out, "samples/s  ETA ") != NULL, "%s", out);
+	/* the rate of the step, as the plain lines give it (Adam 0.01) */
+	ck_assert_msg(strstr(out, "  lr 0.01  ") != NULL, "%s", out);
 	ck_assert_msg(strstr(out, "\033[K") != NULL, "%s", out);
 	/* the per-step plain lines are not printed on a terminal */
 	ck_assert_msg(strstr(out, "step 10/60  epoch") == NULL, "%s", out);

@@ -510,7 +510,8 @@ static void draw_progress(struct dtf_obs *o, const struct dtf_obs_step *s)
 		n += snprintf(line + n, sizeof(line) - (size_t)n,
 			      "  accuracy %.4f", o->ep.correct / o->ep.count);
 	snprintf(line + n, sizeof(line) - (size_t)n,
-		 "  %.0f samples/s  ETA %s", rate(o, &o->ep), left);
+		 "  lr %.3g  %.0f samples/s  ETA %s", s->learning_rate,
+		 rate(o, &o->ep), left);
 	dtf_log_progress(line);
 }
 
