@@ -78,29 +78,9 @@ static int train(int np, const char *env, const char *dir, const char *extra,
 			 dir, x, tmp);
 }
 
-#define ck_assert_log(log, text)                                          \
-	do {                                                              \
-		const char *l_ = tu_slurp(tmp, log);                      \
-		size_t n_ = strlen(l_);                                   \
-		/* Check's messages are limited: show the log's end */    \
-		ck_assert_msg(strstr(l_, text) != NULL,                   \
-			      "no '%s' in %s:\n...%s", text, log,          \
-			      l_ + (n_ > 2000 ? n_ - 2000 : 0));          \
-	} while (0)
+#define ck_assert_log(log, text) tu_assert_log(tmp, log, text)
 
-/* Lines of TMP/<log> that contain `text`. */
-static int count_lines(const char *log, const char *text)
-{
-	int n = 0;
-	for (const char *l = tu_slurp(tmp, log); *l;) {
-		const char *end = strchr(l, '\n');
-		size_t len = end ? (size_t)(end - l) : strlen(l);
-		const char *hit = strstr(l, text);
-		n += hit && hit < l + len;
-		l += len + (end != NULL);
-	}
-	return n;
-}
+#define count_lines(log, text) tu_count_lines(tmp, log, text)
 
 /* Two exported variable files are byte-identical. */
 static void assert_same_vars(const char *a, const char *b)

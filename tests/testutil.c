@@ -225,6 +225,19 @@ void tu_cut_file(const char *path, long size)
 	ck_assert_msg(truncate(path, size) == 0, "cannot truncate %s", path);
 }
 
+int tu_count_lines(const char *dir, const char *name, const char *text)
+{
+	int n = 0;
+	for (const char *l = tu_slurp(dir, name); *l;) {
+		const char *end = strchr(l, '\n');
+		size_t len = end ? (size_t)(end - l) : strlen(l);
+		const char *hit = strstr(l, text);
+		n += hit && hit < l + len;
+		l += len + (end != NULL);
+	}
+	return n;
+}
+
 /* ---- exported variables ------------------------------------------------- */
 
 float *tu_read_vars(const char *dir, const char *name, size_t *n)

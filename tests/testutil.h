@@ -24,6 +24,7 @@
 #include <check.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops/cpu/exec.h"
 #include "graph/graph.h"
@@ -159,6 +160,30 @@ void tu_patch_bytes(const char *path, long off, const void *b, size_t n);
 /* Truncates (or extends with zeros) the file to `size` bytes; aborts the
  * test if it cannot. */
 void tu_cut_file(const char *path, long size);
+
+/* Asserts that the file DIR/NAME (a log) contains `text`; the failure
+ * message shows the log's last 2000 bytes (Check's messages are
+ * limited).  A macro, so the failure names the test's line. */
+#define tu_assert_log(dir, name, text)                                    \
+	do {                                                              \
+		const char *l_ = tu_slurp(dir, name);                     \
+		size_t n_ = strlen(l_);                                   \
+		ck_assert_msg(strstr(l_, text) != NULL,                   \
+			      "no '%s' in %s:\n...%s", text, name,        \
+			      l_ + (n_ > 2000 ? n_ - 2000 : 0));          \
+	} while (0)
+
+/* Asserts that DIR/NAME does not contain `text` (shown where it is). */
+#define tu_assert_not_log(dir, name, text)                                \
+	do {                                                              \
+		const char *l_ = tu_slurp(dir, name);                     \
+		const char *h_ = strstr(l_, text);                        \
+		ck_assert_msg(h_ == NULL, "'%s' in %s: ...%.300s", text,   \
+			      name, h_ ? h_ : "");                        \
+	} while (0)
+
+/* The number of lines of DIR/NAME that contain `text`. */
+int tu_count_lines(const char *dir, const char *name, const char *text);
 
 /* ---- exported variables (dtf-train --export-variables) ------------------ */
 
