@@ -494,6 +494,16 @@ START_TEST(slurm_world_of_one)
 			tu_build_root(), tmpdir, tmpdir);
 	const char *log = tu_slurp(tmpdir, "slurm1.log");
 	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "Slurm started 2 tasks (SLURM_NTASKS=2) but gave this one no PMI") &&
+		      strstr(log, "srun --mpi=pmix"), "%s", log);
+	/* a PMI that is there but not one this Open MPI speaks: MPI_Init
+	 * makes a world of 1 */
+	st = tu_run("SLURM_NTASKS=2 SLURM_PROCID=1 PMI_RANK=1 timeout 120 "
+		    "%s/dtf-train --threads 1 %s/job.yaml 2>%s/slurm1b.log "
+		    ">/dev/null",
+		    tu_build_root(), tmpdir, tmpdir);
+	log = tu_slurp(tmpdir, "slurm1b.log");
+	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
 	ck_assert_msg(strstr(log, "MPI started a world of 1 rank, but Slurm started 2 tasks (SLURM_NTASKS=2)") &&
 		      strstr(log, "srun --mpi=pmix"), "%s", log);
 	/* the step's own count wins over the allocation's */

@@ -63,6 +63,8 @@ static int learn_place(struct dtf_comm *c)
 	return 0;
 }
 
+static int check_slurm_pmi(void); /* below, with the other launch checks */
+
 int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out)
 {
 	struct dtf_comm *c = dtf_calloc(1, sizeof(*c));
@@ -71,6 +73,11 @@ int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out)
 	int inited = 0, provided;
 	MPI_Initialized(&inited);
 	if (!inited) {
+		int rc = check_slurm_pmi();
+		if (rc < 0) {
+			dtf_free(c);
+			return rc;
+		}
 		if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED,
 				    &provided) != MPI_SUCCESS) {
 			dtf_free(c);
@@ -191,24 +198,58 @@ static void learn_address(const char *host, struct place *p)
 		freeaddrinfo(res);
 }
 
-/* Slurm started several tasks, and each is an MPI world of one: srun
- * without a PMI that this Open MPI speaks (Debian's has PMIx, no PMI-2). */
-static int check_slurm(const struct dtf_comm *c)
+/* The number of tasks Slurm started in this step (SLURM_STEP_NUM_TASKS, else
+ * SLURM_NTASKS) when this process is one of them (SLURM_PROCID), else 0;
+ * *name gets the variable's name. */
+static long slurm_tasks(const char **name, const char **value)
 {
 	const char *n = getenv("SLURM_STEP_NUM_TASKS");
-	const char *name = "SLURM_STEP_NUM_TASKS";
+	*name = "SLURM_STEP_NUM_TASKS";
 	if (!n || !*n) {
 		n = getenv("SLURM_NTASKS");
-		name = "SLURM_NTASKS";
+		*name = "SLURM_NTASKS";
 	}
-	if (c->size != 1 || !n || !getenv("SLURM_PROCID"))
+	*value = n;
+	if (!n || !getenv("SLURM_PROCID"))
 		return 0;
-	long tasks = strtol(n, NULL, 10);
+	return strtol(n, NULL, 10);
+}
+
+static const char how_to_srun[] =
+	"launch with `srun --mpi=pmix dtf-train ...` (Open MPI's PMIx; Debian's Open MPI has no PMI-2), or with mpirun inside the allocation";
+
+/* Before MPI_Init: Slurm started several tasks but gave this one nothing
+ * to join the others by (srun --mpi=none).  Open MPI's MPI_Init aborts such
+ * a direct launch with a message of its own, or none when srun kills the
+ * task first; say it here, the same on every task. */
+static int check_slurm_pmi(void)
+{
+	const char *name, *n;
+	long tasks = slurm_tasks(&name, &n);
 	if (tasks <= 1)
 		return 0;
+	static const char *const joins[] = {"PMIX_RANK", "PMIX_NAMESPACE",
+					    "PMI_RANK", "PMI_FD",
+					    "OMPI_COMM_WORLD_SIZE"};
+	for (size_t i = 0; i < sizeof(joins) / sizeof(joins[0]); i++)
+		if (getenv(joins[i]))
+			return 0;
 	return dtf_error(DTF_ERR_USAGE,
-			 "MPI started a world of 1 rank, but Slurm started %ld tasks (%s=%s): each task would train alone; launch with `srun --mpi=pmix dtf-train ...` (Open MPI's PMIx; Debian's Open MPI has no PMI-2), or with mpirun inside the allocation",
-			 tasks, name, n);
+			 "Slurm started %ld tasks (%s=%s) but gave this one no PMI to join the others by (none of PMIX_RANK, PMI_RANK, OMPI_COMM_WORLD_SIZE is set: srun --mpi=none, or MpiDefault=none): each task would train alone; %s",
+			 tasks, name, n, how_to_srun);
+}
+
+/* After MPI_Init: Slurm started several tasks, and each is an MPI world of
+ * one (a PMI this Open MPI does not speak). */
+static int check_slurm(const struct dtf_comm *c)
+{
+	const char *name, *n;
+	long tasks = slurm_tasks(&name, &n);
+	if (c->size != 1 || tasks <= 1)
+		return 0;
+	return dtf_error(DTF_ERR_USAGE,
+			 "MPI started a world of 1 rank, but Slurm started %ld tasks (%s=%s): each task would train alone; %s",
+			 tasks, name, n, how_to_srun);
 }
 
 int dtf_comm_check_launch(struct dtf_comm *c)

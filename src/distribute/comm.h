@@ -23,7 +23,13 @@ struct dtf_comm;
  * Start MPI (MPI_Init_thread, FUNNELED) or join it if already started, and
  * learn this rank's place: world rank/size and node-local rank/size
  * (MPI_Comm_split_type SHARED).  Runs without mpirun too (a singleton).
- * Errors: DTF_ERR_MPI, DTF_ERR_NOMEM.
+ * Before MPI_Init: a task of a Slurm step of several tasks
+ * (SLURM_STEP_NUM_TASKS, else SLURM_NTASKS, > 1 with SLURM_PROCID set) with
+ * no PMI to join the others by (none of PMIX_RANK, PMIX_NAMESPACE,
+ * PMI_RANK, PMI_FD, OMPI_COMM_WORLD_SIZE set: `srun --mpi=none`) is
+ * DTF_ERR_USAGE saying to use `srun --mpi=pmix`; each task says it, since
+ * there is no world to agree in.
+ * Errors: DTF_ERR_USAGE, DTF_ERR_MPI, DTF_ERR_NOMEM.
  */
 int dtf_comm_init(int *argc, char ***argv, struct dtf_comm **out);
 
