@@ -241,6 +241,82 @@ START_TEST(gpu_path_follows_the_schedule)
 }
 END_TEST
 
+/* `mpirun -np 2` of dtf-train (cpu) or dtf-train-mock (cuda, the GPU path
+ * on the mock device) with the job file plus `sets`, on the reference
+ * kernels; the exported variables NAME.bin, their count in *n. */
+static float *mpirun2(const char *name, const char *device, const char *sets,
+		      size_t *n)
+{
+	char out[512], log[128];
+	snprintf(out, sizeof(out), "%s/%s.bin", tmpdir, name);
+	snprintf(log, sizeof(log), "%s.log", name);
+	int gpu = strcmp(device, "cuda") == 0;
+	/* this process is an MPI singleton: its PMIx and launch variables
+	 * would make the nested mpirun join it */
+	int st = tu_run("for v in $(env | sed -n 's/^\\(PMIX_[A-Z0-9_]*\\|OMPI_MCA_ess\\|OMPI_MCA_pmix\\|OMPI_MCA_orte_[a-z_]*\\|OMPI_APP_CTX_NUM_PROCS\\|OMPI_COMMAND\\)=.*/\\1/p'); do unset $v; done; "
+			"DTF_CPU_KERNELS=reference timeout %d mpirun -np 2 "
+			"%s/%s --threads 1 --quiet --set device=%s%s %s "
+			"--export-variables %s %s/job.yaml 2>%s/%s",
+			TU_MPIRUN_TIMEOUT_S, tu_build_root(),
+			gpu ? "tests/dtf-train-mock" : "dtf-train", device,
+			gpu ? " --set allow_gpu_sharing=true" : "", sets,
+			out, tmpdir, tmpdir, log);
+	ck_assert_msg(st == 0, "%s: exit %d\n%s", name, st,
+		      tu_slurp(tmpdir, log));
+	return tu_read_vars(NULL, out, n);
+}
+
+/* Two replicas on the GPU path: the device's gradients come to the host
+ * and the strategy sums them in its buckets, as on the CPU, so every
+ * setting of the reduction acts on the GPU path as there: the same bits
+ * as the CPU path on 2 ranks, with fp16 compression (whose rounding
+ * changes the variables: the compression ran), with accumulation, and
+ * with the hierarchical reduction over two nodes. */
+START_TEST(gpu_path_reduces_through_the_strategy)
+{
+	static const struct {
+		const char *name, *sets;
+	} cases[] = {
+		{"plain", "--set train.max_steps=12"},
+		{"fp16", "--set train.max_steps=12 --set strategy.communication.compression=fp16"},
+		{"accumulate", "--set train.max_steps=6 --set train.accumulate_steps=2"},
+		{"hierarchical", "--set train.max_steps=12 --set strategy.type=multi_worker_mirrored --set strategy.communication.hierarchical=true"},
+	};
+	float *plain = NULL;
+	size_t np = 0;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char cn[64], gn[64];
+		snprintf(cn, sizeof(cn), "cpu-%s", cases[i].name);
+		snprintf(gn, sizeof(gn), "gpu-%s", cases[i].name);
+		/* two "nodes" of one rank each for the hierarchical case */
+		if (strcmp(cases[i].name, "hierarchical") == 0)
+			setenv("DTF_TEST_RANKS_PER_NODE", "1", 1);
+		size_t nc, ng;
+		float *c = mpirun2(cn, "cpu", cases[i].sets, &nc);
+		float *g = mpirun2(gn, "cuda", cases[i].sets, &ng);
+		unsetenv("DTF_TEST_RANKS_PER_NODE");
+		ck_assert_uint_eq(nc, ng);
+		size_t diff = 0;
+		for (size_t j = 0; j < nc; j++)
+			diff += memcmp(&c[j], &g[j], sizeof(float)) != 0;
+		printf("2 ranks, %s: %zu parameters, %zu differ between the CPU and the GPU path\n",
+		       cases[i].name, nc, diff);
+		ck_assert_msg(diff == 0, "%s: %zu of %zu variables differ", cases[i].name, diff, nc);
+		if (i == 0) {
+			plain = g;
+			np = ng;
+		} else {
+			if (strcmp(cases[i].name, "fp16") == 0)
+				ck_assert_msg(memcmp(plain, g, np * sizeof(float)) != 0,
+					      "fp16 compression changed nothing on the GPU path");
+			free(g);
+		}
+		free(c);
+	}
+	free(plain);
+}
+END_TEST
+
 /* An op or geometry the backend lacks: auto trains on the CPU (the same
  * parameters, no device kernel), cuda is a job error naming the node. */
 START_TEST(unsupported_falls_back_or_fails)
@@ -281,6 +357,7 @@ int main(void)
 	tcase_add_test(tc, unsupported_falls_back_or_fails);
 	tcase_add_test(tc, gpu_checkpoint_resumes);
 	tcase_add_test(tc, gpu_path_follows_the_schedule);
+	tcase_add_test(tc, gpu_path_reduces_through_the_strategy);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 0); /* MPI starts once */
 }

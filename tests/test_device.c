@@ -29,7 +29,6 @@
 #include "testutil.h"
 
 static char tmpdir[256];
-static const char *build_root;
 
 static const char job_text[] =
 	"name: tiny\n"
@@ -55,7 +54,6 @@ static const char job_text[] =
 
 static void setup(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-device-test");
 	tu_synth(tmpdir, "train", 320, 1, "8,8,1", 5);
 	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir);
@@ -159,7 +157,7 @@ START_TEST(cuda_without_gpu_fails_auto_uses_cpu)
 	char why[256];
 	int ngpus = dtf_cuda_device_count(why, sizeof(why));
 	int st = tu_run("%s/dtf-train -q --set device=cuda --export-variables %s/cuda.bin %s/job.yaml 2>%s/cuda.log",
-			build_root, tmpdir, tmpdir, tmpdir);
+			tu_build_root(), tmpdir, tmpdir, tmpdir);
 	const char *log = tu_slurp(tmpdir, "cuda.log");
 	if (ngpus == 0) {
 		ck_assert_msg(st == 1, "device: cuda without a GPU: exit %d, log:\n%s",
@@ -178,9 +176,9 @@ START_TEST(cuda_without_gpu_fails_auto_uses_cpu)
 			      ngpus, st, log);
 	}
 	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=auto --export-variables %s/auto.bin %s/job.yaml 2>/dev/null",
-				build_root, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir), 0);
 	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/cpu.bin %s/job.yaml 2>/dev/null",
-				build_root, tmpdir, tmpdir), 0);
+				tu_build_root(), tmpdir, tmpdir), 0);
 	size_t na, nc;
 	float *a = tu_read_vars(tmpdir, "auto.bin", &na);
 	float *c = tu_read_vars(tmpdir, "cpu.bin", &nc);

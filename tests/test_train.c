@@ -73,7 +73,6 @@ void free(void *p) { __libc_free(p); }
 #endif
 
 static char tmpdir[256];
-static const char *build_root;
 /* MPI starts once per process, on first use: the tests that launch mpirun
  * run first, because a process that is already an MPI singleton passes its
  * MPI environment on to the mpirun it starts. */
@@ -103,7 +102,6 @@ static const char job_text[] =
 
 static void setup_data(void)
 {
-	build_root = tu_build_root();
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-train-test");
 	tu_synth(tmpdir, "train", 480, 1, "8,8,1", 1);
 	tu_synth(tmpdir, "test", 200, 1, "8,8,1", 2);
@@ -119,12 +117,12 @@ static void teardown_data(void)
 
 START_TEST(one_rank_equals_two_ranks)
 {
-	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train -q --threads 1 "
-				"--export-variables %s/np1.bin %s/job.yaml 2>%s/np1.log",
-				build_root, tmpdir, tmpdir, tmpdir), 0);
-	ck_assert_int_eq(tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 "
-				"--export-variables %s/np2.bin %s/job.yaml 2>%s/np2.log",
-				build_root, tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(1, NULL, tmpdir, "np1.log",
+				   "-q --threads 1 --export-variables %s/np1.bin %s/job.yaml",
+				   tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_mpirun(2, NULL, tmpdir, "np2.log",
+				   "-q --threads 1 --export-variables %s/np2.bin %s/job.yaml",
+				   tmpdir, tmpdir), 0);
 	size_t n1, n2, nonzero;
 	float *a = tu_read_vars(tmpdir, "np1.bin", &n1);
 	float *b = tu_read_vars(tmpdir, "np2.bin", &n2);
@@ -203,9 +201,8 @@ START_TEST(corrupt_record_stops_every_rank)
 	fclose(f);
 	long rec = (long)(len + 16), off = 100 * rec + 12 + 20;
 	tu_patch_xor(path, off, 0x40);
-	int st = tu_run("timeout 60 mpirun -np 2 %s/dtf-train -q --threads 1 "
-			"%s/job.yaml >/dev/null 2>%s/bad.log",
-			build_root, tmpdir, tmpdir);
+	int st = tu_mpirun(2, NULL, tmpdir, "bad.log",
+			   "-q --threads 1 %s/job.yaml", tmpdir);
 	const char *log = tu_slurp(tmpdir, "bad.log");
 	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
 	char want[128];
@@ -223,8 +220,7 @@ START_TEST(bad_job_file_exit_2)
 	char path[512];
 	tu_path(path, sizeof(path), tmpdir, "bad.yaml");
 	tu_write_file(NULL, path, "train:\n  batch_size: 16\n  epoch: 2\n");
-	int st = tu_run("mpirun -np 2 %s/dtf-train %s 2>%s/bad2.log >/dev/null",
-			build_root, path, tmpdir);
+	int st = tu_mpirun(2, NULL, tmpdir, "bad2.log", "%s", path);
 	ck_assert_int_eq(st, 2);
 	const char *log = tu_slurp(tmpdir, "bad2.log");
 	ck_assert_msg(strstr(log, "bad.yaml:3:3") != NULL, "log:\n%s", log);
@@ -247,8 +243,7 @@ START_TEST(job_errors_printed_once)
 	char path[512];
 	tu_path(path, sizeof(path), tmpdir, "bad.yaml");
 	tu_write_file(NULL, path, "train:\n  batch_size: 16\n  epoch: 2\n");
-	int st = tu_run("mpirun -np 2 %s/dtf-train %s 2>%s/once.log >/dev/null",
-			build_root, path, tmpdir);
+	int st = tu_mpirun(2, NULL, tmpdir, "once.log", "%s", path);
 	const char *log = tu_slurp(tmpdir, "once.log");
 	ck_assert_msg(st == 2, "exit status %d, log:\n%s", st, log);
 	char want[1024];
@@ -259,9 +254,8 @@ START_TEST(job_errors_printed_once)
 	ck_assert_msg(count_of(log, want) == 1 && count_of(log, "error: ") == 1 &&
 			      strstr(log, "[rank 0 ") && !strstr(log, "[rank 1 "),
 		      "not once, by rank 0:\n%s", log);
-	st = tu_run("mpirun -np 2 %s/dtf-train --set train.epochs=x %s/job.yaml "
-		    "2>%s/once.log >/dev/null",
-		    build_root, tmpdir, tmpdir);
+	st = tu_mpirun(2, NULL, tmpdir, "once.log",
+		       "--set train.epochs=x %s/job.yaml", tmpdir);
 	log = tu_slurp(tmpdir, "once.log");
 	ck_assert_msg(st == 2, "exit status %d, log:\n%s", st, log);
 	ck_assert_msg(count_of(log, "error: --set train.epochs: train.epochs: "
@@ -273,9 +267,8 @@ END_TEST
 
 START_TEST(batch_not_divisible_exit_2)
 {
-	int st = tu_run("mpirun -np 2 %s/dtf-train --set train.batch_size=15 "
-			"%s/job.yaml >/dev/null 2>&1",
-			build_root, tmpdir);
+	int st = tu_mpirun(2, NULL, NULL, NULL,
+			   "--set train.batch_size=15 %s/job.yaml", tmpdir);
 	ck_assert_int_eq(st, 2);
 }
 END_TEST
@@ -284,16 +277,15 @@ END_TEST
 START_TEST(usage_errors_before_training)
 {
 	ck_assert_int_eq(tu_run("%s/dtf-train %s/no-such-job.yaml 2>/dev/null",
-				build_root, tmpdir), 2);
-	ck_assert_int_eq(tu_run("mpirun -np 1 %s/dtf-train --export-variables "
-				"%s/no-such-dir/v.bin %s/job.yaml 2>/dev/null",
-				build_root, tmpdir, tmpdir), 2);
+				tu_build_root(), tmpdir), 2);
+	ck_assert_int_eq(tu_mpirun(1, NULL, NULL, NULL,
+				   "--export-variables %s/no-such-dir/v.bin %s/job.yaml",
+				   tmpdir, tmpdir), 2);
 	/* 8 ranks at 60 examples per replica: 480 records leave none for
 	 * rank 7 (DATA sharding of one file: 60 each, so 61 is too many) */
-	int st = tu_run("mpirun -np 2 %s/dtf-train -q --threads 1 --set "
-			"train.batch_size=482 "
-			"%s/job.yaml 2>%s/short.log >/dev/null",
-			build_root, tmpdir, tmpdir);
+	int st = tu_mpirun(2, NULL, tmpdir, "short.log",
+			   "-q --threads 1 --set train.batch_size=482 %s/job.yaml",
+			   tmpdir);
 	ck_assert_int_eq(st, 3);
 	const char *log = tu_slurp(tmpdir, "short.log");
 	ck_assert_msg(strstr(log, "has 240 record(s), fewer than one per-replica batch of 241"),

@@ -99,10 +99,6 @@ int dtf_comm_barrier(struct dtf_comm *c);
 int dtf_comm_gather_i32(struct dtf_comm *c, const int32_t *send, int n,
 			int32_t *recv, int root);
 
-/* 1 when this MPI accepts CUDA device pointers in collectives (Open MPI's
- * MPIX_Query_cuda_support()); 0 otherwise, or when the environment sets
- * DTF_CUDA_AWARE_MPI=0.  Call after dtf_comm_init. */
-int dtf_comm_cuda_aware(void);
 
 /*
  * Notices: one message of two int64 from one rank to another on the world

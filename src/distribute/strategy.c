@@ -179,6 +179,7 @@ void dtf_strategy_opts_from_job(const struct dtf_job *job,
 }
 
 int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
+		     int on_device,
 		     const struct dtf_cluster *cluster,
 		     struct dtf_strategy **out)
 {
@@ -188,6 +189,7 @@ int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
 	*out = NULL;
 	memset(&own, 0, sizeof(own));
 	dtf_strategy_opts_from_job(job, &o);
+	o.on_cuda |= on_device != 0;
 	if ((rc = check_strategy(&o, world)) < 0)
 		return rc;
 	if (!cluster) {
@@ -358,6 +360,15 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 	return 0;
 }
 
+void dtf_strategy_set_update(struct dtf_strategy *s,
+			     const struct dtf_update_ops *upd)
+{
+	DTF_ASSERT(!s->zs.sharded && s->kind != DTF_STRATEGY_PARAMETER_SERVER);
+	if (s->upd.free)
+		s->upd.free(s->upd.ctx);
+	s->upd = *upd;
+}
+
 void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 			   size_t size)
 {
@@ -391,7 +402,7 @@ void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 		 comm_active(s) ? ", implementation mpi" : "");
 }
 
-static void after_node(void *arg, int node)
+void dtf_strategy_after_node(void *arg, int node)
 {
 	struct dtf_strategy *s = arg;
 	if (s->kind == DTF_STRATEGY_PARAMETER_SERVER)
@@ -400,29 +411,29 @@ static void after_node(void *arg, int node)
 		dtf_fusion_after_node(s, node);
 }
 
-void dtf_strategy_backward(struct dtf_strategy *s, struct dtf_exec_ctx *ctx,
-			   int micro, int nmicro, double lr)
+int dtf_strategy_backward_begin(struct dtf_strategy *s, int micro, int nmicro,
+				double lr)
 {
-	const struct dtf_graph *g = s->g;
 	s->lr = lr;
-	if (micro < nmicro - 1) {
-		dtf_exec_backward(g, ctx);
-		float *restrict a = s->acc;
-		const float *restrict gr = s->grads;
-		if (a)
-			for (size_t i = 0; i < s->np; i++)
-				a[i] += gr[i];
-		s->have_acc = 1;
-		return;
-	}
+	if (micro < nmicro - 1)
+		return 0;
 	dtf_fusion_begin(s);
 	dtf_ps_begin(s);
 	s->in_step = 1;
 	int ps = s->kind == DTF_STRATEGY_PARAMETER_SERVER;
-	if (s->overlap && (comm_active(s) || ps))
-		dtf_exec_backward_hook(g, ctx, after_node, s);
-	else
-		dtf_exec_backward(g, ctx);
+	return s->overlap && (comm_active(s) || ps);
+}
+
+void dtf_strategy_backward_end(struct dtf_strategy *s, int micro, int nmicro)
+{
+	if (micro == nmicro - 1)
+		return;
+	float *restrict a = s->acc;
+	const float *restrict gr = s->grads;
+	if (a)
+		for (size_t i = 0; i < s->np; i++)
+			a[i] += gr[i];
+	s->have_acc = 1;
 }
 
 /* step is 0-based: at step 0 of a fresh run no update has been applied,

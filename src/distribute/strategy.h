@@ -4,7 +4,8 @@
  *
  * The trainer sees a narrow interface: create the strategy (roles,
  * sub-communicators), set it up for the graph (fusion buckets, buffers),
- * then per step run backward through dtf_strategy_backward() and finish with
+ * then per step run backward between dtf_strategy_backward_begin() and
+ * dtf_strategy_backward_end() and finish with
  * dtf_strategy_finish_step(), which reduces the gradients and the step
  * statistics, checks them for NaN/Inf (one verdict on every rank) and
  * applies the optimizer update wherever the strategy keeps the variables.
@@ -63,7 +64,6 @@
 
 #include "config/job.h"       /* the enums of the strategy section */
 #include "config/tf_config.h"
-#include "ops/cpu/exec.h"
 #include "graph/graph.h"
 
 struct dtf_comm;
@@ -145,9 +145,12 @@ enum { DTF_STAT_LOSS, DTF_STAT_CORRECT, DTF_STAT_COUNT, DTF_NSTATS };
  * are DTF_ERR_CONFIG (the same on every rank).  Then split the world into
  * the replicas (chief and workers), the ps ranks and per-node groups: a
  * collective over `world`.  `world` is borrowed and must outlive *out.
+ * on_device: the replicas compute on a GPU (device cuda, or auto with a
+ * GPU in sight): no shared-memory window (as device: cuda).
  * Errors: DTF_ERR_CONFIG, DTF_ERR_MPI, DTF_ERR_NOMEM.
  */
 int dtf_strategy_new(const struct dtf_job *job, struct dtf_comm *world,
+		     int on_device,
 		     const struct dtf_cluster *cluster,
 		     struct dtf_strategy **out);
 
@@ -244,17 +247,35 @@ int dtf_strategy_setup(struct dtf_strategy *s, const struct dtf_graph *g,
 		       float *params, float *grads,
 		       const struct dtf_update_ops *upd);
 
+/* Replace the update given to dtf_strategy_setup by *upd (its ctx owned by
+ * s from here; the old one is freed), before the first step: for a
+ * backend that applies the update on its own copy of the variables. */
+void dtf_strategy_set_update(struct dtf_strategy *s,
+			     const struct dtf_update_ops *upd);
+
 /* Human-readable summary of the buckets, for the start-up log. */
 void dtf_strategy_describe(const struct dtf_strategy *s, char *buf,
 			   size_t size);
 
 /*
- * Backward pass of micro-batch `micro` of `nmicro` (train.accumulate_steps)
- * on a replica at learning rate lr; the last one starts the communication
- * (at once per bucket with overlap, else in dtf_strategy_finish_step).
+ * Around the backend's backward pass (ops/backend.h) of micro-batch
+ * `micro` of `nmicro` (train.accumulate_steps) on a replica at learning
+ * rate lr:
+ *   hook = dtf_strategy_backward_begin(s, micro, nmicro, lr);
+ *   backend backward, with dtf_strategy_after_node and s as its per-node
+ *     callback when hook is 1 (else none);
+ *   dtf_strategy_backward_end(s, micro, nmicro);
+ * The last micro-batch starts the communication: with the callback, each
+ * bucket as soon as its last gradient is written (overlap); the buckets
+ * not started by then start in dtf_strategy_finish_step.  A backend whose
+ * backward can fail runs without the callback, so that the replicas agree
+ * on its status before any gradient leaves them.  The earlier
+ * micro-batches' gradients are added into the strategy's accumulator.
  */
-void dtf_strategy_backward(struct dtf_strategy *s, struct dtf_exec_ctx *ctx,
-			   int micro, int nmicro, double lr);
+int dtf_strategy_backward_begin(struct dtf_strategy *s, int micro, int nmicro,
+				double lr);
+void dtf_strategy_after_node(void *s, int node);
+void dtf_strategy_backward_end(struct dtf_strategy *s, int micro, int nmicro);
 
 /*
  * Finish update `step`: complete the reduction, sum `stats` (DTF_NSTATS

@@ -15,11 +15,15 @@
  *             result is written: where a distribution strategy starts the
  *             allreduce of a bucket whose last gradient is ready;
  *   step_stats the step's loss sum, correct count and examples;
- *   reduce    optional: the backend sums the replicas' gradients itself
- *             (the CUDA backend: one whole-vector allreduce through `sum`);
- *             NULL: the distribution strategy reduces the host gradient
- *             vector and applies the update (distribute/strategy.h);
- *   apply     optional (with reduce): the optimizer update on the device.
+ *   apply     optional: the optimizer update on the backend's own copy of
+ *             the variables, with the gradients the distribution strategy
+ *             summed (distribute/strategy.h reduces, checks and calls the
+ *             update; train/optimizer_ops.h makes this member its update);
+ *             NULL: the host vectors are the backend's, and the strategy
+ *             applies the update to them.
+ * The gradients always end in the host vector bg->grads, where the
+ * strategy's buckets take them: there is one gradient reduction, the
+ * strategy's, whatever the backend.
  * Variables and optimizer slots live where the backend keeps them; upload
  * and download move them to and from the host copies a checkpoint, an
  * export or an evaluation reads.  Evaluation runs load + forward in
@@ -49,10 +53,6 @@ typedef int (*dtf_backend_read_fn)(void *arg, void *const *feed,
 				   uint64_t *ids, int *count);
 /* Called after backward node `node` has run. */
 typedef void (*dtf_backend_node_fn)(void *arg, int node);
-/* Sum n floats at buf (host or device memory) over the replicas in place;
- * returns 0 or -DTF_ERR_*. */
-typedef int (*dtf_backend_sum_fn)(void *arg, float *buf, size_t n);
-
 /* What prepare needs of a planned graph (mem/plan.h).  Borrowed: they
  * outlive the backend. */
 struct dtf_backend_graph {
@@ -118,22 +118,23 @@ struct dtf_backend_iface {
 	void (*forward)(void *ctx, struct dtf_exec_ctx *x);
 	/* The backward nodes, after forward with the same x; after(arg, i)
 	 * (may be NULL) once node i has run.  Returns 0 when the gradients
-	 * are written (a device backend has waited for them).  Errors:
-	 * DTF_ERR_RUNTIME (a device failure). */
+	 * are written to the host vector bg->grads (a device backend has
+	 * waited for them).  Errors: DTF_ERR_RUNTIME (a device failure). */
 	int (*backward)(void *ctx, struct dtf_exec_ctx *x,
 			dtf_backend_node_fn after, void *arg);
-	/* Add this step's loss sum, correct count and `count` examples to
-	 * stats[0..2] (where they ride behind the gradients); a backend
-	 * whose statistics come back with the gradients adds nothing. */
+	/* 1: backward can fail (a device): the caller agrees on its status
+	 * over the replicas before any gradient leaves them, so it passes no
+	 * per-node callback (the strategy then starts every bucket after
+	 * backward).  0: backward cannot fail (the CPU). */
+	int checked_backward;
+	/* Add this micro-batch's loss sum, correct count and `count`
+	 * examples to stats[0..2], after backward. */
 	void (*step_stats)(void *ctx, const struct dtf_exec_ctx *x, int count,
 			   float *stats);
-	/* Optional (NULL: the strategy reduces the host vector).  Sum the
-	 * gradients and statistics over the replicas with sum(arg, ...);
-	 * afterwards the statistics are in the host vector's tail.  Errors:
-	 * sum's, DTF_ERR_RUNTIME. */
-	int (*reduce)(void *ctx, dtf_backend_sum_fn sum, void *arg);
-	/* Optional (given with reduce): the optimizer update with the summed
-	 * gradients, on the backend's copy of the variables (queued). */
+	/* Optional (NULL: the update applies to the host vectors).  The
+	 * optimizer update with the summed gradients of the host vector on
+	 * the backend's copy of the variables (queued); u->iterations counts
+	 * this update. */
 	void (*apply)(void *ctx, const struct dtf_backend_update *u);
 	/* Optional (NULL: the host copies are the backend's).  Host ->
 	 * backend and backend -> host of `what` (DTF_BACKEND_*), synchronous.
@@ -178,9 +179,10 @@ int dtf_backend_cpu_new(struct dtf_backend **out);
  * exec_cuda.h's executor on the GPU of this node-local rank, as Horovod's
  * local_rank -> device rule: more ranks on a node than GPUs is an error
  * with a hint unless sharing is allowed, which maps local rank r to GPU
- * r % GPUs.  Gradients: kept on the GPU with one rank; host-staged
- * allreduce (GPU -> host, sum, host -> GPU) by default; device pointers
- * when MPI is CUDA-aware.  Parameters live on the GPU during training:
+ * r % GPUs.  Gradients: copied to the host vector after backward for
+ * the strategy to sum (GPU -> host, its buckets, host -> GPU for apply);
+ * with one replica and no accumulation the device applies its own copy.
+ * Parameters live on the GPU during training:
  * upload after the broadcast, download before the host reads them. */
 struct dtf_backend_cuda_opts {
 	int required;         /* device: cuda (an error without a GPU); 0:
@@ -188,8 +190,9 @@ struct dtf_backend_cuda_opts {
 	int allow_sharing;    /* allow_gpu_sharing */
 	int tf32;             /* precision: tf32 */
 	int local_rank, local_size; /* this rank on its node */
-	int world;            /* replicas; 1: gradients stay on the GPU */
-	int cuda_aware;       /* the sum function takes device pointers */
+	int world;            /* replicas */
+	int accumulate_steps; /* train.accumulate_steps: > 1 sums micro-
+				 batches on the host */
 	int plain_update;     /* the update is sgd (momentum, nesterov) or
 				 adam, without weight decay or clipping: the
 				 only ones the GPU path has */
@@ -204,6 +207,10 @@ struct dtf_backend_cuda_opts {
  */
 int dtf_backend_cuda_open(const struct dtf_backend_cuda_opts *o,
 			  struct dtf_backend **out);
+
+/* 1 when this process sees a GPU it could train on (a CUDA build with a
+ * visible device); never fails. */
+int dtf_backend_cuda_visible(void);
 
 /* The GPU for node-local rank `local_rank` of `local_size` ranks on a node
  * with `ngpus` visible GPUs (ngpus > 0).  Errors: DTF_ERR_RUNTIME with a

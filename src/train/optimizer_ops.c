@@ -9,11 +9,13 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "ops/backend.h"
 
 struct ops_ctx {
 	struct dtf_optimizer *opt; /* borrowed, or &own */
 	struct dtf_optimizer own;  /* part_new's */
 	const struct dtf_job *job;
+	struct dtf_backend *be;    /* dtf_backend_update_ops: applies */
 	struct dtf_opt_range *ranges;
 	int cap;
 };
@@ -22,6 +24,21 @@ static void op_apply(void *ctx, float *params, float *grads, double lr)
 {
 	struct ops_ctx *c = ctx;
 	dtf_optimizer_apply(c->opt, params, grads, lr);
+}
+
+static void op_backend_apply(void *ctx, float *params, float *grads,
+			     double lr)
+{
+	struct ops_ctx *c = ctx;
+	struct dtf_optimizer *o = c->opt;
+	(void)params;
+	(void)grads;
+	o->iterations++;
+	c->be->i->apply(c->be->ctx, &(struct dtf_backend_update){
+		.adam = o->kind == DTF_OPT_ADAM, .lr = lr,
+		.momentum = o->momentum, .nesterov = o->nesterov,
+		.beta_1 = o->beta_1, .beta_2 = o->beta_2,
+		.epsilon = o->epsilon, .iterations = o->iterations});
 }
 
 static int op_apply_ranges(void *ctx, float *params, float *grads, double lr,
@@ -114,4 +131,21 @@ int dtf_optimizer_ops(struct dtf_optimizer *opt, const struct dtf_job *job,
 {
 	struct ops_ctx *c;
 	return make(opt, job, out, &c);
+}
+
+int dtf_backend_update_ops(struct dtf_backend *be, struct dtf_optimizer *opt,
+			   const struct dtf_job *job,
+			   struct dtf_update_ops *out)
+{
+	struct ops_ctx *c;
+	int rc = make(opt, job, out, &c);
+	if (rc < 0)
+		return rc;
+	DTF_ASSERT(be->i->apply);
+	c->be = be;
+	out->apply = op_backend_apply;
+	out->apply_ranges = NULL;
+	out->release = NULL;
+	out->part_new = NULL;
+	return 0;
 }

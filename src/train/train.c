@@ -11,8 +11,8 @@
  *   3. forward, backward: variable gradients land in the gradient vector;
  *   4. the strategy (distribute/strategy.h) sums gradients and the step
  *      statistics (loss sum, correct count, example count) that ride
- *      behind them, in buckets started from inside backward (a backend
- *      with its own reduce sums its whole vector in one allreduce);
+ *      behind them, in buckets started from inside backward (after it,
+ *      for a backend whose backward can fail: the GPU's);
  *   5. every rank applies the same optimizer update.
  * dtf_train_run is split along its phases: check_options, setup,
  * setup_threads, open_all, resume, then one_epoch (one_step each, and
@@ -218,7 +218,7 @@ static int open_backend(const struct dtf_job *job, struct dtf_comm *comm,
 			.local_rank = comm ? dtf_comm_local_rank(comm) : 0,
 			.local_size = comm ? dtf_comm_local_size(comm) : 1,
 			.world = comm ? dtf_comm_size(comm) : 1,
-			.cuda_aware = dtf_comm_cuda_aware(),
+			.accumulate_steps = job->train.accumulate_steps,
 			.plain_update = plain_update(&r->opt)};
 		if ((rc = dtf_backend_cuda_open(&co, &r->be)) < 0)
 			return rc;
@@ -328,13 +328,6 @@ static int read_batch(void *arg, void *const *feed, uint64_t *ids,
 		      int *count)
 {
 	return dtf_pipeline_next(arg, feed, ids, count);
-}
-
-/* A whole-vector sum over the replicas, for a backend that reduces its
- * own gradients. */
-static int sum_replicas(void *arg, float *buf, size_t n)
-{
-	return dtf_comm_allreduce_sum_f32(arg, buf, n);
 }
 
 static int agree(struct dtf_comm *comm, int rc, const char *when,
@@ -741,13 +734,16 @@ static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
  * run forward and backward, then the gradients and the statistics behind
  * them summed over the replicas and the optimizer applied.  `rc` carries
  * an error from before the step (e.g. starting the epoch) into the
- * agreement.  Where the backend reduces its own gradients (ops/backend.h:
- * reduce), the step agrees once more after computing, as a device failure
- * must stop every rank before the sum, and the backend applies the update;
- * otherwise backward runs through the strategy (distribute/strategy.h),
- * the last micro-batch starting the gradient buckets from inside it, and
- * the strategy reduces, checks and applies.  Phase times are added to *t;
- * t->mark is left where the optimizer's time begins.
+ * agreement.  Backward runs on the backend between the strategy's
+ * backward_begin and backward_end (distribute/strategy.h): the last
+ * micro-batch starts the gradient buckets from inside it through the
+ * strategy's per-node callback, except on a backend whose backward can
+ * fail (ops/backend.h: checked_backward), where the step agrees once more
+ * after computing, as a device failure must stop every rank before the
+ * sum, and the buckets start after it.  The strategy then reduces, checks
+ * and applies (through the backend's apply where it keeps the variables).
+ * Phase times are added to *t; t->mark is left where the optimizer's time
+ * begins.
  */
 static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		      struct dtf_strategy *strat, struct replica *r,
@@ -758,7 +754,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 {
 	struct dtf_graph *g = &r->g;
 	struct dtf_backend *be = r->be;
-	int own = be->i->reduce != NULL; /* the backend sums its gradients */
+	int checked = be->i->checked_backward;
 	int batch = g->batch, count = 0, k = job->train.accumulate_steps;
 	float *stats = r->grads + g->nparams;
 	memset(stats, 0, NSTATS * sizeof(float));
@@ -785,13 +781,14 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		if (read_ahead && micro == k - 1 && be->i->prefetch)
 			be->i->prefetch(be->ctx, read_batch, train);
 		t3 = now_seconds();
-		if (own) {
-			rc = be->i->backward(be->ctx, ctx, NULL, NULL);
-			if ((rc = agree(comm, rc, "computing", step, result)) < 0)
-				return rc;
-		} else {
-			dtf_strategy_backward(strat, ctx, micro, k, lr);
-		}
+		int hook = dtf_strategy_backward_begin(strat, micro, k, lr) &&
+			   !checked;
+		rc = be->i->backward(be->ctx, ctx,
+				     hook ? dtf_strategy_after_node : NULL, strat);
+		if (checked &&
+		    (rc = agree(comm, rc, "computing", step, result)) < 0)
+			return rc;
+		dtf_strategy_backward_end(strat, micro, k);
 		be->i->step_stats(be->ctx, ctx, batch, stats);
 		t4 = now_seconds();
 		t->forward += t3 - t2;
@@ -799,14 +796,9 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		t->comm += t2 - t1; /* the agreement */
 	}
 	int applied;
-	if (own)
-		rc = be->i->reduce(be->ctx, sum_replicas, comm);
-	else
-		rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
-					      &t->comm, &t->optimizer);
+	rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
+				      &t->comm, &t->optimizer);
 	double t5 = now_seconds();
-	if (own)
-		t->comm += t5 - t4;
 	t->mark = t5;
 	if (dtf_obs_tracing(obs, step + 1)) { /* the last micro-batch */
 		dtf_obs_span(obs, DTF_OBS_DATA_WAIT, step + 1, -1, t0, t1);
@@ -814,15 +806,6 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
 		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
 		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
-	}
-	if (rc == 0 && own) {
-		const struct dtf_optimizer *o = &r->opt;
-		r->opt.iterations++;
-		be->i->apply(be->ctx, &(struct dtf_backend_update){
-			.adam = o->kind == DTF_OPT_ADAM, .lr = lr,
-			.momentum = o->momentum, .nesterov = o->nesterov,
-			.beta_1 = o->beta_1, .beta_2 = o->beta_2,
-			.epsilon = o->epsilon, .iterations = o->iterations});
 	}
 	return rc;
 }
@@ -1179,20 +1162,20 @@ static int open_all(struct run *R)
 	const struct dtf_job *job = R->job;
 	struct replica *r = &R->r;
 	int rc = open_backend(job, R->comm, r, 1);
-	if (rc == 0 && r->be->i->reduce &&
-	    (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE ||
-	     job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER ||
-	     job->train.accumulate_steps > 1 || job->strategy.hierarchical ||
-	     job->strategy.compression != DTF_GRAD_COMPRESSION_NONE))
-		/* a backend that reduces its own gradients (the GPU's) does so
-		 * in one allreduce, without the strategy */
-		rc = dtf_error(DTF_ERR_CONFIG,
-			       "strategy: %s%s%s%s is not supported on the GPU yet\n"
-			       "HINT: set device: cpu",
-			       dtf_strategy_name(job->strategy.type),
-			       job->train.accumulate_steps > 1 ? ", accumulate_steps" : "",
-			       job->strategy.hierarchical ? ", hierarchical" : "",
-			       job->strategy.compression ? ", compression" : "");
+	if (rc == 0 && r->be->i->apply) {
+		/* the variables live on the device: the strategy's update
+		 * becomes the backend's */
+		struct dtf_update_ops upd;
+		if (job->strategy.type == DTF_STRATEGY_CENTRAL_STORAGE ||
+		    job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER)
+			rc = dtf_error(DTF_ERR_CONFIG,
+				       "strategy: %s is not supported on the GPU yet (it updates the variables on one rank or on the ps, on the host)\n"
+				       "HINT: use mirrored or multi_worker_mirrored, or set device: cpu",
+				       dtf_strategy_name(job->strategy.type));
+		else if ((rc = dtf_backend_update_ops(r->be, &r->opt, job,
+						      &upd)) == 0)
+			dtf_strategy_set_update(R->strat, &upd);
+	}
 	if (rc == 0)
 		rc = dtf_fault_new(R->comm, R->rank, job->fault.timeout_seconds,
 				   &R->fault);
@@ -1545,7 +1528,10 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 		return rc; /* the same on every rank, before any collective */
 	/* roles and sub-communicators (distribute/strategy.h); from here
 	 * R.comm is the training replicas' */
-	if (comm && (rc = dtf_strategy_new(job, comm, opts->cluster,
+	int on_device = job->device.kind == DTF_DEVICE_CUDA ||
+			(job->device.kind == DTF_DEVICE_AUTO &&
+			 dtf_backend_cuda_visible());
+	if (comm && (rc = dtf_strategy_new(job, comm, on_device, opts->cluster,
 					   &R.strat)) < 0)
 		return rc;
 	R.role = R.strat ? dtf_strategy_role(R.strat) : DTF_TASK_WORKER;

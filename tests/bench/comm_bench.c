@@ -89,7 +89,7 @@ int main(int argc, char **argv)
 		if (dtf_job_load_string("bench.yaml", job_text, sets[p], n,
 					&jobs[p]) < 0 ||
 		    (p == 5 && setenv("DTF_TEST_RANKS_PER_NODE", "1", 1)) ||
-		    dtf_strategy_new(jobs[p], comm, NULL, &st[p]) < 0 ||
+		    dtf_strategy_new(jobs[p], comm, 0, NULL, &st[p]) < 0 ||
 		    (p == SHM && dtf_strategy_share_grads(st[p], NULL, maxn,
 							  &shbuf, NULL) < 0)) {
 			fprintf(stderr, "comm_bench: %s: %s\n", names[p],

@@ -5,7 +5,7 @@
  *
  * Batches are read straight into the input nodes' buffers (no copy); the
  * gradients stay in the host vector, which the distribution strategy
- * reduces and updates, so reduce, apply, upload and download are absent.
+ * reduces and updates, so apply, upload and download are absent.
  * Evaluation totals are summed here from each inference forward, in the
  * order the batches run, so they are the same bits as a loop adding them.
  */
@@ -127,8 +127,8 @@ static const struct dtf_backend_iface cpu_iface = {
 	.prefetch = NULL,
 	.forward = cpu_forward,
 	.backward = cpu_backward,
+	.checked_backward = 0,
 	.step_stats = cpu_step_stats,
-	.reduce = NULL,
 	.apply = NULL,
 	.upload = NULL,
 	.download = NULL,

@@ -9,11 +9,15 @@
  * are kept with their message and raised by that load, so they reach the
  * step's status agreement exactly as a synchronous read's would.
  *
- * Gradients: this backend still reduces its own vector in one allreduce
- * (reduce, through the caller's sum function: on device pointers when MPI
- * is CUDA-aware, else host-staged), not through the strategy's buckets;
- * the strategy runs its buckets on the host executor's backward today
- * (distribute/strategy.h), and takes no backend yet.
+ * Gradients: after backward they are copied to the host gradient vector
+ * (asynchronously, behind the backward kernels; backward waits for them),
+ * where the distribution strategy sums them in its fusion buckets, checks
+ * them for NaN/Inf and calls apply, as on the CPU (distribute/strategy.h);
+ * apply uploads the sums and runs the update on the device.  With one
+ * replica and no accumulation nothing changes them on the host: the
+ * device's own copy is applied (the host copy serves the check only).  The
+ * step statistics come down into a buffer of their own, added to the
+ * step's by step_stats, so micro-batches accumulate them as on the CPU.
  */
 #include "ops/backend.h"
 
@@ -28,9 +32,9 @@
 #include "ops/cuda/exec_cuda.h"
 
 enum grad_path {
-	GRADS_LOCAL,       /* one rank: the gradients never leave the GPU */
-	GRADS_HOST_STAGED, /* GPU -> host, allreduce, host -> GPU */
-	GRADS_DEVICE,      /* allreduce on device pointers */
+	GRADS_LOCAL,       /* one replica, no accumulation: the device's
+			      gradients are applied as they are */
+	GRADS_HOST_STAGED, /* GPU -> host, the strategy's sum, host -> GPU */
 };
 
 struct gpu {
@@ -38,6 +42,7 @@ struct gpu {
 	struct dtf_cuda_exec *ex;
 	struct dtf_graph *g;
 	float *grads;         /* host */
+	float stats[8];       /* this micro-batch's statistics, from the GPU */
 	float *slots;         /* host copies of the optimizer's slots */
 	size_t nparams, nstats;
 	enum grad_path path;
@@ -86,6 +91,7 @@ static int gpu_prepare(void *ctx, const struct dtf_backend_graph *bg)
 	gpu->slots = bg->slots;
 	gpu->nparams = bg->g->nparams;
 	gpu->nstats = bg->nstats;
+	DTF_ASSERT(bg->nstats <= sizeof(gpu->stats) / sizeof(gpu->stats[0]));
 	struct dtf_cuda_exec_opts eo = {
 		.g = bg->g, .arena = bg->arena, .arena_bytes = bg->arena_bytes,
 		.params = bg->params, .grads = bg->grads, .nstats = bg->nstats,
@@ -99,9 +105,8 @@ static int gpu_prepare(void *ctx, const struct dtf_backend_graph *bg)
 		"device: %s, %zu MB of device memory; gradients %s",
 		dtf_cuda_ctx_describe(gpu->ctx),
 		dtf_cuda_exec_device_bytes(gpu->ex) >> 20,
-		gpu->path == GRADS_LOCAL	 ? "stay on the GPU (one rank)"
-		: gpu->path == GRADS_DEVICE ? "allreduced from device memory (CUDA-aware MPI)"
-					     : "allreduced through host memory");
+		gpu->path == GRADS_LOCAL ? "applied on the GPU (one replica)"
+					 : "summed by the strategy through host memory");
 	return 0;
 }
 
@@ -178,8 +183,8 @@ static int gpu_load(void *ctx, dtf_backend_read_fn read, void *arg,
 }
 
 /* Training: forward and backward in one run on the compute stream, then
- * the gradients (host-staged) or the statistics start back; inference:
- * forward, its loss and correct count added to the evaluation totals. */
+ * the gradients and the statistics start back; inference: forward, its
+ * loss and correct count added to the evaluation totals. */
 static void gpu_forward(void *ctx, struct dtf_exec_ctx *x)
 {
 	struct gpu *gpu = ctx;
@@ -188,10 +193,8 @@ static void gpu_forward(void *ctx, struct dtf_exec_ctx *x)
 		return;
 	}
 	dtf_cuda_exec_run(gpu->ex, gpu->cur, x, 1, DTF_CUDA_STATS_STEP);
-	if (gpu->path == GRADS_HOST_STAGED)
-		dtf_cuda_exec_download_grads(gpu->ex);
-	else
-		dtf_cuda_exec_download_stats(gpu->ex);
+	dtf_cuda_exec_download_grads(gpu->ex);
+	dtf_cuda_exec_download_stats(gpu->ex, gpu->stats);
 }
 
 static void gpu_prefetch(void *ctx, dtf_backend_read_fn read, void *arg)
@@ -222,36 +225,19 @@ static int gpu_backward(void *ctx, struct dtf_exec_ctx *x,
 	return rc;
 }
 
-/* The statistics come back with the gradients (forward's download). */
+/* The statistics came down with the gradients (forward's download, which
+ * backward waited for). */
 static void gpu_step_stats(void *ctx, const struct dtf_exec_ctx *x,
 			   int count, float *stats)
 {
-	(void)ctx;
+	struct gpu *gpu = ctx;
 	(void)x;
 	(void)count;
-	(void)stats;
+	for (size_t i = 0; i < gpu->nstats; i++)
+		stats[i] += gpu->stats[i];
 }
 
-static int gpu_reduce(void *ctx, dtf_backend_sum_fn sum, void *arg)
-{
-	struct gpu *gpu = ctx;
-	size_t n = gpu->nparams + gpu->nstats;
-	int rc;
-	switch (gpu->path) {
-	case GRADS_LOCAL:
-		return 0; /* statistics came back with the step */
-	case GRADS_HOST_STAGED:
-		return sum(arg, gpu->grads, n);
-	case GRADS_DEVICE:
-		rc = sum(arg, dtf_cuda_exec_device_grads(gpu->ex), n);
-		if (rc < 0)
-			return rc;
-		dtf_cuda_exec_download_stats(gpu->ex);
-		return dtf_cuda_exec_wait(gpu->ex);
-	}
-	return 0;
-}
-
+/* The strategy's sums (host-staged) up, then the update on the device. */
 static void gpu_apply(void *ctx, const struct dtf_backend_update *u)
 {
 	struct gpu *gpu = ctx;
@@ -278,6 +264,7 @@ static int gpu_eval_totals(void *ctx, double out[3])
 
 static const struct dtf_backend_iface gpu_iface = {
 	.name = "cuda",
+	.checked_backward = 1,
 	.describe = gpu_describe,
 	.prepare = gpu_prepare,
 	.load = gpu_load,
@@ -285,13 +272,17 @@ static const struct dtf_backend_iface gpu_iface = {
 	.forward = gpu_forward,
 	.backward = gpu_backward,
 	.step_stats = gpu_step_stats,
-	.reduce = gpu_reduce,
 	.apply = gpu_apply,
 	.upload = gpu_upload,
 	.download = gpu_download,
 	.eval_totals = gpu_eval_totals,
 	.free = gpu_free,
 };
+
+int dtf_backend_cuda_visible(void)
+{
+	return dtf_cuda_device_count(NULL, 0) > 0;
+}
 
 int dtf_backend_cuda_open(const struct dtf_backend_cuda_opts *o,
 			  struct dtf_backend **out)
@@ -334,9 +325,9 @@ int dtf_backend_cuda_open(const struct dtf_backend_cuda_opts *o,
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	}
 	gpu->cur = 1; /* the first batch goes to set 0 */
-	gpu->path = o->world == 1   ? GRADS_LOCAL
-		    : o->cuda_aware ? GRADS_DEVICE
-				    : GRADS_HOST_STAGED;
+	gpu->path = o->world == 1 && o->accumulate_steps <= 1
+			    ? GRADS_LOCAL
+			    : GRADS_HOST_STAGED;
 	rc = dtf_cuda_ctx_new(device, o->tf32 ? DTF_CUDA_TF32 : DTF_CUDA_FP32,
 			      &gpu->ctx);
 	if (rc < 0) {

@@ -588,25 +588,20 @@ void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 void dtf_cuda_exec_download_grads(struct dtf_cuda_exec *ex)
 {
 	dtf_cuda_copy_async(ex->ctx, DTF_CUDA_COMPUTE, ex->h_grads, ex->d_grads,
-			    ex->ngrads * sizeof(float));
+			    ex->nparams * sizeof(float));
 }
 
 void dtf_cuda_exec_upload_grads(struct dtf_cuda_exec *ex)
 {
 	dtf_cuda_copy_async(ex->ctx, DTF_CUDA_COMPUTE, ex->d_grads, ex->h_grads,
-			    ex->ngrads * sizeof(float));
+			    ex->nparams * sizeof(float));
 }
 
-void dtf_cuda_exec_download_stats(struct dtf_cuda_exec *ex)
+void dtf_cuda_exec_download_stats(struct dtf_cuda_exec *ex, float *dst)
 {
-	dtf_cuda_copy_async(ex->ctx, DTF_CUDA_COMPUTE, ex->h_grads + ex->nparams,
+	dtf_cuda_copy_async(ex->ctx, DTF_CUDA_COMPUTE, dst,
 			    ex->d_grads + ex->nparams,
 			    ex->nstats * sizeof(float));
-}
-
-float *dtf_cuda_exec_device_grads(struct dtf_cuda_exec *ex)
-{
-	return ex->d_grads;
 }
 
 int dtf_cuda_exec_wait(struct dtf_cuda_exec *ex)

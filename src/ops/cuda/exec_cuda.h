@@ -104,17 +104,16 @@ void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 		       const struct dtf_exec_ctx *ctx, int backward,
 		       enum dtf_cuda_stats stats);
 
-/* Copy the gradient vector and statistics to the host vector given at
+/* Copy the gradient vector (nparams floats) to the host vector given at
  * creation (asynchronous, compute stream). */
 void dtf_cuda_exec_download_grads(struct dtf_cuda_exec *ex);
-/* Copy the host gradient vector (after a host allreduce) to the device. */
+/* Copy the host gradient vector (nparams floats; summed over the replicas
+ * by the strategy) to the device (asynchronous, compute stream). */
 void dtf_cuda_exec_upload_grads(struct dtf_cuda_exec *ex);
-/* Copy only the statistics behind the gradients to the host (after an
- * allreduce on device pointers). */
-void dtf_cuda_exec_download_stats(struct dtf_cuda_exec *ex);
-/* The device gradient vector (nparams + nstats floats), for a CUDA-aware
- * allreduce. */
-float *dtf_cuda_exec_device_grads(struct dtf_cuda_exec *ex);
+/* Copy the step's statistics (nstats floats behind the device gradients)
+ * to dst, host memory that stays valid until the next wait (asynchronous,
+ * compute stream). */
+void dtf_cuda_exec_download_stats(struct dtf_cuda_exec *ex, float *dst);
 
 /* Wait for all queued work; the first failure since the last wait.
  * Errors: DTF_ERR_RUNTIME. */
