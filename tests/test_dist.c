@@ -485,27 +485,31 @@ START_TEST(config_keys)
 }
 END_TEST
 
+/* dtf-train run alone with the Slurm variables `env`: exit 2 and `want`
+ * with the srun --mpi=pmix hint in its log LOG. */
+static void slurm_refused(const char *env, const char *log, const char *want)
+{
+	int st = tu_run("%s timeout 120 %s/dtf-train --threads 1 %s/job.yaml "
+			"2>%s/%s >/dev/null",
+			env, tu_build_root(), tmpdir, tmpdir, log);
+	const char *text = tu_slurp(tmpdir, log);
+	ck_assert_msg(st == 2, "exit %d\n%s", st, text);
+	ck_assert_msg(strstr(text, want) && strstr(text, "srun --mpi=pmix"),
+		      "%s", text);
+}
+
 START_TEST(slurm_world_of_one)
 {
-	/* as `srun -n 2 dtf-train` without --mpi=pmix starts each task */
-	int st = tu_run("SLURM_NTASKS=2 SLURM_PROCID=1 timeout 120 "
-			"%s/dtf-train --threads 1 %s/job.yaml 2>%s/slurm1.log "
-			">/dev/null",
-			tu_build_root(), tmpdir, tmpdir);
-	const char *log = tu_slurp(tmpdir, "slurm1.log");
-	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
-	ck_assert_msg(strstr(log, "Slurm started 2 tasks (SLURM_NTASKS=2) but gave this one no PMI") &&
-		      strstr(log, "srun --mpi=pmix"), "%s", log);
+	/* as `srun -n 2 --mpi=none dtf-train` starts each task: refused
+	 * before MPI_Init */
+	slurm_refused("SLURM_NTASKS=2 SLURM_PROCID=1", "slurm1.log",
+		      "Slurm started 2 tasks (SLURM_NTASKS=2) but gave this one no PMI");
 	/* a PMI that is there but not one this Open MPI speaks: MPI_Init
 	 * makes a world of 1 */
-	st = tu_run("SLURM_NTASKS=2 SLURM_PROCID=1 PMI_RANK=1 timeout 120 "
-		    "%s/dtf-train --threads 1 %s/job.yaml 2>%s/slurm1b.log "
-		    ">/dev/null",
-		    tu_build_root(), tmpdir, tmpdir);
-	log = tu_slurp(tmpdir, "slurm1b.log");
-	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
-	ck_assert_msg(strstr(log, "MPI started a world of 1 rank, but Slurm started 2 tasks (SLURM_NTASKS=2)") &&
-		      strstr(log, "srun --mpi=pmix"), "%s", log);
+	slurm_refused("SLURM_NTASKS=2 SLURM_PROCID=1 PMI_RANK=1", "slurm1b.log",
+		      "MPI started a world of 1 rank, but Slurm started 2 tasks (SLURM_NTASKS=2)");
+	int st;
+	const char *log;
 	/* the step's own count wins over the allocation's */
 	st = tu_run("SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=1 SLURM_PROCID=0 "
 		    "timeout 120 %s/dtf-train --threads 1 --set train.max_steps=2 "

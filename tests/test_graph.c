@@ -17,6 +17,7 @@
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
+#include "ops/backend.h"
 
 #include "testutil.h"
 
@@ -791,7 +792,7 @@ START_TEST(shared_gradient_gets_a_copy)
 	float *params = dtf_alloc_aligned(g.nparams * sizeof(float));
 	float *grads = dtf_alloc_aligned(g.nparams * sizeof(float));
 	struct dtf_plan plan;
-	ck_assert_int_eq(dtf_plan_graph(&g, params, grads, &plan), 0);
+	ck_assert_int_eq(dtf_plan_graph(&g, params, grads, dtf_backend_cpu_workspace(&g), &plan), 0);
 	dtf_graph_init_params(&g, 1, params);
 	((int32_t *)g.nodes[y].data)[0] = 1;
 	((int32_t *)g.nodes[y].data)[1] = 2;

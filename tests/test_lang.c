@@ -20,6 +20,7 @@
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
+#include "ops/backend.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 
@@ -796,8 +797,8 @@ START_TEST(resnet_plan_saves_memory)
 	ck_assert_int_eq(dtf_graph_lower_model(job, 32, &g, NULL), 0);
 	ck_assert_int_eq(dtf_graph_backward(&g), 0);
 	struct dtf_plan_stats live, naive;
-	ck_assert_int_eq(dtf_plan_measure(&g, DTF_PLANNER_LIVENESS, 1, &live), 0);
-	ck_assert_int_eq(dtf_plan_measure(&g, DTF_PLANNER_NAIVE, 1, &naive), 0);
+	ck_assert_int_eq(dtf_plan_measure(&g, DTF_PLANNER_LIVENESS, 1, dtf_backend_cpu_workspace(&g), &live), 0);
+	ck_assert_int_eq(dtf_plan_measure(&g, DTF_PLANNER_NAIVE, 1, dtf_backend_cpu_workspace(&g), &naive), 0);
 	printf("resnet_small batch 32: planned %zu of naive %zu bytes (%.1f%%), %d in place\n",
 	       live.planned_bytes, live.naive_bytes,
 	       100.0 * (double)live.planned_bytes / (double)live.naive_bytes,

@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "data/tfrecord.h"
 #include "graph/lower.h"
+#include "ops/backend.h"
 
 /* ---- processes ---------------------------------------------------------- */
 
@@ -348,7 +349,8 @@ void tu_model_plan(struct tu_model *m, int batch,
 	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
 	m->params = dtf_alloc_aligned(m->g.nparams * sizeof(float));
 	m->grads = dtf_alloc_aligned(m->g.nparams * sizeof(float));
-	rc = dtf_plan_graph_with(&m->g, planner, m->params, m->grads, &m->plan);
+	rc = dtf_plan_graph_with(&m->g, planner, m->params, m->grads,
+				 dtf_backend_cpu_workspace(&m->g), &m->plan);
 	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
 	dtf_graph_init_params(&m->g, 3, m->params);
 	for (int r = 0; r < batch; r++)

@@ -17,7 +17,6 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "ops/cpu/kernels.h"
 
 #define NONE SIZE_MAX
 
@@ -30,23 +29,6 @@ static size_t node_bytes(const struct dtf_node *n)
 {
 	size_t elem = 4; /* float32 and int32 */
 	return align_up((size_t)dtf_shape_numel(&n->shape) * elem);
-}
-
-/* Floats of scratch the CPU kernels need: the largest conv2d im2col block
- * (a node's gradients share its geometry).  The graph computes no backend
- * sizes, so the arena's workspace is sized here, where the arena is. */
-static size_t cpu_workspace(const struct dtf_graph *g)
-{
-	size_t ws = 0;
-	for (int i = 0; i < g->nnodes; i++) {
-		const struct dtf_node *n = &g->nodes[i];
-		if (n->op != DTF_OP_CONV2D)
-			continue;
-		size_t f = dtf_cpu_conv2d_workspace(&n->a.win.g);
-		if (f > ws)
-			ws = f;
-	}
-	return ws;
 }
 
 /* var_of[i]: the variable whose total gradient node i is, or -1. */
@@ -297,7 +279,8 @@ out:
 }
 
 int dtf_plan_measure(const struct dtf_graph *g, enum dtf_planner_kind kind,
-		     int with_grads, struct dtf_plan_stats *st)
+		     int with_grads, size_t workspace_floats,
+		     struct dtf_plan_stats *st)
 {
 	memset(st, 0, sizeof(*st));
 	size_t *offset = dtf_malloc((size_t)(g->nnodes + 1) * sizeof(size_t));
@@ -307,14 +290,15 @@ int dtf_plan_measure(const struct dtf_graph *g, enum dtf_planner_kind kind,
 	int rc = compute_offsets(g, kind, with_grads, offset, &total, &naive,
 				 &st->inplace);
 	dtf_free(offset);
-	st->workspace_bytes = align_up(cpu_workspace(g) * sizeof(float));
+	st->workspace_bytes = align_up(workspace_floats * sizeof(float));
 	st->naive_bytes = naive + st->workspace_bytes;
 	st->planned_bytes = total + st->workspace_bytes;
 	return rc;
 }
 
 int dtf_plan_graph_with(struct dtf_graph *g, enum dtf_planner_kind kind,
-			float *params, float *grads, struct dtf_plan *plan)
+			float *params, float *grads, size_t workspace_floats,
+			struct dtf_plan *plan)
 {
 	memset(plan, 0, sizeof(*plan));
 	size_t *offset = dtf_malloc((size_t)(g->nnodes + 1) * sizeof(size_t));
@@ -328,7 +312,7 @@ int dtf_plan_graph_with(struct dtf_graph *g, enum dtf_planner_kind kind,
 	if ((rc = compute_offsets(g, kind, grads != NULL, offset, &total,
 				  &naive, &ninplace)) < 0)
 		goto out;
-	size_t ws = align_up(cpu_workspace(g) * sizeof(float));
+	size_t ws = align_up(workspace_floats * sizeof(float));
 	plan->arena = dtf_alloc_aligned(ws + total ? ws + total : DTF_ALIGN);
 	if (!plan->arena) {
 		rc = dtf_error(DTF_ERR_NOMEM,
@@ -360,10 +344,10 @@ out:
 }
 
 int dtf_plan_graph(struct dtf_graph *g, float *params, float *grads,
-		   struct dtf_plan *plan)
+		   size_t workspace_floats, struct dtf_plan *plan)
 {
 	return dtf_plan_graph_with(g, DTF_PLANNER_LIVENESS, params, grads,
-				   plan);
+				   workspace_floats, plan);
 }
 
 void dtf_plan_poison(const struct dtf_graph *g, struct dtf_plan *plan)

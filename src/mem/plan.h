@@ -60,19 +60,25 @@ struct dtf_plan_stats {
  * params and grads hold g->nparams floats each (grads may be NULL for a
  * forward-only graph; then variable gradients get arena buffers too).
  * Gradient slots of variables that the loss does not reach are zeroed.
+ * workspace_floats: the backend's scratch (plan->workspace, at the start
+ * of the arena), as the backend sizes it for g (ops/backend.h:
+ * dtf_backend_cpu_workspace); the planner knows no kernel.
  * Errors: DTF_ERR_NOMEM.
  */
 int dtf_plan_graph(struct dtf_graph *g, float *params, float *grads,
-		   struct dtf_plan *plan);
+		   size_t workspace_floats, struct dtf_plan *plan);
 
 /* The same with a chosen planner. */
 int dtf_plan_graph_with(struct dtf_graph *g, enum dtf_planner_kind kind,
-			float *params, float *grads, struct dtf_plan *plan);
+			float *params, float *grads, size_t workspace_floats,
+			struct dtf_plan *plan);
 
 /* Sizes of the plan for g (with_grads: variable gradients live in the
- * gradient vector, as in training).  Errors: DTF_ERR_NOMEM. */
+ * gradient vector, as in training; workspace_floats as above).  Errors:
+ * DTF_ERR_NOMEM. */
 int dtf_plan_measure(const struct dtf_graph *g, enum dtf_planner_kind kind,
-		     int with_grads, struct dtf_plan_stats *st);
+		     int with_grads, size_t workspace_floats,
+		     struct dtf_plan_stats *st);
 
 /*
  * Debugging aid (job key memory.poison, and the planner tests): fill the

@@ -175,6 +175,12 @@ static inline int dtf_backend_download(struct dtf_backend *be, unsigned what)
  * host vector for the strategy.  Errors: DTF_ERR_NOMEM. */
 int dtf_backend_cpu_new(struct dtf_backend **out);
 
+/* Floats of scratch the CPU kernels need for g (the largest conv2d im2col
+ * block; a node's gradients share its geometry), for the planner's arena
+ * (mem/plan.h).  Every backend plans with it: the CPU evaluates and
+ * checks beside any device.  Never fails. */
+size_t dtf_backend_cpu_workspace(const struct dtf_graph *g);
+
 /* ---- one GPU (ops/cuda/backend.c) ---------------------------------------
  * exec_cuda.h's executor on the GPU of this node-local rank, as Horovod's
  * local_rank -> device rule: more ranks on a node than GPUs is an error

@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "mem/plan.h"
+#include "ops/backend.h"
 
 int64_t dtf_summary_node_flops(const struct dtf_graph *g, int i)
 {
@@ -139,7 +140,8 @@ int dtf_summary_print(const struct dtf_job *job, const struct dtf_graph *g,
 	fprintf(out, "FLOPs per example: forward %s, training step %s "
 		"(3x forward; a multiply-add is 2 FLOPs)\n", a, b);
 	struct dtf_plan_stats st;
-	int rc = dtf_plan_measure(g, job->memory.planner, 1, &st);
+	int rc = dtf_plan_measure(g, job->memory.planner, 1,
+				  dtf_backend_cpu_workspace(g), &st);
 	if (rc < 0)
 		return rc;
 	mib(st.planned_bytes, a, sizeof(a));

@@ -139,7 +139,8 @@ static int setup_buffers(const struct dtf_job *job, struct replica *r)
 	if (!r->params || !r->grads || !r->feed || !r->feature_bytes || !r->ids)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory for parameters");
 	if ((rc = dtf_plan_graph_with(g, job->memory.planner, r->params,
-				      r->grads, &r->plan)) < 0)
+				      r->grads, dtf_backend_cpu_workspace(g),
+				      &r->plan)) < 0)
 		return rc;
 	size_t scratch = 0;
 	for (int f = 0; f < job->data.nfeatures; f++) {

@@ -18,6 +18,7 @@
 #include "graph/graph.h"
 #include "graph/lower.h"
 #include "mem/plan.h"
+#include "ops/backend.h"
 #include "train/summary.h"
 
 static FILE *devnull;
@@ -44,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (out && dtf_graph_lower_model(job, 2, &g, out) == 0) {
 			if (dtf_graph_backward(&g) == 0) {
 				struct dtf_plan_stats st;
-				dtf_plan_measure(&g, DTF_PLANNER_NAIVE, 1, &st);
+				dtf_plan_measure(&g, DTF_PLANNER_NAIVE, 1, dtf_backend_cpu_workspace(&g), &st);
 				dtf_summary_print(job, &g, out, devnull);
 			}
 			dtf_graph_deinit(&g);

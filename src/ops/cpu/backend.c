@@ -16,6 +16,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "ops/cpu/fast_exec.h"
+#include "ops/cpu/kernels.h"
 #include "mem/plan.h"
 
 struct cpu {

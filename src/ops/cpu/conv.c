@@ -20,6 +20,8 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "ops/backend.h"
+
 /* Upper bound on the im2col block, floats (4 MiB).  Measured on the target
  * model (OpenBLAS, 1 thread): blocks that stay near cache size (conv1: the
  * whole batch of 32; conv2: 6 images, M = 1176 rows) run as fast as or
@@ -231,4 +233,20 @@ void dtf_cpu_conv2d_backprop_filter(const struct dtf_window_geom *g,
 			    dy + (size_t)n0 * out_pix * O, O,
 			    n0 == 0 ? 0.0f : 1.0f, dw, O);
 	}
+}
+
+/* ops/backend.h: here, beside the kernels whose scratch it sizes, so that
+ * what plans a graph links without the executors. */
+size_t dtf_backend_cpu_workspace(const struct dtf_graph *g)
+{
+	size_t ws = 0;
+	for (int i = 0; i < g->nnodes; i++) {
+		const struct dtf_node *n = &g->nodes[i];
+		if (n->op != DTF_OP_CONV2D)
+			continue;
+		size_t f = dtf_cpu_conv2d_workspace(&n->a.win.g);
+		if (f > ws)
+			ws = f;
+	}
+	return ws;
 }
