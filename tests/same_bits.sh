@@ -10,7 +10,9 @@
 # over MPI and through the shared-memory window with the sharded update,
 # hierarchical on 2 simulated nodes, central_storage, parameter_server,
 # fp16 compression, gradient accumulation, a learning-rate schedule with
-# linear scaling), all on the same synthetic 28x28x1 records, and hashes
+# linear scaling), and the CNN on the GPU path on the mock device (1 and 2
+# ranks, fp16, accumulation: checked against the CPU's recorded lines),
+# all on the same synthetic 28x28x1 records, and hashes
 # (SHA-256) the variables each run exports.  `check` (the default)
 # compares them with HASH_FILE (default tests/fixtures/same-bits.txt),
 # `record` writes that file, `print` prints the lines.
@@ -47,11 +49,12 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 	--shape 28,28,1 --classes 10 --seed 6 >/dev/null || exit 1
 
 bad=0
+bin=$build/dtf-train # the binary run() runs
 # run NAME NP JOB [ARGS...]: one line "NAME sha256" into $tmp/hashes
 run() {
 	name=$1 np=$2 job=$3
 	shift 3
-	if ! timeout 300 mpirun -np "$np" "$build/dtf-train" --threads 1 -q \
+	if ! timeout 300 mpirun -np "$np" "$bin" --threads 1 -q \
 		--set "data.train.files=$tmp/train-*.tfrecord" \
 		--set "data.eval.files=$tmp/test-*.tfrecord" \
 		--set train.max_steps=20 --export-variables "$tmp/$name.bin" \
@@ -82,6 +85,26 @@ run cnn-accumulate-2 2 $cnn --set train.accumulate_steps=2
 run cnn-schedule-scaling-2 2 $cnn \
 	--set 'train.schedule={cosine_decay: {warmup_steps: 5}}' \
 	--set 'train.learning_rate_scaling={linear: {warmup_steps: 4}}'
+# The GPU path on the mock device (tests/mock_cuda.c: the CUDA backend's
+# interface on the reference kernels): its variables must be the CPU's
+# recorded bits, so these are checked against their CPU twin's line
+# (mock/NAME against NAME) and never recorded.
+if [ "$kernels" = reference ] && [ -x "$build/tests/dtf-train-mock" ]; then
+	bin=$build/tests/dtf-train-mock
+	mkdir -p "$tmp/mock"
+	for c in "fashion_mnist_cnn-1 1 --set strategy.type=one_device" \
+		"fashion_mnist_cnn-2 2" \
+		"cnn-fp16-2 2 --set strategy.communication.compression=fp16" \
+		"cnn-accumulate-2 2 --set train.accumulate_steps=2"; do
+		# shellcheck disable=SC2086
+		set -- $c
+		twin=$1 np=$2
+		shift 2
+		run "mock/$twin" "$np" $cnn --set device=cuda \
+			--set allow_gpu_sharing=true "$@"
+	done
+	bin=$build/dtf-train
+fi
 [ "$bad" -eq 0 ] || exit 1
 
 case $mode in
@@ -90,16 +113,16 @@ record)
 	{
 		echo "# tests/same_bits.sh record: SHA-256 of the variables after 20 steps"
 		echo "# (reference kernels, OpenBLAS Haswell, 1 thread; synthetic data)"
-		cat "$tmp/hashes"
+		grep -v '^mock/' "$tmp/hashes"
 	} >"$file"
-	echo "recorded $(wc -l <"$tmp/hashes") hashes in $file"
+	echo "recorded $(grep -vc '^mock/' "$tmp/hashes") hashes in $file"
 	;;
 check)
 	[ -f "$file" ] || { echo "same_bits.sh: $file is missing (run record)" >&2; exit 1; }
 	n=0 diff=0
 	while read -r name hash; do
 		n=$((n + 1))
-		want=$(grep "^$name " "$file" | cut -d' ' -f2)
+		want=$(grep "^${name#mock/} " "$file" | cut -d' ' -f2)
 		if [ "$want" = "$hash" ]; then
 			echo "same  $name"
 		else
