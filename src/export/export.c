@@ -72,15 +72,26 @@ int dtf_export_load_variables(const struct dtf_graph *g, const char *path,
 			   t->rank == n->shape.rank;
 		for (int d = 0; same && d < t->rank; d++)
 			same = t->dims[d] == n->shape.d[d];
-		char sh[128];
+		char sh[128], have[160] = "";
+		if (t && !same) {
+			size_t o = 0;
+			for (int d = 0; d < t->rank && o < sizeof(have); d++)
+				o += (size_t)snprintf(have + o, sizeof(have) - o,
+						      "%s%lld", d ? ", " : "(",
+						      (long long)t->dims[d]);
+			if (o < sizeof(have))
+				snprintf(have + o, sizeof(have) - o, ")");
+		}
 		if (!t)
 			rc = dtf_error(DTF_ERR_CHECKPOINT,
 				       "%s has no variable '%s' (a checkpoint of another model?)",
 				       file, n->name);
 		else if (!same)
 			rc = dtf_error(DTF_ERR_CHECKPOINT,
-				       "%s: variable '%s' is not float32 %s as the job's model has it",
+				       "%s: variable '%s' is %s %s there, the job's model has float32 %s (a checkpoint of another model?)",
 				       file, n->name,
+				       t->dtype == DTF_CKPT_F32 ? "float32" : "not float32",
+				       t->rank ? have : "()",
 				       dtf_shape_str(&n->shape, sh, sizeof(sh)));
 		else
 			memcpy(params + n->a.var.offset, f.data + t->offset,
