@@ -1,6 +1,7 @@
 #!/bin/sh
 # export_models.sh - `dtf-train export` against independent readers: every
-# job of graphs/ is trained for 3 steps on synthetic 28x28x1 records,
+# job of graphs/ and the two of tests/fixtures/export-every-op*.yaml (every
+# forward op of the layers and graph forms) is trained for 3 steps on synthetic 28x28x1 records,
 # exported as ONNX and safetensors, and tests/export_check.py then checks
 # that onnx.checker accepts each model, that onnxruntime's logits on 1,000
 # test records equal dtf-train's own forward on them (tests/export_forward,
@@ -37,25 +38,32 @@ fail() { echo "export_models.sh: $*" >&2; exit 1; }
 data="data.train.files=$tmp/train-*.tfrecord"
 eval_data="data.eval.files=$tmp/test-*.tfrecord"
 
+# the job file of JOB
+yaml() {
+	case $1 in
+	export-every-op*) echo "$src/tests/fixtures/$1.yaml" ;;
+	*) echo "$src/graphs/$1.yaml" ;;
+	esac
+}
 # train NP JOB CKPT_DIR [ARGS...]: 3 steps
 train() {
 	np=$1 job=$2 dir=$3
 	shift 3
 	timeout 300 mpirun -np "$np" "$build/dtf-train" --threads 1 -q \
 		--set "$data" --set "$eval_data" --set train.max_steps=3 \
-		--set "checkpoint.dir=$dir" "$@" "$src/graphs/$job.yaml" \
+		--set "checkpoint.dir=$dir" "$@" "$(yaml "$job")" \
 		>"$tmp/train.log" 2>&1 || { cat "$tmp/train.log" >&2; fail "training $job on $np rank(s) failed"; }
 }
 # export JOB OUT [ARGS...]
 export_() {
 	job=$1 out=$2
 	shift 2
-	"$build/dtf-train" export -q "$src/graphs/$job.yaml" --output "$out" "$@" ||
+	"$build/dtf-train" export -q "$(yaml "$job")" --output "$out" "$@" ||
 		fail "export of $job to $out failed"
 }
 
 jobs=
-for j in "$src"/graphs/*.yaml; do
+for j in "$src"/graphs/*.yaml "$src"/tests/fixtures/export-every-op*.yaml; do
 	job=$(basename "$j" .yaml)
 	mkdir -p "$tmp/$job"
 	train 1 "$job" "$tmp/$job/ckpt" --set strategy.type=one_device
@@ -63,7 +71,7 @@ for j in "$src"/graphs/*.yaml; do
 	export_ "$job" "$tmp/$job/model.onnx" --checkpoint "$tmp/$job/ckpt"
 	export_ "$job" "$tmp/$job/model.safetensors" --format safetensors \
 		--checkpoint "$tmp/$job/ckpt/ckpt-3.dtf"
-	"$build/tests/export_forward" "$src/graphs/$job.yaml" "$tmp/$job/ckpt" \
+	"$build/tests/export_forward" "$(yaml "$job")" "$tmp/$job/ckpt" \
 		1000 "$tmp/$job" "$eval_data" >/dev/null || fail "export_forward $job failed"
 	jobs="$jobs $job"
 done

@@ -80,7 +80,8 @@ int dtf_export_onnx(const struct dtf_job *job, const struct dtf_graph *g,
  * endian header size N, N bytes of JSON {"<name>": {"dtype": "F32",
  * "shape": [...], "data_offsets": [begin, end]}, ..., "__metadata__":
  * {...}} padded with spaces to a multiple of 8, then the little-endian
- * data) of every variable of g under its job name, in graph order, into
+ * data) of every variable of g under its job name (trainable or not, and
+ * the graph form's constants, as a checkpoint saves them), in graph order, into
  * *out / *len (caller frees with dtf_free).  Errors: DTF_ERR_NOMEM.
  */
 int dtf_export_safetensors(const struct dtf_job *job,

@@ -527,7 +527,7 @@ static int emit_gelu(struct ox *x, int id)
 			 n->a.act.approximate ? 0.7978845608028654f
 					      : 0.7071067811865476f,
 			 0.044715f};
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < (n->a.act.approximate ? 4 : 3); i++) {
 		snprintf(c[i], TNAME, "%s:%s", n->name, names[i]);
 		init_scalar(x, c[i], vals[i]);
 	}

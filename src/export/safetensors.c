@@ -16,9 +16,11 @@
 #include "core/alloc.h"
 #include "core/error.h"
 
+/* Variables and the graph form's constants: what a checkpoint saves of
+ * the model, and what its forward pass needs besides the ops. */
 static int is_variable(const struct dtf_node *n)
 {
-	return n->op == DTF_OP_VARIABLE && !n->a.var.constant;
+	return n->op == DTF_OP_VARIABLE;
 }
 
 int dtf_export_safetensors(const struct dtf_job *job,
