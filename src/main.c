@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "distribute/comm.h"
 #include "dtf_config.h"
+#include "export/export.h"
 #include "obs/obs.h"
 #include "train/threads.h"
 #include "train/train.h"
@@ -25,6 +26,8 @@ static const char usage[] =
 	"Usage: dtf-train [OPTION]... JOB.yaml\n"
 	"       mpirun -np N dtf-train [OPTION]... JOB.yaml\n"
 	"       dtf-train --merge-trace TRACE.json\n"
+	"       dtf-train export JOB.yaml [--checkpoint PATH] [--format onnx|safetensors]\n"
+	"                        --output FILE\n"
 	"Train the model described by the job file, data parallel over MPI ranks.\n"
 	"\n"
 	"Options:\n"
@@ -194,9 +197,107 @@ static int parse_args(int argc, char **argv, struct dtf_train_opts *opts,
 	return -1;
 }
 
+/* ---- dtf-train export ---------------------------------------------------- */
+
+static const char export_usage[] =
+	"Usage: dtf-train export JOB.yaml [OPTION]... --output FILE\n"
+	"Write the model of a checkpoint as ONNX (the inference graph, with the\n"
+	"job's feature decoding) or its variables as safetensors.\n"
+	"\n"
+	"Options:\n"
+	"  -c, --checkpoint PATH    a checkpoint file, or a directory: its newest\n"
+	"                           (default: the job's checkpoint.dir)\n"
+	"  -f, --format FORMAT      onnx (default) or safetensors\n"
+	"  -o, --output FILE        the file to write (through FILE.tmp, renamed)\n"
+	"  -s, --set KEY=VALUE      override a job key; repeatable\n"
+	"  -q, --quiet              only warnings and errors\n"
+	"  -v, --verbose            also debug messages\n"
+	"  -h, --help               show this help and exit\n"
+	"\n"
+	"Exit status: 0 done, 1 runtime failure, 2 usage or job-file error,\n"
+	"4 checkpoint error.  See dtf-train(1).\n";
+
+/* `dtf-train export ...` (argv[0] is "export"): one process, no MPI. */
+static int export_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"checkpoint", required_argument, NULL, 'c'},
+		{"format", required_argument, NULL, 'f'},
+		{"output", required_argument, NULL, 'o'},
+		{"set", required_argument, NULL, 's'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct dtf_export_opts o = {.format = DTF_EXPORT_ONNX};
+	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));
+	int nsets = 0, c, status = 2;
+	if (!sets)
+		return 1;
+	while ((c = getopt_long(argc, argv, "c:f:o:s:qvh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			o.checkpoint = optarg;
+			break;
+		case 'f':
+			if (!strcmp(optarg, "onnx")) {
+				o.format = DTF_EXPORT_ONNX;
+			} else if (!strcmp(optarg, "safetensors")) {
+				o.format = DTF_EXPORT_SAFETENSORS;
+			} else {
+				fprintf(stderr, "dtf-train export: --format: expected onnx or safetensors, got '%s'\n", optarg);
+				goto out;
+			}
+			break;
+		case 'o':
+			o.output = optarg;
+			break;
+		case 's':
+			sets[nsets++] = optarg;
+			break;
+		case 'q':
+			dtf_log_set_level(DTF_LOG_WARN);
+			break;
+		case 'v':
+			dtf_log_set_level(DTF_LOG_DEBUG);
+			break;
+		case 'h':
+			fputs(export_usage, stdout);
+			status = 0;
+			goto out;
+		default:
+			fputs("Try 'dtf-train export --help'.\n", stderr);
+			goto out;
+		}
+	}
+	if (optind != argc - 1 || !o.output) {
+		fprintf(stderr, "dtf-train export: %s\nTry 'dtf-train export --help'.\n",
+			!o.output ? "missing --output FILE"
+			: optind >= argc ? "missing the job file"
+					 : "expected exactly one job file");
+		goto out;
+	}
+	struct dtf_job *job = NULL;
+	int rc = dtf_job_load(argv[optind], sets, nsets, &job);
+	if (rc == -DTF_ERR_IO) /* the job file itself: a usage error */
+		rc = -DTF_ERR_USAGE;
+	if (rc == 0)
+		rc = dtf_export_run(job, &o);
+	if (rc < 0)
+		dtf_errlog("%s", dtf_error_msg());
+	status = rc < 0 ? dtf_error_exit_status(rc) : 0;
+	dtf_job_free(job);
+out:
+	dtf_free(sets);
+	return status;
+}
+
 int main(int argc, char **argv)
 {
 	dtf_threads_fix_blas_core(argv); /* may re-exec with a better BLAS */
+	if (argc > 1 && !strcmp(argv[1], "export"))
+		return export_main(argc - 1, argv + 1);
 	struct dtf_train_opts opts = {0};
 	int print_cluster = 0;
 	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));

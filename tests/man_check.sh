@@ -24,6 +24,12 @@ for tool in dtf-train dtf-records dtf-launch; do
 	done
 	echo "$tool: $(echo "$opts" | wc -l) options of --help checked against ${page##*/}"
 done
+# the export subcommand's options, in dtf-train.1 too
+text=$(sed 's/\\-/-/g' "$src/man/dtf-train.1")
+for o in $("$build/dtf-train" export --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+	printf '%s\n' "$text" | grep -q -- "$o" ||
+		{ echo "dtf-train.1: option $o of 'dtf-train export --help' is missing"; fail=1; }
+done
 for page in "$src"/man/*.[1-9]; do
 	w=$(groff -ww -man -Tutf8 "$page" 2>&1 >/dev/null)
 	if [ -n "$w" ]; then

@@ -1,6 +1,7 @@
 #!/bin/sh
 # setup-venv.sh - the Python virtual environment of the test-time checkers
-# (TensorBoard's own event reader), at $DTF_VENV (default .venv in the
+# (TensorBoard's own event reader; onnx's checker, onnxruntime,
+# safetensors and numpy for the exported models), at $DTF_VENV (default .venv in the
 # source tree).  Left alone when it already imports every checker; else
 # made with `python3 -m venv` and filled with pip.  The tests find it
 # there (tests/tensorboard_reader.sh); nothing of the tool needs Python.
@@ -9,8 +10,8 @@
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${DTF_VENV:-$here/.venv}
-pkgs="tensorboard"
-imports="import tensorboard"
+pkgs="tensorboard onnx onnxruntime safetensors numpy"
+imports="import tensorboard, onnx, onnxruntime, safetensors, numpy"
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$imports" 2>/dev/null; then
 	exit 0
 fi

@@ -24,6 +24,7 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
+#include "data/pb.h"
 
 /* Protobuf wire types. */
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
@@ -691,27 +692,6 @@ int dtf_example_walk(const uint8_t *buf, size_t len, dtf_example_visit_fn fn,
 }
 
 /* ---- encoder ---- */
-
-size_t dtf_pb_varint_size(uint64_t v)
-{
-	size_t n = 1;
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
-}
-
-size_t dtf_pb_put_varint(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	while (v >= 0x80) {
-		p[n++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (uint8_t)v;
-	return n;
-}
 
 void dtf_example_builder_init(struct dtf_example_builder *b)
 {

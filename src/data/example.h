@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "data/feature.h"
+#include "data/pb.h" /* dtf_pb_put_varint, for tests that hand-build messages */
 
 /* Most features one decode call handles. */
 #define DTF_EXAMPLE_MAX_FEATURES 64
@@ -109,11 +110,5 @@ int dtf_example_builder_add_int64s(struct dtf_example_builder *b,
  */
 int dtf_example_builder_finish(struct dtf_example_builder *b,
 			       const uint8_t **data, size_t *len);
-
-/* Protobuf wire helpers, exposed for tests that hand-build messages. */
-/* Append the varint of v to p (at least 10 bytes free); returns bytes. */
-size_t dtf_pb_put_varint(uint8_t *p, uint64_t v);
-/* Bytes of the varint encoding of v (1..10). */
-size_t dtf_pb_varint_size(uint64_t v);
 
 #endif

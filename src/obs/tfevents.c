@@ -15,14 +15,14 @@
 
 #include "core/alloc.h"
 #include "core/error.h"
-#include "data/example.h"
+#include "data/pb.h"
 #include "data/tfrecord.h"
 
-/* Wire types */
-#define WT_VARINT 0
-#define WT_I64 1
-#define WT_LEN 2
-#define WT_I32 5
+/* Wire types (data/pb.h) */
+#define WT_VARINT DTF_PB_VARINT
+#define WT_I64 DTF_PB_I64
+#define WT_LEN DTF_PB_LEN
+#define WT_I32 DTF_PB_I32
 #define KEY(field, wt) ((uint8_t)((field) << 3 | (wt)))
 
 /* Bytes of one encoded Value at most: key + len + tag + float. */

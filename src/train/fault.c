@@ -39,6 +39,7 @@ enum action {
 	ACT_HANG,
 	ACT_EXIT,
 	ACT_KILL_IN_WRITE,
+	ACT_KILL_IN_EXPORT,
 };
 
 static const struct {
@@ -48,6 +49,7 @@ static const struct {
 	{"kill", ACT_KILL}, {"term", ACT_TERM}, {"int", ACT_INT},
 	{"usr1", ACT_USR1}, {"hang", ACT_HANG}, {"exit", ACT_EXIT},
 	{"kill-in-checkpoint-write", ACT_KILL_IN_WRITE},
+	{"kill-in-export-write", ACT_KILL_IN_EXPORT},
 };
 
 struct fault_spec {
@@ -192,7 +194,7 @@ static int parse_faults(struct dtf_fault *f, const char *text)
 			return dtf_error(DTF_ERR_USAGE,
 					 "DTF_FAULT='%s': expected ACTION[:rank=R][:step=S][:attempt=A],... "
 					 "(at most %d), ACTION one of kill, term, int, usr1, hang, exit, "
-					 "kill-in-checkpoint-write",
+					 "kill-in-checkpoint-write, kill-in-export-write",
 					 text, MAX_FAULTS);
 		f->nfaults++;
 		p += n;
@@ -330,7 +332,8 @@ void dtf_fault_at_step(struct dtf_fault *f, int64_t step)
 		return;
 	for (int i = 0; i < f->nfaults; i++) {
 		const struct fault_spec *s = &f->faults[i];
-		if (s->step != step || s->act == ACT_KILL_IN_WRITE)
+		if (s->step != step || s->act == ACT_KILL_IN_WRITE ||
+		    s->act == ACT_KILL_IN_EXPORT)
 			continue;
 		dtf_warn("DTF_FAULT: injecting '%s' at step %lld",
 			 actions[s->act].name, (long long)step);
@@ -354,6 +357,7 @@ void dtf_fault_at_step(struct dtf_fault *f, int64_t step)
 		case ACT_EXIT:
 			_exit(1);
 		case ACT_KILL_IN_WRITE:
+		case ACT_KILL_IN_EXPORT:
 			break;
 		}
 	}
@@ -366,6 +370,19 @@ int dtf_fault_kill_in_write(const struct dtf_fault *f, int64_t step)
 	for (int i = 0; i < f->nfaults; i++)
 		if (f->faults[i].act == ACT_KILL_IN_WRITE &&
 		    (f->faults[i].step < 0 || f->faults[i].step == step))
+			return 1;
+	return 0;
+}
+
+int dtf_fault_kill_in_export(void)
+{
+	struct dtf_fault f;
+	memset(&f, 0, sizeof(f));
+	const char *text = getenv("DTF_FAULT");
+	if (!text || !*text || parse_faults(&f, text) < 0)
+		return 0;
+	for (int i = 0; i < f.nfaults; i++)
+		if (f.faults[i].act == ACT_KILL_IN_EXPORT)
 			return 1;
 	return 0;
 }

@@ -27,6 +27,8 @@
  *   exit   _exit(1) without MPI_Finalize at the start of step S
  *   kill-in-checkpoint-write   SIGKILL half way through writing the
  *          checkpoint of step S (any checkpoint when no step is given)
+ *   kill-in-export-write   SIGKILL half way through writing the file of
+ *          `dtf-train export` (export/export.h)
  * rank: the rank it applies to (default every rank); attempt: applies only
  * when DTF_LAUNCH_ATTEMPT (set by dtf-launch, default 1) equals A (default
  * 1), so a restarted run does not fail again at the same step.
@@ -88,5 +90,10 @@ void dtf_fault_at_step(struct dtf_fault *f, int64_t step);
 /* 1 when the checkpoint of `step` being written should be cut by SIGKILL
  * half way (kill-in-checkpoint-write). */
 int dtf_fault_kill_in_write(const struct dtf_fault *f, int64_t step);
+
+/* 1 when DTF_FAULT names kill-in-export-write (for this process: rank 0,
+ * this attempt): the export's file is cut by SIGKILL half way.  Reads the
+ * environment only; installs nothing. */
+int dtf_fault_kill_in_export(void);
 
 #endif
