@@ -13,7 +13,8 @@
  *   softmax cross-entropy: loss sum rtol 1e-6 (double per row on both, the
  *     sums in different orders); gradient atol 1e-6, rtol 1e-5 (double
  *     exp/log of two libraries, rounded to float);
- *   exact (bit for bit): bias_add, relu, relu_grad, add, max_pool2d and its
+ *   exact (bit for bit): bias_add, relu, relu_grad, add, embedding and its
+ *     gradient (a scatter-add in the CPU's order), max_pool2d and its
  *     gradient (ties included), dropout and its gradient (the same Philox
  *     stream), count_correct, SGD/momentum/Nesterov/Adam updates (the same
  *     float formula, no fused multiply-add on either side);
@@ -315,6 +316,44 @@ START_TEST(relu_add_vs_cpu)
 }
 END_TEST
 
+/* embedding and its scatter-add gradient: bit for bit (a copy, and sums in
+ * the CPU's position order); a byte vocabulary, ids repeated thousands of
+ * times, two out of range. */
+START_TEST(embedding_vs_cpu)
+{
+	const size_t n = 4099;
+	const int vocab = 84, dim = 96;
+	int32_t *ids = calloc(n, sizeof(int32_t));
+	ck_assert_ptr_nonnull(ids);
+	for (size_t p = 0; p < n; p++)
+		ids[p] = (int32_t)((p * 37 + p / 11) % (size_t)vocab);
+	ids[5] = -3, ids[700] = vocab;
+	float *table = tu_frandom((size_t)vocab * dim, -1, 1);
+	float *dy = tu_frandom(n * dim, -1, 1);
+	float *y = halloc(n * dim), *dt = halloc((size_t)vocab * dim);
+	dtf_cpu_embedding(n, vocab, dim, ids, table, y);
+	dtf_cpu_embedding_grad(n, vocab, dim, dy, ids, dt);
+	int32_t *d_ids = dup_dev(ids, n * sizeof(int32_t));
+	float *d_t = dup_dev(table, (size_t)vocab * dim * 4);
+	float *d_dy = dup_dev(dy, n * dim * 4);
+	float *d_y = dev_nan(n * dim), *d_dt = dev_nan((size_t)vocab * dim);
+	dtf_cuda_embedding(ctx, n, vocab, dim, d_ids, d_t, d_y);
+	dtf_cuda_embedding_grad(ctx, n, vocab, dim, d_dy, d_ids, d_dt);
+	float *gy = fetch(d_y, n * dim), *gdt = fetch(d_dt, (size_t)vocab * dim);
+	for (size_t i = 0; i < n * dim; i++) /* NaN rows compare as NaN */
+		ck_assert_msg(isnan(y[i]) ? isnan(gy[i])
+					  : memcmp(&gy[i], &y[i], 4) == 0,
+			      "embedding[%zu]: gpu %g, cpu %g", i, gy[i], y[i]);
+	assert_exact("embedding_grad", gdt, dt, (size_t)vocab * dim);
+	dtf_cuda_free(ctx, d_ids);
+	dtf_cuda_free(ctx, d_t);
+	dtf_cuda_free(ctx, d_dy);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_dt);
+	free(ids), free(table), free(dy), free(y), free(dt), free(gy), free(gdt);
+}
+END_TEST
+
 START_TEST(dropout_same_stream_as_cpu)
 {
 	const size_t rows = 33, cols = 1027, n = rows * cols;
@@ -583,6 +622,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, matmul_vs_cpu);
 	tcase_add_test(tc, bias_add_and_grad_vs_cpu);
 	tcase_add_test(tc, relu_add_vs_cpu);
+	tcase_add_test(tc, embedding_vs_cpu);
 	tcase_add_test(tc, dropout_same_stream_as_cpu);
 	tcase_add_test(tc, xent_and_count_correct_vs_cpu);
 	tcase_add_test(tc, optimizers_vs_cpu);

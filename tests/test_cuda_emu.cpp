@@ -7,8 +7,9 @@
  * thread.  That checks what a machine without a GPU can check: the index
  * arithmetic and the formulas of max_pool2d and its gradient (padding,
  * dilation, overlapping windows, ties), dropout's Philox stream, the filter
- * transposes, bias_add, relu_grad, the cross-entropy gradient and the
- * optimizer updates, bit for bit against the CPU kernels.  It does not
+ * transposes, bias_add, relu_grad, the cross-entropy gradient, embedding
+ * and its scatter-add gradient and the optimizer updates, bit for bit
+ * against the CPU kernels.  It does not
  * check the kernels that need a whole block (the block reductions of the
  * loss, count_correct and bias gradient), launch configurations, or
  * anything of CUDA itself: tests/test_cuda.c does, on a GPU.
@@ -188,6 +189,42 @@ int main(void)
 	for (float *q : {x, y1, y2, w, t, b, bias, a, e, f1, f2, l, g1, g2, p1,
 			 p2, m1, m2, v1, v2})
 		delete[] q;
+	/* embedding: a gather, and the scatter-add in position order */
+	{
+		const size_t np = 301;
+		const int V = 11, Dm = 13;
+		int32_t ids[np];
+		for (size_t p = 0; p < np; p++)
+			ids[p] = (int32_t)((p * 7 + p / 5) % V);
+		ids[9] = -1, ids[200] = V;
+		float *tab = new float[V * Dm], *gy = new float[np * Dm];
+		float *e1 = new float[np * Dm], *e2 = new float[np * Dm];
+		float *t1 = new float[V * Dm], *t2 = new float[V * Dm];
+		for (int i = 0; i < V * Dm; i++)
+			tab[i] = frand();
+		for (size_t i = 0; i < np * Dm; i++)
+			gy[i] = frand();
+		dtf_cpu_embedding(np, V, Dm, ids, tab, e1);
+		k_embedding(np, V, Dm, ids, tab, e2);
+		size_t bad = np * Dm;
+		for (size_t i = 0; i < np * Dm && bad == np * Dm; i++)
+			if (memcmp(&e1[i], &e2[i], 4) != 0 &&
+			    !(isnan(e1[i]) && isnan(e2[i])))
+				bad = i; /* NaN rows of bad ids: both NaN */
+		if (bad < np * Dm) {
+			printf("FAIL embedding[%zu]\n", bad);
+			failures++;
+		} else {
+			printf("ok   embedding (%zu values, 2 rows of bad ids "
+			       "NaN)\n", np * Dm);
+		}
+		dtf_cpu_embedding_grad(np, V, Dm, gy, ids, t1);
+		k_embedding_grad(np, V, Dm, gy, ids, t2);
+		same("embedding_grad", t2, t1, (size_t)V * Dm);
+		for (float *q : {tab, gy, e1, e2, t1, t2})
+			delete[] q;
+	}
+
 	printf("%s\n", failures ? "FAILED" : "all equal");
 	return failures ? 1 : 0;
 }

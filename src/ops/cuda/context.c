@@ -490,6 +490,21 @@ void dtf_cuda_fill(struct dtf_cuda_ctx *ctx, float *p, size_t n, float v)
 	LAUNCHED(ctx, dtf_cu_fill(STREAM(ctx), p, n, v));
 }
 
+void dtf_cuda_embedding(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			int dim, const int32_t *ids, const float *table,
+			float *y)
+{
+	LAUNCHED(ctx, dtf_cu_embedding(STREAM(ctx), n, vocab, dim, ids, table, y));
+}
+
+void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			     int dim, const float *dy, const int32_t *ids,
+			     float *dtable)
+{
+	LAUNCHED(ctx, dtf_cu_embedding_grad(STREAM(ctx), n, vocab, dim, dy, ids,
+					    dtable));
+}
+
 static void dropout(struct dtf_cuda_ctx *ctx, size_t rows, size_t cols,
 		    float rate, struct dtf_philox_key key, const uint64_t *ids,
 		    uint32_t salt, const float *x, float *y)

@@ -20,7 +20,8 @@
  *     kernel; its gradient: an own kernel (the graph's gradient op takes x,
  *     not y, and routes ties to the first maximum as TF does);
  *   relu: cuDNN activation; relu_grad, bias_add, add, dropout, softmax
- *     cross-entropy, count_correct, the optimizer updates: own kernels;
+ *     cross-entropy, count_correct, embedding and its gradient, the
+ *     optimizer updates: own kernels;
  *   matmul: cuBLAS sgemm.
  * Precision: DTF_CUDA_FP32 restricts cuDNN to FMA kernels and cuBLAS to its
  * default (no TF32) math, so results differ from the CPU only by summation
@@ -201,6 +202,20 @@ void dtf_cuda_add(struct dtf_cuda_ctx *ctx, size_t n, const float *a,
 		  const float *b, float *y);
 /* p[0..n) = v. */
 void dtf_cuda_fill(struct dtf_cuda_ctx *ctx, float *p, size_t n, float v);
+
+/* ---- embedding: the CPU's gather and scatter-add, bit for bit ------------ */
+
+/* As dtf_cpu_embedding: y (n, dim) = table rows of ids (device int32). */
+void dtf_cuda_embedding(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			int dim, const int32_t *ids, const float *table,
+			float *y);
+/* As dtf_cpu_embedding_grad: one thread per table element sums the dy of
+ * the positions with its id in position order (no atomics: the CPU's
+ * bits).  Work is vocab * dim * n id comparisons, meant for small
+ * (character, byte) vocabularies. */
+void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			     int dim, const float *dy, const int32_t *ids,
+			     float *dtable);
 
 /* ---- dropout: the CPU's Philox stream, bit for bit ---------------------- */
 

@@ -231,6 +231,23 @@ KERNEL(cu_sparse_xent_grad)
 		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y);
 }
 
+KERNEL(cu_embedding) /* ids, table */
+{
+	KERNEL_VARS;
+	const struct dtf_shape *st = &g->nodes[b].shape;
+	dtf_cuda_embedding(ctx, (size_t)dtf_shape_numel(&g->nodes[a].shape),
+			   (int)st->d[0], (int)st->d[1],
+			   (const int32_t *)D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_embedding_grad) /* dy, ids -> dtable */
+{
+	KERNEL_VARS;
+	dtf_cuda_embedding_grad(ctx, (size_t)dtf_shape_numel(&g->nodes[b].shape),
+				(int)n->shape.d[0], (int)n->shape.d[1], D(ex, a),
+				(const int32_t *)D(ex, b), y);
+}
+
 /* ---- planning: the plan column of the kernel table ------------------- */
 
 static int plan_conv2d(struct dtf_cuda_exec *ex, int i)
@@ -332,6 +349,8 @@ struct cuda_kernel {
 #define CUDA_SIGMOID_XENT_GRAD NO_KERNEL_YET
 #define CUDA_MSE NO_KERNEL_YET
 #define CUDA_MSE_GRAD NO_KERNEL_YET
+#define CUDA_EMBEDDING {NULL, cu_embedding, NULL}
+#define CUDA_EMBEDDING_GRAD {NULL, cu_embedding_grad, NULL}
 static const struct cuda_kernel cuda_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = CUDA_##id,

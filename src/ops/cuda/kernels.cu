@@ -108,6 +108,41 @@ __global__ void k_fill(size_t n, float *p, float v)
 	GRID_STRIDE(i, n) p[i] = v;
 }
 
+/* ---- embedding (embedding.c) ------------------------------------------------ */
+
+__global__ void k_embedding(size_t n, int vocab, int dim, const int32_t *ids,
+			    const float *table, float *y)
+{
+	GRID_STRIDE(i, n * (size_t)dim)
+	{
+		size_t p = i / (size_t)dim, j = i % (size_t)dim;
+		int32_t id = ids[p];
+		y[i] = id >= 0 && id < vocab ? table[(size_t)id * dim + j]
+					     : nanf("");
+	}
+}
+
+/* One thread per table element (v, j): the dy of every position whose id
+ * is v, added in position order from 0 as the CPU does.  The threads of a
+ * warp mostly share v (all of them when dim is a multiple of 32) and read
+ * the same id, so ids are broadcast and dy is read only where the id
+ * matches. */
+__global__ void k_embedding_grad(size_t n, int vocab, int dim,
+				 const float *dy, const int32_t *ids,
+				 float *dtable)
+{
+	GRID_STRIDE(i, (size_t)vocab * dim)
+	{
+		int32_t v = (int32_t)(i / (size_t)dim);
+		size_t j = i % (size_t)dim;
+		float acc = 0.0f;
+		for (size_t p = 0; p < n; p++)
+			if (ids[p] == v)
+				acc += dy[p * (size_t)dim + j];
+		dtable[i] = acc;
+	}
+}
+
 /* ---- dropout: Philox-4x32-10 as core/rng.c ------------------------------- */
 
 __device__ __forceinline__ void philox(uint32_t k0, uint32_t k1, uint32_t c[4])
@@ -450,6 +485,22 @@ void dtf_cu_add(cudaStream_t s, size_t n, const float *a, const float *b,
 void dtf_cu_fill(cudaStream_t s, float *p, size_t n, float v)
 {
 	k_fill<<<blocks_for(n), THREADS, 0, s>>>(n, p, v);
+}
+
+void dtf_cu_embedding(cudaStream_t s, size_t n, int vocab, int dim,
+		      const int32_t *ids, const float *table, float *y)
+{
+	size_t m = n * (size_t)dim;
+	k_embedding<<<blocks_for(m), THREADS, 0, s>>>(n, vocab, dim, ids, table,
+						       y);
+}
+
+void dtf_cu_embedding_grad(cudaStream_t s, size_t n, int vocab, int dim,
+			   const float *dy, const int32_t *ids, float *dtable)
+{
+	size_t m = (size_t)vocab * (size_t)dim;
+	k_embedding_grad<<<blocks_for(m), THREADS, 0, s>>>(n, vocab, dim, dy, ids,
+							    dtable);
 }
 
 void dtf_cu_dropout(cudaStream_t s, size_t rows, size_t cols, float rate,
