@@ -10,6 +10,8 @@
  *     sums of up to 800 products (as test_ops' reference comparisons);
  *   bias_add_grad: atol 1e-3, rtol 1e-4: column sums of up to 1e5 rows
  *     (the CPU sums in row order, the GPU in blocks);
+ *   layer_norm and its gradients: atol 1e-6, rtol 1e-6 (the CPU's double
+ *     arithmetic in the CPU's order; equal bits expected);
  *   softmax cross-entropy: loss sum rtol 1e-6 (double per row on both, the
  *     sums in different orders); gradient atol 1e-6, rtol 1e-5 (double
  *     exp/log of two libraries, rounded to float);
@@ -313,6 +315,46 @@ START_TEST(relu_add_vs_cpu)
 	dtf_cuda_free(ctx, d_s);
 	free(x), free(dy), free(y), free(dx), free(s), free(gy), free(gdx);
 	free(gs), free(gx);
+}
+END_TEST
+
+/* layer_norm and its gradients: the CPU's double arithmetic in the same
+ * order, one thread per row (per column for gamma); expected equal, checked
+ * within 1e-6 (double sqrt and division are correctly rounded on both
+ * sides, the rest is +, -, * without contraction). */
+START_TEST(layer_norm_vs_cpu)
+{
+	const size_t rows = 2053;
+	const int c = 96;
+	const float eps = 1e-5f;
+	size_t nx = rows * (size_t)c;
+	float *x = tu_frandom(nx, -2, 3), *dy = tu_frandom(nx, -1, 1);
+	float *gm = tu_frandom((size_t)c, 0.5f, 1.5f), *bt = tu_frandom((size_t)c, -1, 1);
+	float *y = halloc(nx), *dx = halloc(nx), *dg = halloc((size_t)c);
+	dtf_cpu_layer_norm(rows, c, x, gm, bt, eps, y);
+	dtf_cpu_layer_norm_grad_input(rows, c, x, gm, dy, eps, dx);
+	dtf_cpu_layer_norm_grad_gamma(rows, c, x, dy, eps, dg);
+	dtf_cuda_ctx_need(ctx, 0, 0, dtf_cuda_layer_norm_grad_gamma_scratch(rows));
+	ck_assert_msg(dtf_cuda_ctx_reserve(ctx) == 0, "%s", dtf_error_msg());
+	float *d_x = dup_dev(x, nx * 4), *d_dy = dup_dev(dy, nx * 4);
+	float *d_g = dup_dev(gm, (size_t)c * 4), *d_b = dup_dev(bt, (size_t)c * 4);
+	float *d_y = dev_nan(nx), *d_dx = dev_nan(nx), *d_dg = dev_nan((size_t)c);
+	dtf_cuda_layer_norm(ctx, rows, c, d_x, d_g, d_b, eps, d_y);
+	dtf_cuda_layer_norm_grad_input(ctx, rows, c, d_x, d_g, d_dy, eps, d_dx);
+	dtf_cuda_layer_norm_grad_gamma(ctx, rows, c, d_x, d_dy, eps, d_dg);
+	float *gy = fetch(d_y, nx), *gdx = fetch(d_dx, nx), *gdg = fetch(d_dg, (size_t)c);
+	assert_close("layer_norm", gy, y, nx, 1e-6, 1e-6);
+	assert_close("layer_norm_grad_input", gdx, dx, nx, 1e-6, 1e-6);
+	assert_close("layer_norm_grad_gamma", gdg, dg, (size_t)c, 1e-6, 1e-6);
+	dtf_cuda_free(ctx, d_x);
+	dtf_cuda_free(ctx, d_dy);
+	dtf_cuda_free(ctx, d_g);
+	dtf_cuda_free(ctx, d_b);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_dx);
+	dtf_cuda_free(ctx, d_dg);
+	free(x), free(dy), free(gm), free(bt), free(y), free(dx), free(dg);
+	free(gy), free(gdx), free(gdg);
 }
 END_TEST
 
@@ -623,6 +665,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, bias_add_and_grad_vs_cpu);
 	tcase_add_test(tc, relu_add_vs_cpu);
 	tcase_add_test(tc, embedding_vs_cpu);
+	tcase_add_test(tc, layer_norm_vs_cpu);
 	tcase_add_test(tc, dropout_same_stream_as_cpu);
 	tcase_add_test(tc, xent_and_count_correct_vs_cpu);
 	tcase_add_test(tc, optimizers_vs_cpu);

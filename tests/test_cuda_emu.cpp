@@ -8,8 +8,8 @@
  * arithmetic and the formulas of max_pool2d and its gradient (padding,
  * dilation, overlapping windows, ties), dropout's Philox stream, the filter
  * transposes, bias_add, relu_grad, the cross-entropy gradient, embedding
- * and its scatter-add gradient and the optimizer updates, bit for bit
- * against the CPU kernels.  It does not
+ * and its scatter-add gradient, layer_norm and its gradients and the
+ * optimizer updates, bit for bit against the CPU kernels.  It does not
  * check the kernels that need a whole block (the block reductions of the
  * loss, count_correct and bias gradient), launch configurations, or
  * anything of CUDA itself: tests/test_cuda.c does, on a GPU.
@@ -189,6 +189,35 @@ int main(void)
 	for (float *q : {x, y1, y2, w, t, b, bias, a, e, f1, f2, l, g1, g2, p1,
 			 p2, m1, m2, v1, v2})
 		delete[] q;
+	/* layer_norm and its gradients: the CPU's double arithmetic */
+	{
+		const size_t R = 37;
+		const int Cn = 45;
+		const float eps = 1e-3f;
+		float *lx = new float[R * Cn], *ldy = new float[R * Cn];
+		float *lg = new float[Cn], *lb = new float[Cn];
+		float *o1 = new float[R * Cn], *o2 = new float[R * Cn];
+		float *g1 = new float[Cn], *g2 = new float[Cn];
+		double *st = new double[2 * R];
+		for (size_t i = 0; i < R * Cn; i++)
+			lx[i] = frand() * 3 + 0.5f, ldy[i] = frand();
+		for (int j = 0; j < Cn; j++)
+			lg[j] = 1 + frand() / 4, lb[j] = frand();
+		dtf_cpu_layer_norm(R, Cn, lx, lg, lb, eps, o1);
+		k_layer_norm(R, Cn, lx, lg, lb, eps, o2);
+		same("layer_norm", o2, o1, R * Cn);
+		dtf_cpu_layer_norm_grad_input(R, Cn, lx, lg, ldy, eps, o1);
+		k_layer_norm_grad_input(R, Cn, lx, lg, ldy, eps, o2);
+		same("layer_norm_grad_input", o2, o1, R * Cn);
+		dtf_cpu_layer_norm_grad_gamma(R, Cn, lx, ldy, eps, g1);
+		k_layer_norm_stats(R, Cn, lx, eps, st);
+		k_layer_norm_gamma(R, Cn, lx, ldy, st, g2);
+		same("layer_norm_grad_gamma", g2, g1, (size_t)Cn);
+		for (float *q : {lx, ldy, lg, lb, o1, o2, g1, g2})
+			delete[] q;
+		delete[] st;
+	}
+
 	/* embedding: a gather, and the scatter-add in position order */
 	{
 		const size_t np = 301;

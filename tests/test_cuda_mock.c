@@ -138,8 +138,8 @@ START_TEST(gpu_path_equals_cpu_sgd_momentum)
 END_TEST
 
 /* A graph-form model over token ids (the image bytes decoded as int32
- * ids: embedding, its scatter-add gradient) trains through the GPU path
- * to the CPU path's bits. */
+ * ids: embedding, its scatter-add gradient; layer_norm and its gradients)
+ * trains through the GPU path to the CPU path's bits. */
 static const char emb_job_text[] =
 	"name: tiny-embedding\n"
 	"seed: 5\n"
@@ -151,10 +151,11 @@ static const char emb_job_text[] =
 	"    label: {type: int64, shape: []}\n"
 	"model:\n"
 	"  graph:\n"
-	"    table: {variable: {shape: [256, 2]}}\n"
+	"    table: {variable: {shape: [256, 4]}}\n"
 	"    emb: {embedding: {inputs: [image, table]}}\n"
-	"    flat: {flatten: {inputs: [emb]}}\n"
-	"    w: {variable: {shape: [128, 4]}}\n"
+	"    ln: {layer_norm: {inputs: [emb]}}\n"
+	"    flat: {flatten: {inputs: [ln]}}\n"
+	"    w: {variable: {shape: [256, 4]}}\n"
 	"    logits: {matmul: {inputs: [flat, w]}}\n"
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
 	"train:\n"
@@ -193,7 +194,8 @@ START_TEST(gpu_path_equals_cpu_embedding)
 	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0);
 	float *g = train_emb("cuda", &rg, &ng);
 	ck_assert_uint_gt(dtf_mock_cuda_kernels(), k0 + 100);
-	ck_assert_uint_eq(nc, 256 * 2 + 128 * 4);
+	/* table, layer_norm gamma and beta (each padded to 16 floats), w */
+	ck_assert_uint_eq(nc, 256 * 4 + 16 + 16 + 256 * 4);
 	ck_assert_uint_eq(ng, nc);
 	ck_assert_int_eq(rg.steps, 2 * (488 / 16));
 	size_t diff = 0, moved = 0;

@@ -231,6 +231,44 @@ KERNEL(cu_sparse_xent_grad)
 		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y);
 }
 
+/* rows and channels of the node's (..., c) output or input */
+static void ln_rows(const struct dtf_shape *s, size_t *rows, int *c)
+{
+	*c = (int)s->d[s->rank - 1];
+	*rows = (size_t)dtf_shape_numel(s) / (size_t)*c;
+}
+
+KERNEL(cu_layer_norm) /* x, gamma, beta */
+{
+	KERNEL_VARS;
+	size_t rows;
+	int ch;
+	ln_rows(&n->shape, &rows, &ch);
+	dtf_cuda_layer_norm(ctx, rows, ch, D(ex, a), D(ex, b),
+			    D(ex, n->inputs[2]), n->a.norm.epsilon, y);
+}
+
+KERNEL(cu_layer_norm_grad_input) /* dy, x, gamma */
+{
+	KERNEL_VARS;
+	size_t rows;
+	int ch;
+	ln_rows(&n->shape, &rows, &ch);
+	dtf_cuda_layer_norm_grad_input(ctx, rows, ch, D(ex, b),
+				       D(ex, n->inputs[2]), D(ex, a),
+				       n->a.norm.epsilon, y);
+}
+
+KERNEL(cu_layer_norm_grad_gamma) /* dy, x */
+{
+	KERNEL_VARS;
+	size_t rows;
+	int ch;
+	ln_rows(&g->nodes[a].shape, &rows, &ch);
+	dtf_cuda_layer_norm_grad_gamma(ctx, rows, ch, D(ex, b), D(ex, a),
+				       n->a.norm.epsilon, y);
+}
+
 KERNEL(cu_embedding) /* ids, table */
 {
 	KERNEL_VARS;
@@ -281,6 +319,16 @@ static int plan_bias_add_grad(struct dtf_cuda_exec *ex, int i)
 	return 0;
 }
 
+static int plan_layer_norm_grad_gamma(struct dtf_cuda_exec *ex, int i)
+{
+	const struct dtf_graph *g = ex->g;
+	const struct dtf_shape *s = &g->nodes[g->nodes[i].inputs[0]].shape;
+	size_t rows = (size_t)dtf_shape_numel(s) / (size_t)s->d[s->rank - 1];
+	dtf_cuda_ctx_need(ex->ctx, 0, 0,
+			  dtf_cuda_layer_norm_grad_gamma_scratch(rows));
+	return 0;
+}
+
 /*
  * The CUDA kernel table, indexed by the op: plan (optional: cuDNN plans,
  * scratch), run, and for an op without a CUDA kernel the reason, which
@@ -324,9 +372,9 @@ struct cuda_kernel {
 #define CUDA_BATCH_NORM NO_KERNEL_YET
 #define CUDA_BATCH_NORM_GRAD_INPUT NO_KERNEL_YET
 #define CUDA_BATCH_NORM_GRAD_GAMMA NO_KERNEL_YET
-#define CUDA_LAYER_NORM NO_KERNEL_YET
-#define CUDA_LAYER_NORM_GRAD_INPUT NO_KERNEL_YET
-#define CUDA_LAYER_NORM_GRAD_GAMMA NO_KERNEL_YET
+#define CUDA_LAYER_NORM {NULL, cu_layer_norm, NULL}
+#define CUDA_LAYER_NORM_GRAD_INPUT {NULL, cu_layer_norm_grad_input, NULL}
+#define CUDA_LAYER_NORM_GRAD_GAMMA {plan_layer_norm_grad_gamma, cu_layer_norm_grad_gamma, NULL}
 #define CUDA_MULTIPLY NO_KERNEL_YET
 #define CUDA_CONCAT NO_KERNEL_YET
 #define CUDA_SLICE NO_KERNEL_YET

@@ -108,6 +108,91 @@ __global__ void k_fill(size_t n, float *p, float v)
 	GRID_STRIDE(i, n) p[i] = v;
 }
 
+/* ---- layer normalization (norm.c) ------------------------------------------ */
+
+/* mean and 1 / sqrt(biased variance + eps) of one row, as norm.c's */
+__device__ void ln_row_stats(int c, const float *x, float eps, double *mean,
+			     double *inv)
+{
+	double m = 0.0, v = 0.0;
+	for (int j = 0; j < c; j++)
+		m += x[j];
+	m = c ? m / c : 0.0;
+	for (int j = 0; j < c; j++)
+		v += ((double)x[j] - m) * ((double)x[j] - m);
+	v = c ? v / c : 0.0;
+	*mean = m;
+	*inv = 1.0 / sqrt(v + (double)eps);
+}
+
+/* One thread per row: the CPU's loop, so its bits. */
+__global__ void k_layer_norm(size_t rows, int c, const float *x,
+			     const float *gamma, const float *beta, float eps,
+			     float *y)
+{
+	GRID_STRIDE(r, rows)
+	{
+		const float *xr = x + r * (size_t)c;
+		float *yr = y + r * (size_t)c;
+		double m, inv;
+		ln_row_stats(c, xr, eps, &m, &inv);
+		for (int j = 0; j < c; j++)
+			yr[j] = (float)(((double)xr[j] - m) * inv * gamma[j] +
+					beta[j]);
+	}
+}
+
+__global__ void k_layer_norm_grad_input(size_t rows, int c, const float *x,
+					const float *gamma, const float *dy,
+					float eps, float *dx)
+{
+	GRID_STRIDE(r, rows)
+	{
+		const float *xr = x + r * (size_t)c;
+		const float *gr = dy + r * (size_t)c;
+		float *dr = dx + r * (size_t)c;
+		double m, inv, sg = 0.0, sgx = 0.0;
+		ln_row_stats(c, xr, eps, &m, &inv);
+		for (int j = 0; j < c; j++) {
+			double gj = (double)gr[j] * gamma[j];
+			sg += gj;
+			sgx += gj * ((double)xr[j] - m) * inv;
+		}
+		sg /= c;
+		sgx /= c;
+		for (int j = 0; j < c; j++) {
+			double xhat = ((double)xr[j] - m) * inv;
+			double gj = (double)gr[j] * gamma[j];
+			dr[j] = (float)(inv * (gj - sg - xhat * sgx));
+		}
+	}
+}
+
+/* gamma gradient, pass 1: each row's statistics into stats[2r], [2r+1] */
+__global__ void k_layer_norm_stats(size_t rows, int c, const float *x,
+				   float eps, double *stats)
+{
+	GRID_STRIDE(r, rows)
+	ln_row_stats(c, x + r * (size_t)c, eps, &stats[2 * r], &stats[2 * r + 1]);
+}
+
+/* pass 2: one thread per column, the rows in order (the CPU's sum) */
+__global__ void k_layer_norm_gamma(size_t rows, int c, const float *x,
+				   const float *dy, const double *stats,
+				   float *dgamma)
+{
+	GRID_STRIDE(j, (size_t)c)
+	{
+		double acc = 0.0;
+		for (size_t r = 0; r < rows; r++) {
+			size_t i = r * (size_t)c + j;
+			acc += dy[i] * (((double)x[i] - stats[2 * r]) *
+					stats[2 * r + 1]);
+		}
+		dgamma[j] = (float)acc;
+	}
+}
+
 /* ---- embedding (embedding.c) ------------------------------------------------ */
 
 __global__ void k_embedding(size_t n, int vocab, int dim, const int32_t *ids,
@@ -485,6 +570,32 @@ void dtf_cu_add(cudaStream_t s, size_t n, const float *a, const float *b,
 void dtf_cu_fill(cudaStream_t s, float *p, size_t n, float v)
 {
 	k_fill<<<blocks_for(n), THREADS, 0, s>>>(n, p, v);
+}
+
+void dtf_cu_layer_norm(cudaStream_t s, size_t rows, int c, const float *x,
+		       const float *gamma, const float *beta, float eps,
+		       float *y)
+{
+	k_layer_norm<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, x, gamma,
+							   beta, eps, y);
+}
+
+void dtf_cu_layer_norm_grad_input(cudaStream_t s, size_t rows, int c,
+				  const float *x, const float *gamma,
+				  const float *dy, float eps, float *dx)
+{
+	k_layer_norm_grad_input<<<blocks_for(rows), THREADS, 0, s>>>(
+		rows, c, x, gamma, dy, eps, dx);
+}
+
+void dtf_cu_layer_norm_grad_gamma(cudaStream_t s, size_t rows, int c,
+				  const float *x, const float *dy, float eps,
+				  double *stats, float *dgamma)
+{
+	k_layer_norm_stats<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, x, eps,
+								 stats);
+	k_layer_norm_gamma<<<blocks_for((size_t)c), THREADS, 0, s>>>(
+		rows, c, x, dy, stats, dgamma);
 }
 
 void dtf_cu_embedding(cudaStream_t s, size_t n, int vocab, int dim,
