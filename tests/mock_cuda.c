@@ -178,6 +178,10 @@ void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *c, size_t r, int k, con
 { c->kernels++, total_kernels++; dtf_cpu_layer_norm_grad_input(r, k, x, g, dy, e, dx); }
 void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *dy, float e, float *dg)
 { c->kernels++, total_kernels++; dtf_cpu_layer_norm_grad_gamma(r, k, x, dy, e, dg); }
+void dtf_cuda_gelu(struct dtf_cuda_ctx *c, size_t n, int a, const float *x, float *y)
+{ c->kernels++, total_kernels++; dtf_cpu_gelu(n, a, x, y); }
+void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *c, size_t n, int a, const float *dy, const float *x, float *dx)
+{ c->kernels++, total_kernels++; dtf_cpu_gelu_grad(n, a, dy, x, dx); }
 void dtf_cuda_embedding(struct dtf_cuda_ctx *c, size_t n, int v, int d, const int32_t *ids, const float *t, float *y)
 { c->kernels++, total_kernels++; dtf_cpu_embedding(n, v, d, ids, t, y); }
 void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *c, size_t n, int v, int d, const float *dy, const int32_t *ids, float *dt)

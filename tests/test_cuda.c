@@ -10,6 +10,8 @@
  *     sums of up to 800 products (as test_ops' reference comparisons);
  *   bias_add_grad: atol 1e-3, rtol 1e-4: column sums of up to 1e5 rows
  *     (the CPU sums in row order, the GPU in blocks);
+ *   gelu (erf and tanh forms) and its gradient: atol 1e-7, rtol 1e-6 (the
+ *     CPU's double formula, CUDA's erf/tanh/exp within 2 ulp of glibc's);
  *   layer_norm and its gradients: atol 1e-6, rtol 1e-6 (the CPU's double
  *     arithmetic in the CPU's order; equal bits expected);
  *   softmax cross-entropy: loss sum rtol 1e-6 (double per row on both, the
@@ -358,6 +360,35 @@ START_TEST(layer_norm_vs_cpu)
 }
 END_TEST
 
+/* gelu, both forms, and its gradient: the CPU's double formula with
+ * CUDA's erf, tanh and exp; atol 1e-7, rtol 1e-6 (the float results differ
+ * at most where the double lies next to a rounding boundary). */
+START_TEST(gelu_vs_cpu)
+{
+	const size_t n = 100003;
+	float *x = tu_frandom(n, -6, 6), *dy = tu_frandom(n, -1, 1);
+	float *y = halloc(n), *dx = halloc(n);
+	float *d_x = dup_dev(x, n * 4), *d_dy = dup_dev(dy, n * 4);
+	float *d_y = dev_nan(n), *d_dx = dev_nan(n);
+	for (int approx = 0; approx < 2; approx++) {
+		dtf_cpu_gelu(n, approx, x, y);
+		dtf_cpu_gelu_grad(n, approx, dy, x, dx);
+		dtf_cuda_gelu(ctx, n, approx, d_x, d_y);
+		dtf_cuda_gelu_grad(ctx, n, approx, d_dy, d_x, d_dx);
+		float *gy = fetch(d_y, n), *gdx = fetch(d_dx, n);
+		assert_close(approx ? "gelu tanh" : "gelu erf", gy, y, n, 1e-7, 1e-6);
+		assert_close(approx ? "gelu_grad tanh" : "gelu_grad erf", gdx, dx,
+			     n, 1e-7, 1e-6);
+		free(gy), free(gdx);
+	}
+	dtf_cuda_free(ctx, d_x);
+	dtf_cuda_free(ctx, d_dy);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_dx);
+	free(x), free(dy), free(y), free(dx);
+}
+END_TEST
+
 /* embedding and its scatter-add gradient: bit for bit (a copy, and sums in
  * the CPU's position order); a byte vocabulary, ids repeated thousands of
  * times, two out of range. */
@@ -666,6 +697,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, relu_add_vs_cpu);
 	tcase_add_test(tc, embedding_vs_cpu);
 	tcase_add_test(tc, layer_norm_vs_cpu);
+	tcase_add_test(tc, gelu_vs_cpu);
 	tcase_add_test(tc, dropout_same_stream_as_cpu);
 	tcase_add_test(tc, xent_and_count_correct_vs_cpu);
 	tcase_add_test(tc, optimizers_vs_cpu);

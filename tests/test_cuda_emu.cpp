@@ -8,8 +8,9 @@
  * arithmetic and the formulas of max_pool2d and its gradient (padding,
  * dilation, overlapping windows, ties), dropout's Philox stream, the filter
  * transposes, bias_add, relu_grad, the cross-entropy gradient, embedding
- * and its scatter-add gradient, layer_norm and its gradients and the
- * optimizer updates, bit for bit against the CPU kernels.  It does not
+ * and its scatter-add gradient, layer_norm and its gradients, gelu and
+ * its gradient (host libm on both sides) and the optimizer updates, bit
+ * for bit against the CPU kernels.  It does not
  * check the kernels that need a whole block (the block reductions of the
  * loss, count_correct and bias gradient), launch configurations, or
  * anything of CUDA itself: tests/test_cuda.c does, on a GPU.
@@ -216,6 +217,23 @@ int main(void)
 		for (float *q : {lx, ldy, lg, lb, o1, o2, g1, g2})
 			delete[] q;
 		delete[] st;
+	}
+
+	/* gelu, both forms, and their gradients (host libm on both sides) */
+	for (int approx = 0; approx < 2; approx++) {
+		const size_t ng = 4001;
+		float *gx = new float[ng], *gd = new float[ng];
+		float *q1 = new float[ng], *q2 = new float[ng];
+		for (size_t i = 0; i < ng; i++)
+			gx[i] = frand() * 6, gd[i] = frand();
+		dtf_cpu_gelu(ng, approx, gx, q1);
+		k_gelu(ng, approx, gx, q2);
+		same(approx ? "gelu (tanh)" : "gelu (erf)", q2, q1, ng);
+		dtf_cpu_gelu_grad(ng, approx, gd, gx, q1);
+		k_gelu_grad(ng, approx, gd, gx, q2);
+		same(approx ? "gelu_grad (tanh)" : "gelu_grad (erf)", q2, q1, ng);
+		for (float *q : {gx, gd, q1, q2})
+			delete[] q;
 	}
 
 	/* embedding: a gather, and the scatter-add in position order */

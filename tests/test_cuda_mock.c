@@ -138,8 +138,9 @@ START_TEST(gpu_path_equals_cpu_sgd_momentum)
 END_TEST
 
 /* A graph-form model over token ids (the image bytes decoded as int32
- * ids: embedding, its scatter-add gradient; layer_norm and its gradients)
- * trains through the GPU path to the CPU path's bits. */
+ * ids: embedding, its scatter-add gradient; layer_norm and its gradients;
+ * gelu in GPT-2's tanh form and its gradient) trains through the GPU path
+ * to the CPU path's bits. */
 static const char emb_job_text[] =
 	"name: tiny-embedding\n"
 	"seed: 5\n"
@@ -154,7 +155,8 @@ static const char emb_job_text[] =
 	"    table: {variable: {shape: [256, 4]}}\n"
 	"    emb: {embedding: {inputs: [image, table]}}\n"
 	"    ln: {layer_norm: {inputs: [emb]}}\n"
-	"    flat: {flatten: {inputs: [ln]}}\n"
+	"    act: {gelu: {inputs: [ln], approximate: true}}\n"
+	"    flat: {flatten: {inputs: [act]}}\n"
 	"    w: {variable: {shape: [256, 4]}}\n"
 	"    logits: {matmul: {inputs: [flat, w]}}\n"
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"

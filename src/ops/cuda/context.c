@@ -520,6 +520,18 @@ void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *ctx, size_t rows,
 						   dgamma));
 }
 
+void dtf_cuda_gelu(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+		   const float *x, float *y)
+{
+	LAUNCHED(ctx, dtf_cu_gelu(STREAM(ctx), n, approximate, x, y));
+}
+
+void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+			const float *dy, const float *x, float *dx)
+{
+	LAUNCHED(ctx, dtf_cu_gelu_grad(STREAM(ctx), n, approximate, dy, x, dx));
+}
+
 void dtf_cuda_embedding(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
 			int dim, const int32_t *ids, const float *table,
 			float *y)

@@ -21,7 +21,8 @@
  *     not y, and routes ties to the first maximum as TF does);
  *   relu: cuDNN activation; relu_grad, bias_add, add, dropout, softmax
  *     cross-entropy, count_correct, embedding and its gradient, layer_norm
- *     and its gradients, the optimizer updates: own kernels;
+ *     and its gradients, gelu and its gradient, the optimizer updates: own
+ *     kernels;
  *   matmul: cuBLAS sgemm.
  * Precision: DTF_CUDA_FP32 restricts cuDNN to FMA kernels and cuBLAS to its
  * default (no TF32) math, so results differ from the CPU only by summation
@@ -222,6 +223,17 @@ void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *ctx, size_t rows,
 void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *ctx, size_t rows,
 				    int c, const float *x, const float *dy,
 				    float eps, float *dgamma);
+
+/* ---- gelu (activation.c's arithmetic) ------------------------------------ */
+
+/* As dtf_cpu_gelu and dtf_cpu_gelu_grad (approximate != 0: the tanh form
+ * of GPT-2), in double with CUDA's erf, tanh and exp (within 2 ulp in
+ * double, so the float results are the CPU's but for the rare value next
+ * to a rounding boundary).  In place allowed for the forward. */
+void dtf_cuda_gelu(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+		   const float *x, float *y);
+void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+			const float *dy, const float *x, float *dx);
 
 /* ---- embedding: the CPU's gather and scatter-add, bit for bit ------------ */
 

@@ -269,6 +269,19 @@ KERNEL(cu_layer_norm_grad_gamma) /* dy, x */
 				       n->a.norm.epsilon, y);
 }
 
+KERNEL(cu_gelu)
+{
+	KERNEL_VARS;
+	dtf_cuda_gelu(ctx, numel, n->a.act.approximate, D(ex, a), y);
+}
+
+KERNEL(cu_gelu_grad) /* dy, x */
+{
+	KERNEL_VARS;
+	dtf_cuda_gelu_grad(ctx, numel, n->a.act.approximate, D(ex, a), D(ex, b),
+			   y);
+}
+
 KERNEL(cu_embedding) /* ids, table */
 {
 	KERNEL_VARS;
@@ -382,8 +395,8 @@ struct cuda_kernel {
 #define CUDA_LEAKY_RELU_GRAD NO_KERNEL_YET
 #define CUDA_ELU NO_KERNEL_YET
 #define CUDA_ELU_GRAD NO_KERNEL_YET
-#define CUDA_GELU NO_KERNEL_YET
-#define CUDA_GELU_GRAD NO_KERNEL_YET
+#define CUDA_GELU {NULL, cu_gelu, NULL}
+#define CUDA_GELU_GRAD {NULL, cu_gelu_grad, NULL}
 #define CUDA_TANH NO_KERNEL_YET
 #define CUDA_TANH_GRAD NO_KERNEL_YET
 #define CUDA_SIGMOID NO_KERNEL_YET

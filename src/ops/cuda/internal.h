@@ -127,6 +127,10 @@ void dtf_cu_layer_norm_grad_input(cudaStream_t s, size_t rows, int c,
 void dtf_cu_layer_norm_grad_gamma(cudaStream_t s, size_t rows, int c,
 				  const float *x, const float *dy, float eps,
 				  double *stats, float *dgamma);
+void dtf_cu_gelu(cudaStream_t s, size_t n, int approximate, const float *x,
+		 float *y);
+void dtf_cu_gelu_grad(cudaStream_t s, size_t n, int approximate,
+		      const float *dy, const float *x, float *dx);
 void dtf_cu_embedding(cudaStream_t s, size_t n, int vocab, int dim,
 		      const int32_t *ids, const float *table, float *y);
 void dtf_cu_embedding_grad(cudaStream_t s, size_t n, int vocab, int dim,

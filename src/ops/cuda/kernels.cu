@@ -193,6 +193,46 @@ __global__ void k_layer_norm_gamma(size_t rows, int c, const float *x,
 	}
 }
 
+/* ---- gelu (activation.c) ---------------------------------------------------- */
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define INV_SQRT_2 0.7071067811865476
+#define INV_SQRT_2PI 0.3989422804014327
+#define GELU_C 0.044715
+
+__global__ void k_gelu(size_t n, int approximate, const float *x, float *y)
+{
+	GRID_STRIDE(i, n)
+	{
+		double v = x[i];
+		if (approximate)
+			y[i] = (float)(0.5 * v *
+				       (1.0 + tanh(SQRT_2_OVER_PI *
+						   (v + GELU_C * v * v * v))));
+		else
+			y[i] = (float)(0.5 * v * (1.0 + erf(v * INV_SQRT_2)));
+	}
+}
+
+__global__ void k_gelu_grad(size_t n, int approximate, const float *dy,
+			    const float *x, float *dx)
+{
+	GRID_STRIDE(i, n)
+	{
+		double v = x[i], d;
+		if (approximate) {
+			double u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
+			double t = tanh(u);
+			double du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
+			d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+		} else {
+			d = 0.5 * (1.0 + erf(v * INV_SQRT_2)) +
+			    v * INV_SQRT_2PI * exp(-0.5 * v * v);
+		}
+		dx[i] = (float)(dy[i] * d);
+	}
+}
+
 /* ---- embedding (embedding.c) ------------------------------------------------ */
 
 __global__ void k_embedding(size_t n, int vocab, int dim, const int32_t *ids,
@@ -596,6 +636,18 @@ void dtf_cu_layer_norm_grad_gamma(cudaStream_t s, size_t rows, int c,
 								 stats);
 	k_layer_norm_gamma<<<blocks_for((size_t)c), THREADS, 0, s>>>(
 		rows, c, x, dy, stats, dgamma);
+}
+
+void dtf_cu_gelu(cudaStream_t s, size_t n, int approximate, const float *x,
+		 float *y)
+{
+	k_gelu<<<blocks_for(n), THREADS, 0, s>>>(n, approximate, x, y);
+}
+
+void dtf_cu_gelu_grad(cudaStream_t s, size_t n, int approximate,
+		      const float *dy, const float *x, float *dx)
+{
+	k_gelu_grad<<<blocks_for(n), THREADS, 0, s>>>(n, approximate, dy, x, dx);
 }
 
 void dtf_cu_embedding(cudaStream_t s, size_t n, int vocab, int dim,
