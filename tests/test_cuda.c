@@ -24,7 +24,8 @@
  *     float formula, no fused multiply-add on either side);
  *   training, 20 steps with SGD + momentum and dropout: parameters within
  *     1e-3 relative (to max(|cpu|, 1e-2)) of the CPU run, for 1 rank and
- *     for 2 ranks sharing the GPU (host-staged allreduce).
+ *     for 2 ranks sharing the GPU (host-staged allreduce); the same for a
+ *     token model (embedding, layer_norm, gelu) with Adam.
  * The GPU runs in FP32 mode here (precision: fp32); TF32 is only timed, by
  * tests/bench/device-check.sh.
  */
@@ -639,6 +640,41 @@ START_TEST(train_20_steps_gpu_vs_cpu)
 }
 END_TEST
 
+/* A token model (the image bytes as int32 ids) through the executor on
+ * the GPU: embedding, layer_norm (its gamma gradient's scratch planned),
+ * tanh-form gelu; 20 steps against the CPU. */
+static const char token_job_text[] =
+	"name: cuda-tokens\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 128}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, dtype: int32, shape: [144]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    table: {variable: {shape: [256, 8]}}\n"
+	"    emb: {embedding: {inputs: [image, table]}}\n"
+	"    ln: {layer_norm: {inputs: [emb]}}\n"
+	"    act: {gelu: {inputs: [ln], approximate: true}}\n"
+	"    flat: {flatten: {inputs: [act]}}\n"
+	"    w: {variable: {shape: [1152, 4]}}\n"
+	"    logits: {matmul: {inputs: [flat, w]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 32, max_steps: 20, optimizer: {adam: {learning_rate: 0.01}}}\n";
+
+START_TEST(train_tokens_gpu_vs_cpu)
+{
+	tu_write_file(tmpdir, "tokens.yaml", token_job_text, tmpdir);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/tcpu.bin %s/tokens.yaml 2>%s/tcpu.log",
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cuda --export-variables %s/tgpu.bin %s/tokens.yaml 2>%s/tgpu.log",
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
+	compare_runs("tokens (embedding, layer_norm, gelu), GPU vs CPU",
+		     "tgpu.bin", "tcpu.bin");
+}
+END_TEST
+
 START_TEST(train_2_ranks_sharing_gpu_vs_cpu)
 {
 	/* two ranks on one GPU: the host-staged allreduce path */
@@ -706,6 +742,7 @@ static Suite *cuda_suite(void)
 	tcase_add_unchecked_fixture(tc, setup_data, teardown_data);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, train_20_steps_gpu_vs_cpu);
+	tcase_add_test(tc, train_tokens_gpu_vs_cpu);
 	tcase_add_test(tc, train_2_ranks_sharing_gpu_vs_cpu);
 	tcase_add_test(tc, gpu_steps_allocate_nothing);
 	suite_add_tcase(s, tc);
