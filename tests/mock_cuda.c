@@ -172,6 +172,20 @@ void dtf_cuda_add(struct dtf_cuda_ctx *c, size_t n, const float *a, const float 
 	dtf_cpu_add_inplace(n, b, y);
 }
 void dtf_cuda_fill(struct dtf_cuda_ctx *c, float *p, size_t n, float v) { (void)c; for (size_t i = 0; i < n; i++) p[i] = v; }
+void dtf_cuda_layer_norm(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *b, float e, float *y)
+{ c->kernels++, total_kernels++; dtf_cpu_layer_norm(r, k, x, g, b, e, y); }
+void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *dy, float e, float *dx)
+{ c->kernels++, total_kernels++; dtf_cpu_layer_norm_grad_input(r, k, x, g, dy, e, dx); }
+void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *dy, float e, float *dg)
+{ c->kernels++, total_kernels++; dtf_cpu_layer_norm_grad_gamma(r, k, x, dy, e, dg); }
+void dtf_cuda_gelu(struct dtf_cuda_ctx *c, size_t n, int a, const float *x, float *y)
+{ c->kernels++, total_kernels++; dtf_cpu_gelu(n, a, x, y); }
+void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *c, size_t n, int a, const float *dy, const float *x, float *dx)
+{ c->kernels++, total_kernels++; dtf_cpu_gelu_grad(n, a, dy, x, dx); }
+void dtf_cuda_embedding(struct dtf_cuda_ctx *c, size_t n, int v, int d, const int32_t *ids, const float *t, float *y)
+{ c->kernels++, total_kernels++; dtf_cpu_embedding(n, v, d, ids, t, y); }
+void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *c, size_t n, int v, int d, const float *dy, const int32_t *ids, float *dt)
+{ c->kernels++, total_kernels++; dtf_cpu_embedding_grad(n, v, d, dy, ids, dt); }
 void dtf_cuda_dropout(struct dtf_cuda_ctx *c, size_t r, size_t k, float rate, struct dtf_philox_key key, const uint64_t *id, uint32_t s, const float *x, float *y)
 { c->kernels++, total_kernels++; dtf_cpu_dropout(r, k, rate, key, id, s, x, y); }
 void dtf_cuda_dropout_grad(struct dtf_cuda_ctx *c, size_t r, size_t k, float rate, struct dtf_philox_key key, const uint64_t *id, uint32_t s, const float *dy, float *dx)

@@ -115,6 +115,55 @@ static void check_layer(const struct dtf_layer *l, enum dtf_layer_kind kind,
 
 /* ---- the sketch -------------------------------------------------------- */
 
+/* data.features.*.dtype: int32 ids from uint8 or int8 bytes; the other
+ * combinations, and scale or offset on ids, are errors naming the key. */
+START_TEST(test_feature_dtype)
+{
+	static const char text[] =
+		"data:\n"
+		"  train: {files: a.tfrecord}\n"
+		"  features:\n"
+		"    x: {type: float, shape: [4]}\n"
+		"    t: {type: bytes, decode: uint8, dtype: int32, shape: [5]}\n"
+		"    u: {type: bytes, decode: uint8, dtype: float32, shape: [5]}\n"
+		"    y: {type: int64, dtype: int32, shape: []}\n"
+		"model:\n"
+		"  input: x\n"
+		"  layers: [{dense: {units: 3}}]\n"
+		"  loss: {sparse_softmax_cross_entropy: {logits: dense_1, labels: y}}\n"
+		"train: {batch_size: 8}\n";
+	struct dtf_job *job = load_ok(text, NULL, 0);
+	ck_assert_int_eq(job->data.features[0].dtype, DTF_FLOAT32);
+	ck_assert_int_eq(job->data.features[1].dtype, DTF_INT32);
+	ck_assert_int_eq(job->data.features[2].dtype, DTF_FLOAT32);
+	ck_assert_int_eq(job->data.features[3].dtype, DTF_INT32);
+	dtf_job_free(job);
+	ck_assert_msg_is(load_fail(edit("{type: int64, shape: []}",
+					"{type: int64, dtype: float32, shape: []}"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:8:33: data.features.label.dtype: an int64 "
+			 "feature decodes to int32 (ids)");
+	ck_assert_msg_is(load_fail(edit("decode: uint8, shape: [28, 28, 1]",
+					"decode: float16, dtype: int32, shape: [28, 28, 1]"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:7:50: data.features.image.dtype: int32 "
+			 "output needs decode: uint8 or int8 (integer ids), not "
+			 "float16");
+	ck_assert_msg_is(load_fail(edit("decode: uint8, shape: [28, 28, 1]",
+					"decode: uint8, dtype: int32, shape: [28, 28, 1]"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:7:82: data.features.image.scale: scale "
+			 "applies to float32 output; ids (dtype: int32) are the "
+			 "raw values");
+	ck_assert_msg_is(load_fail(edit("decode: uint8, shape: [28, 28, 1]",
+					"decode: uint8, dtype: int64, shape: [28, 28, 1]"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:7:48: data.features.image.dtype: expected "
+			 "one of float32, int32, got 'int64' (did you mean "
+			 "'int32'?)");
+}
+END_TEST
+
 START_TEST(test_sketch_parses)
 {
 	struct dtf_job *job = load_ok(SKETCH, NULL, 0);
@@ -869,8 +918,8 @@ START_TEST(test_override_errors_blame_set)
 	const char *ov4[] = {"model.input=label"};
 	ck_assert_msg_is(load_fail(SKETCH, ov4, 1, DTF_ERR_CONFIG),
 			 "--set model.input: model.input: feature 'label' is "
-			 "int64; the model input must be a float or bytes "
-			 "feature");
+			 "int32 (ids); the model input must be a float32 "
+			 "feature (ids go through an embedding in model.graph)");
 	const char *ov5[] = {"strategy.type=parameter_server",
 			     "checkpoint.dir=ck"};
 	ck_assert_msg_is(load_fail(SKETCH, ov5, 2, DTF_ERR_CONFIG),
@@ -1008,8 +1057,8 @@ START_TEST(test_override_errors_say_what)
 	ck_assert_msg_is(load_fail(edit("  input: image", "  input: label"),
 				   NULL, 0, DTF_ERR_CONFIG),
 			 "graphs/x.yaml:10:10: model.input: feature 'label' is "
-			 "int64; the model input must be a float or bytes "
-			 "feature");
+			 "int32 (ids); the model input must be a float32 "
+			 "feature (ids go through an embedding in model.graph)");
 	const char *aug[] = {"data.train.augment={feature: label, "
 			     "flip_left_right: true}"};
 	ck_assert_msg_is(load_fail(SKETCH, aug, 1, DTF_ERR_CONFIG),
@@ -1085,6 +1134,7 @@ static Suite *config_suite(void)
 
 	tc = tcase_create("parse");
 	tcase_add_test(tc, test_sketch_parses);
+	tcase_add_test(tc, test_feature_dtype);
 	tcase_add_test(tc, test_minimal_defaults);
 	tcase_add_test(tc, test_layer_variants);
 	tcase_add_test(tc, test_bool_and_optimizer_forms);

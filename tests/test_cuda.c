@@ -10,16 +10,22 @@
  *     sums of up to 800 products (as test_ops' reference comparisons);
  *   bias_add_grad: atol 1e-3, rtol 1e-4: column sums of up to 1e5 rows
  *     (the CPU sums in row order, the GPU in blocks);
+ *   gelu (erf and tanh forms) and its gradient: atol 1e-7, rtol 1e-6 (the
+ *     CPU's double formula, CUDA's erf/tanh/exp within 2 ulp of glibc's);
+ *   layer_norm and its gradients: atol 1e-6, rtol 1e-6 (the CPU's double
+ *     arithmetic in the CPU's order; equal bits expected);
  *   softmax cross-entropy: loss sum rtol 1e-6 (double per row on both, the
  *     sums in different orders); gradient atol 1e-6, rtol 1e-5 (double
  *     exp/log of two libraries, rounded to float);
- *   exact (bit for bit): bias_add, relu, relu_grad, add, max_pool2d and its
+ *   exact (bit for bit): bias_add, relu, relu_grad, add, embedding and its
+ *     gradient (a scatter-add in the CPU's order), max_pool2d and its
  *     gradient (ties included), dropout and its gradient (the same Philox
  *     stream), count_correct, SGD/momentum/Nesterov/Adam updates (the same
  *     float formula, no fused multiply-add on either side);
  *   training, 20 steps with SGD + momentum and dropout: parameters within
  *     1e-3 relative (to max(|cpu|, 1e-2)) of the CPU run, for 1 rank and
- *     for 2 ranks sharing the GPU (host-staged allreduce).
+ *     for 2 ranks sharing the GPU (host-staged allreduce); the same for a
+ *     token model (embedding, layer_norm, gelu) with Adam.
  * The GPU runs in FP32 mode here (precision: fp32); TF32 is only timed, by
  * tests/bench/device-check.sh.
  */
@@ -315,6 +321,113 @@ START_TEST(relu_add_vs_cpu)
 }
 END_TEST
 
+/* layer_norm and its gradients: the CPU's double arithmetic in the same
+ * order, one thread per row (per column for gamma); expected equal, checked
+ * within 1e-6 (double sqrt and division are correctly rounded on both
+ * sides, the rest is +, -, * without contraction). */
+START_TEST(layer_norm_vs_cpu)
+{
+	const size_t rows = 2053;
+	const int c = 96;
+	const float eps = 1e-5f;
+	size_t nx = rows * (size_t)c;
+	float *x = tu_frandom(nx, -2, 3), *dy = tu_frandom(nx, -1, 1);
+	float *gm = tu_frandom((size_t)c, 0.5f, 1.5f), *bt = tu_frandom((size_t)c, -1, 1);
+	float *y = halloc(nx), *dx = halloc(nx), *dg = halloc((size_t)c);
+	dtf_cpu_layer_norm(rows, c, x, gm, bt, eps, y);
+	dtf_cpu_layer_norm_grad_input(rows, c, x, gm, dy, eps, dx);
+	dtf_cpu_layer_norm_grad_gamma(rows, c, x, dy, eps, dg);
+	dtf_cuda_ctx_need(ctx, 0, 0, dtf_cuda_layer_norm_grad_gamma_scratch(rows));
+	ck_assert_msg(dtf_cuda_ctx_reserve(ctx) == 0, "%s", dtf_error_msg());
+	float *d_x = dup_dev(x, nx * 4), *d_dy = dup_dev(dy, nx * 4);
+	float *d_g = dup_dev(gm, (size_t)c * 4), *d_b = dup_dev(bt, (size_t)c * 4);
+	float *d_y = dev_nan(nx), *d_dx = dev_nan(nx), *d_dg = dev_nan((size_t)c);
+	dtf_cuda_layer_norm(ctx, rows, c, d_x, d_g, d_b, eps, d_y);
+	dtf_cuda_layer_norm_grad_input(ctx, rows, c, d_x, d_g, d_dy, eps, d_dx);
+	dtf_cuda_layer_norm_grad_gamma(ctx, rows, c, d_x, d_dy, eps, d_dg);
+	float *gy = fetch(d_y, nx), *gdx = fetch(d_dx, nx), *gdg = fetch(d_dg, (size_t)c);
+	assert_close("layer_norm", gy, y, nx, 1e-6, 1e-6);
+	assert_close("layer_norm_grad_input", gdx, dx, nx, 1e-6, 1e-6);
+	assert_close("layer_norm_grad_gamma", gdg, dg, (size_t)c, 1e-6, 1e-6);
+	dtf_cuda_free(ctx, d_x);
+	dtf_cuda_free(ctx, d_dy);
+	dtf_cuda_free(ctx, d_g);
+	dtf_cuda_free(ctx, d_b);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_dx);
+	dtf_cuda_free(ctx, d_dg);
+	free(x), free(dy), free(gm), free(bt), free(y), free(dx), free(dg);
+	free(gy), free(gdx), free(gdg);
+}
+END_TEST
+
+/* gelu, both forms, and its gradient: the CPU's double formula with
+ * CUDA's erf, tanh and exp; atol 1e-7, rtol 1e-6 (the float results differ
+ * at most where the double lies next to a rounding boundary). */
+START_TEST(gelu_vs_cpu)
+{
+	const size_t n = 100003;
+	float *x = tu_frandom(n, -6, 6), *dy = tu_frandom(n, -1, 1);
+	float *y = halloc(n), *dx = halloc(n);
+	float *d_x = dup_dev(x, n * 4), *d_dy = dup_dev(dy, n * 4);
+	float *d_y = dev_nan(n), *d_dx = dev_nan(n);
+	for (int approx = 0; approx < 2; approx++) {
+		dtf_cpu_gelu(n, approx, x, y);
+		dtf_cpu_gelu_grad(n, approx, dy, x, dx);
+		dtf_cuda_gelu(ctx, n, approx, d_x, d_y);
+		dtf_cuda_gelu_grad(ctx, n, approx, d_dy, d_x, d_dx);
+		float *gy = fetch(d_y, n), *gdx = fetch(d_dx, n);
+		assert_close(approx ? "gelu tanh" : "gelu erf", gy, y, n, 1e-7, 1e-6);
+		assert_close(approx ? "gelu_grad tanh" : "gelu_grad erf", gdx, dx,
+			     n, 1e-7, 1e-6);
+		free(gy), free(gdx);
+	}
+	dtf_cuda_free(ctx, d_x);
+	dtf_cuda_free(ctx, d_dy);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_dx);
+	free(x), free(dy), free(y), free(dx);
+}
+END_TEST
+
+/* embedding and its scatter-add gradient: bit for bit (a copy, and sums in
+ * the CPU's position order); a byte vocabulary, ids repeated thousands of
+ * times, two out of range. */
+START_TEST(embedding_vs_cpu)
+{
+	const size_t n = 4099;
+	const int vocab = 84, dim = 96;
+	int32_t *ids = calloc(n, sizeof(int32_t));
+	ck_assert_ptr_nonnull(ids);
+	for (size_t p = 0; p < n; p++)
+		ids[p] = (int32_t)((p * 37 + p / 11) % (size_t)vocab);
+	ids[5] = -3, ids[700] = vocab;
+	float *table = tu_frandom((size_t)vocab * dim, -1, 1);
+	float *dy = tu_frandom(n * dim, -1, 1);
+	float *y = halloc(n * dim), *dt = halloc((size_t)vocab * dim);
+	dtf_cpu_embedding(n, vocab, dim, ids, table, y);
+	dtf_cpu_embedding_grad(n, vocab, dim, dy, ids, dt);
+	int32_t *d_ids = dup_dev(ids, n * sizeof(int32_t));
+	float *d_t = dup_dev(table, (size_t)vocab * dim * 4);
+	float *d_dy = dup_dev(dy, n * dim * 4);
+	float *d_y = dev_nan(n * dim), *d_dt = dev_nan((size_t)vocab * dim);
+	dtf_cuda_embedding(ctx, n, vocab, dim, d_ids, d_t, d_y);
+	dtf_cuda_embedding_grad(ctx, n, vocab, dim, d_dy, d_ids, d_dt);
+	float *gy = fetch(d_y, n * dim), *gdt = fetch(d_dt, (size_t)vocab * dim);
+	for (size_t i = 0; i < n * dim; i++) /* NaN rows compare as NaN */
+		ck_assert_msg(isnan(y[i]) ? isnan(gy[i])
+					  : memcmp(&gy[i], &y[i], 4) == 0,
+			      "embedding[%zu]: gpu %g, cpu %g", i, gy[i], y[i]);
+	assert_exact("embedding_grad", gdt, dt, (size_t)vocab * dim);
+	dtf_cuda_free(ctx, d_ids);
+	dtf_cuda_free(ctx, d_t);
+	dtf_cuda_free(ctx, d_dy);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_dt);
+	free(ids), free(table), free(dy), free(y), free(dt), free(gy), free(gdt);
+}
+END_TEST
+
 START_TEST(dropout_same_stream_as_cpu)
 {
 	const size_t rows = 33, cols = 1027, n = rows * cols;
@@ -527,6 +640,41 @@ START_TEST(train_20_steps_gpu_vs_cpu)
 }
 END_TEST
 
+/* A token model (the image bytes as int32 ids) through the executor on
+ * the GPU: embedding, layer_norm (its gamma gradient's scratch planned),
+ * tanh-form gelu; 20 steps against the CPU. */
+static const char token_job_text[] =
+	"name: cuda-tokens\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 128}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, dtype: int32, shape: [144]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    table: {variable: {shape: [256, 8]}}\n"
+	"    emb: {embedding: {inputs: [image, table]}}\n"
+	"    ln: {layer_norm: {inputs: [emb]}}\n"
+	"    act: {gelu: {inputs: [ln], approximate: true}}\n"
+	"    flat: {flatten: {inputs: [act]}}\n"
+	"    w: {variable: {shape: [1152, 4]}}\n"
+	"    logits: {matmul: {inputs: [flat, w]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 32, max_steps: 20, optimizer: {adam: {learning_rate: 0.01}}}\n";
+
+START_TEST(train_tokens_gpu_vs_cpu)
+{
+	tu_write_file(tmpdir, "tokens.yaml", token_job_text, tmpdir);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cpu --export-variables %s/tcpu.bin %s/tokens.yaml 2>%s/tcpu.log",
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
+	ck_assert_int_eq(tu_run("%s/dtf-train -q --set device=cuda --export-variables %s/tgpu.bin %s/tokens.yaml 2>%s/tgpu.log",
+				tu_build_root(), tmpdir, tmpdir, tmpdir), 0);
+	compare_runs("tokens (embedding, layer_norm, gelu), GPU vs CPU",
+		     "tgpu.bin", "tcpu.bin");
+}
+END_TEST
+
 START_TEST(train_2_ranks_sharing_gpu_vs_cpu)
 {
 	/* two ranks on one GPU: the host-staged allreduce path */
@@ -583,6 +731,9 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, matmul_vs_cpu);
 	tcase_add_test(tc, bias_add_and_grad_vs_cpu);
 	tcase_add_test(tc, relu_add_vs_cpu);
+	tcase_add_test(tc, embedding_vs_cpu);
+	tcase_add_test(tc, layer_norm_vs_cpu);
+	tcase_add_test(tc, gelu_vs_cpu);
 	tcase_add_test(tc, dropout_same_stream_as_cpu);
 	tcase_add_test(tc, xent_and_count_correct_vs_cpu);
 	tcase_add_test(tc, optimizers_vs_cpu);
@@ -591,6 +742,7 @@ static Suite *cuda_suite(void)
 	tcase_add_unchecked_fixture(tc, setup_data, teardown_data);
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, train_20_steps_gpu_vs_cpu);
+	tcase_add_test(tc, train_tokens_gpu_vs_cpu);
 	tcase_add_test(tc, train_2_ranks_sharing_gpu_vs_cpu);
 	tcase_add_test(tc, gpu_steps_allocate_nothing);
 	suite_add_tcase(s, tc);

@@ -7,8 +7,10 @@
  * thread.  That checks what a machine without a GPU can check: the index
  * arithmetic and the formulas of max_pool2d and its gradient (padding,
  * dilation, overlapping windows, ties), dropout's Philox stream, the filter
- * transposes, bias_add, relu_grad, the cross-entropy gradient and the
- * optimizer updates, bit for bit against the CPU kernels.  It does not
+ * transposes, bias_add, relu_grad, the cross-entropy gradient, embedding
+ * and its scatter-add gradient, layer_norm and its gradients, gelu and
+ * its gradient (host libm on both sides) and the optimizer updates, bit
+ * for bit against the CPU kernels.  It does not
  * check the kernels that need a whole block (the block reductions of the
  * loss, count_correct and bias gradient), launch configurations, or
  * anything of CUDA itself: tests/test_cuda.c does, on a GPU.
@@ -188,6 +190,88 @@ int main(void)
 	for (float *q : {x, y1, y2, w, t, b, bias, a, e, f1, f2, l, g1, g2, p1,
 			 p2, m1, m2, v1, v2})
 		delete[] q;
+	/* layer_norm and its gradients: the CPU's double arithmetic */
+	{
+		const size_t R = 37;
+		const int Cn = 45;
+		const float eps = 1e-3f;
+		float *lx = new float[R * Cn], *ldy = new float[R * Cn];
+		float *lg = new float[Cn], *lb = new float[Cn];
+		float *o1 = new float[R * Cn], *o2 = new float[R * Cn];
+		float *g1 = new float[Cn], *g2 = new float[Cn];
+		double *st = new double[2 * R];
+		for (size_t i = 0; i < R * Cn; i++)
+			lx[i] = frand() * 3 + 0.5f, ldy[i] = frand();
+		for (int j = 0; j < Cn; j++)
+			lg[j] = 1 + frand() / 4, lb[j] = frand();
+		dtf_cpu_layer_norm(R, Cn, lx, lg, lb, eps, o1);
+		k_layer_norm(R, Cn, lx, lg, lb, eps, o2);
+		same("layer_norm", o2, o1, R * Cn);
+		dtf_cpu_layer_norm_grad_input(R, Cn, lx, lg, ldy, eps, o1);
+		k_layer_norm_grad_input(R, Cn, lx, lg, ldy, eps, o2);
+		same("layer_norm_grad_input", o2, o1, R * Cn);
+		dtf_cpu_layer_norm_grad_gamma(R, Cn, lx, ldy, eps, g1);
+		k_layer_norm_stats(R, Cn, lx, eps, st);
+		k_layer_norm_gamma(R, Cn, lx, ldy, st, g2);
+		same("layer_norm_grad_gamma", g2, g1, (size_t)Cn);
+		for (float *q : {lx, ldy, lg, lb, o1, o2, g1, g2})
+			delete[] q;
+		delete[] st;
+	}
+
+	/* gelu, both forms, and their gradients (host libm on both sides) */
+	for (int approx = 0; approx < 2; approx++) {
+		const size_t ng = 4001;
+		float *gx = new float[ng], *gd = new float[ng];
+		float *q1 = new float[ng], *q2 = new float[ng];
+		for (size_t i = 0; i < ng; i++)
+			gx[i] = frand() * 6, gd[i] = frand();
+		dtf_cpu_gelu(ng, approx, gx, q1);
+		k_gelu(ng, approx, gx, q2);
+		same(approx ? "gelu (tanh)" : "gelu (erf)", q2, q1, ng);
+		dtf_cpu_gelu_grad(ng, approx, gd, gx, q1);
+		k_gelu_grad(ng, approx, gd, gx, q2);
+		same(approx ? "gelu_grad (tanh)" : "gelu_grad (erf)", q2, q1, ng);
+		for (float *q : {gx, gd, q1, q2})
+			delete[] q;
+	}
+
+	/* embedding: a gather, and the scatter-add in position order */
+	{
+		const size_t np = 301;
+		const int V = 11, Dm = 13;
+		int32_t ids[np];
+		for (size_t p = 0; p < np; p++)
+			ids[p] = (int32_t)((p * 7 + p / 5) % V);
+		ids[9] = -1, ids[200] = V;
+		float *tab = new float[V * Dm], *gy = new float[np * Dm];
+		float *e1 = new float[np * Dm], *e2 = new float[np * Dm];
+		float *t1 = new float[V * Dm], *t2 = new float[V * Dm];
+		for (int i = 0; i < V * Dm; i++)
+			tab[i] = frand();
+		for (size_t i = 0; i < np * Dm; i++)
+			gy[i] = frand();
+		dtf_cpu_embedding(np, V, Dm, ids, tab, e1);
+		k_embedding(np, V, Dm, ids, tab, e2);
+		size_t bad = np * Dm;
+		for (size_t i = 0; i < np * Dm && bad == np * Dm; i++)
+			if (memcmp(&e1[i], &e2[i], 4) != 0 &&
+			    !(isnan(e1[i]) && isnan(e2[i])))
+				bad = i; /* NaN rows of bad ids: both NaN */
+		if (bad < np * Dm) {
+			printf("FAIL embedding[%zu]\n", bad);
+			failures++;
+		} else {
+			printf("ok   embedding (%zu values, 2 rows of bad ids "
+			       "NaN)\n", np * Dm);
+		}
+		dtf_cpu_embedding_grad(np, V, Dm, gy, ids, t1);
+		k_embedding_grad(np, V, Dm, gy, ids, t2);
+		same("embedding_grad", t2, t1, (size_t)V * Dm);
+		for (float *q : {tab, gy, e1, e2, t1, t2})
+			delete[] q;
+	}
+
 	printf("%s\n", failures ? "FAILED" : "all equal");
 	return failures ? 1 : 0;
 }

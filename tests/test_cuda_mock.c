@@ -137,6 +137,87 @@ START_TEST(gpu_path_equals_cpu_sgd_momentum)
 }
 END_TEST
 
+/* A graph-form model over token ids (the image bytes decoded as int32
+ * ids: embedding, its scatter-add gradient; layer_norm and its gradients;
+ * gelu in GPT-2's tanh form and its gradient) trains through the GPU path
+ * to the CPU path's bits. */
+static const char emb_job_text[] =
+	"name: tiny-embedding\n"
+	"seed: 5\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
+	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, dtype: int32, shape: [64]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    table: {variable: {shape: [256, 4]}}\n"
+	"    emb: {embedding: {inputs: [image, table]}}\n"
+	"    ln: {layer_norm: {inputs: [emb]}}\n"
+	"    act: {gelu: {inputs: [ln], approximate: true}}\n"
+	"    flat: {flatten: {inputs: [act]}}\n"
+	"    w: {variable: {shape: [256, 4]}}\n"
+	"    logits: {matmul: {inputs: [flat, w]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  epochs: 2\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"logging: {every_steps: 1000}\n";
+
+static float *train_emb(const char *device, struct dtf_train_result *res,
+			size_t *n)
+{
+	char path[512], out[512], dev[64];
+	tu_write_file(tmpdir, "emb.yaml", emb_job_text, tmpdir, tmpdir);
+	tu_path(path, sizeof(path), tmpdir, "emb.yaml");
+	snprintf(out, sizeof(out), "%s/emb-%s.bin", tmpdir, device);
+	snprintf(dev, sizeof(dev), "device=%s", device);
+	const char *sets[] = {dev};
+	struct dtf_job *job = NULL;
+	ck_assert_msg(dtf_job_load(path, sets, 1, &job) == 0, "%s",
+		      dtf_error_msg());
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
+				      .export_variables = out};
+	int rc = dtf_train_run(job, comm, &opts, res);
+	ck_assert_msg(rc == 0, "%s: %s", device, dtf_error_msg());
+	dtf_job_free(job);
+	return tu_read_vars(NULL, out, n);
+}
+
+START_TEST(gpu_path_equals_cpu_embedding)
+{
+	struct dtf_train_result rc_, rg;
+	size_t nc, ng;
+	setenv("DTF_CPU_KERNELS", "reference", 1);
+	unsigned long k0 = dtf_mock_cuda_kernels();
+	float *c = train_emb("cpu", &rc_, &nc);
+	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0);
+	float *g = train_emb("cuda", &rg, &ng);
+	ck_assert_uint_gt(dtf_mock_cuda_kernels(), k0 + 100);
+	/* table, layer_norm gamma and beta (each padded to 16 floats), w */
+	ck_assert_uint_eq(nc, 256 * 4 + 16 + 16 + 256 * 4);
+	ck_assert_uint_eq(ng, nc);
+	ck_assert_int_eq(rg.steps, 2 * (488 / 16));
+	size_t diff = 0, moved = 0;
+	for (size_t i = 0; i < nc; i++) {
+		diff += memcmp(&c[i], &g[i], sizeof(float)) != 0;
+		moved += c[i] != 0.0f;
+	}
+	printf("embedding: %zu parameters, %zu differ; eval loss cpu %.9g gpu-path %.9g, accuracy %.4f %.4f\n",
+	       nc, diff, rc_.eval_loss, rg.eval_loss, rc_.eval_accuracy,
+	       rg.eval_accuracy);
+	ck_assert_uint_eq(diff, 0);
+	ck_assert_uint_gt(moved, nc / 2);
+	ck_assert(rc_.eval_loss == rg.eval_loss);
+	ck_assert(rc_.eval_accuracy > 0.5); /* chance is 0.25 */
+	ck_assert_uint_eq(rg.step_allocations, 0);
+	free(c);
+	free(g);
+}
+END_TEST
+
 /* Train `device` with `sets` (max_steps and checkpoint.dir) and a
  * learning-rate schedule; resume from
  * the checkpoint when `resume`; the exported variables. */
@@ -354,6 +435,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, gpu_path_equals_cpu_adam);
 	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
+	tcase_add_test(tc, gpu_path_equals_cpu_embedding);
 	tcase_add_test(tc, unsupported_falls_back_or_fails);
 	tcase_add_test(tc, gpu_checkpoint_resumes);
 	tcase_add_test(tc, gpu_path_follows_the_schedule);

@@ -595,6 +595,40 @@ static int walk_nop(void *ctx, const struct dtf_example_feature_info *f)
 	return 0;
 }
 
+/* A bytes feature decoded as uint8 or int8 with dtype int32: the raw
+ * values as integer ids (scale and offset not applied); float16 or
+ * float32 bytes with int32 output are an inconsistent spec. */
+START_TEST(ex_bytes_as_int32_ids)
+{
+	struct dtf_example_builder b;
+	dtf_example_builder_init(&b);
+	uint8_t raw[6] = {0, 1, 83, 127, 128, 255};
+	ck_assert_int_eq(dtf_example_builder_add_bytes(&b, "t", raw, 6), 0);
+	const uint8_t *d;
+	size_t n;
+	ck_assert_int_eq(dtf_example_builder_finish(&b, &d, &n), 0);
+	int64_t s6[] = {6};
+	struct dtf_feature_spec sp =
+		spec("t", DTF_FEATURE_BYTES, DTF_DECODE_UINT8, 1, s6);
+	sp.dtype = DTF_INT32;
+	sp.scale = 0.5f; /* not applied to ids */
+	int32_t ids[6];
+	void *dst[1] = {ids};
+	ck_assert_int_eq(dtf_example_decode(d, n, &sp, 1, dst), 0);
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(ids[i], raw[i]);
+	sp.decode = DTF_DECODE_INT8;
+	ck_assert_int_eq(dtf_example_decode(d, n, &sp, 1, dst), 0);
+	const int32_t s8[6] = {0, 1, 83, 127, -128, -1};
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(ids[i], s8[i]);
+	sp.decode = DTF_DECODE_FLOAT16;
+	sp.shape[0] = 3;
+	ck_assert_int_eq(dtf_example_decode(d, n, &sp, 1, dst), -DTF_ERR_CONFIG);
+	dtf_example_builder_deinit(&b);
+}
+END_TEST
+
 START_TEST(ex_unpacked_and_packed)
 {
 	uint8_t ex[600];
@@ -1257,6 +1291,7 @@ static Suite *data_suite(void)
 	tc = tcase_create("example");
 	tcase_add_test(tc, ex_numel);
 	tcase_add_test(tc, ex_round_trip);
+	tcase_add_test(tc, ex_bytes_as_int32_ids);
 	tcase_add_test(tc, ex_unpacked_and_packed);
 	tcase_add_test(tc, ex_walk);
 	tcase_add_test(tc, ex_errors);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/error.h"
 #include "data/crc32c.h"
 #include "data/example.h"
 #include "data/tfrecord.h"
@@ -589,6 +590,134 @@ START_TEST(records_tool_shard_and_inspect)
 }
 END_TEST
 
+/* Reads every record of `path` as convert-text's (tokens: block + 1 uint8
+ * ids as float32, offset) into tokens[k * (block + 1) ...] and offsets[k];
+ * returns the record count. */
+static int read_windows(const char *path, int block, float *tokens,
+			int32_t *offsets, int max)
+{
+	struct dtf_feature_spec sp[2];
+	memset(sp, 0, sizeof(sp));
+	snprintf(sp[0].name, sizeof(sp[0].name), "tokens");
+	sp[0].type = DTF_FEATURE_BYTES, sp[0].decode = DTF_DECODE_UINT8;
+	sp[0].rank = 1, sp[0].shape[0] = block + 1, sp[0].scale = 1.0f;
+	sp[0].dtype = DTF_FLOAT32;
+	snprintf(sp[1].name, sizeof(sp[1].name), "offset");
+	sp[1].type = DTF_FEATURE_INT64, sp[1].dtype = DTF_INT32;
+	sp[1].scale = 1.0f;
+	struct dtf_tfrecord_reader *r;
+	const uint8_t *d;
+	size_t n;
+	int k = 0;
+	ck_assert_int_eq(dtf_tfrecord_reader_open(path, &r), 0);
+	while (dtf_tfrecord_reader_next(r, &d, &n) > 0) {
+		ck_assert_int_lt(k, max);
+		void *dst[2] = {tokens + (size_t)k * (block + 1), offsets + k};
+		ck_assert_msg(dtf_example_decode(d, n, sp, 2, dst) == 0, "%s",
+			      dtf_error_msg());
+		k++;
+	}
+	dtf_tfrecord_reader_free(r);
+	return k;
+}
+
+/* dtf-records convert-text: the vocabulary (sorted distinct bytes), the
+ * training and validation parts (the last 25% here), windows of block + 1
+ * ids every stride characters, shards of contiguous windows; usage and
+ * data errors. */
+START_TEST(records_tool_convert_text)
+{
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s/text", tmpdir);
+	/* 42 characters: 17 distinct bytes, a newline among them */
+	static const char text[] = "to be, or not to be\nthat is the question:!";
+	const int len = (int)sizeof(text) - 1, block = 4, stride = 3;
+	tu_run("mkdir -p %s", dir);
+	tu_write_bytes(dir, "t.txt", text, (size_t)len);
+	ck_assert_int_eq(tu_run("cd %s && %s/dtf-records convert-text --text "
+				"t.txt --out . --block-size 4 --stride 3 "
+				"--validation-fraction 0.25 --shards 2 "
+				">log.txt",
+				dir, tu_build_root()),
+			 0);
+	/* the vocabulary, computed here: distinct bytes in byte order */
+	int seen[256] = {0}, id_of[256], nv = 0;
+	char vocab[256];
+	for (int i = 0; i < len; i++)
+		seen[(unsigned char)text[i]] = 1;
+	for (int v = 0; v < 256; v++)
+		if (seen[v]) {
+			id_of[v] = nv;
+			vocab[nv++] = (char)v;
+		}
+	size_t vlen;
+	char *got = tu_read_file(dir, "vocab.txt", &vlen);
+	ck_assert_uint_eq(vlen, (size_t)nv);
+	ck_assert(memcmp(got, vocab, vlen) == 0);
+	ck_assert_int_eq(got[0], '\n');
+	free(got);
+	/* 10 validation characters [32, 42); 32 training ones */
+	const int nval = len / 4, ntrain = len - nval;
+	const int parts[2][2] = {{0, ntrain}, {ntrain, len}};
+	const char *files[2][3] = {
+		{"train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord", NULL},
+		{"validation-00000-of-00001.tfrecord", NULL, NULL}};
+	for (int p = 0; p < 2; p++) {
+		int chars = parts[p][1] - parts[p][0];
+		int want = (chars - block - 1) / stride + 1, k = 0;
+		float tok[64 * 5];
+		int32_t off[64];
+		for (int f = 0; files[p][f]; f++) {
+			char path[1200];
+			snprintf(path, sizeof(path), "%s/%s", dir, files[p][f]);
+			int nk = read_windows(path, block, tok + k * (block + 1),
+					      off + k, 64 - k);
+			/* contiguous blocks of nearly equal size */
+			ck_assert_int_eq(nk, p ? want : (f ? want - want / 2 : want / 2));
+			k += nk;
+		}
+		ck_assert_int_eq(k, want);
+		for (int w = 0; w < k; w++) {
+			int at = parts[p][0] + w * stride;
+			ck_assert_int_eq(off[w], at);
+			for (int j = 0; j <= block; j++)
+				ck_assert_msg(tok[w * (block + 1) + j] ==
+						      (float)id_of[(unsigned char)text[at + j]],
+					      "part %d window %d id %d", p, w, j);
+		}
+	}
+	const char *log = tu_slurp(dir, "log.txt");
+	ck_assert_msg(strstr(log, "train: characters [0, 32), 10 windows of 5 ids "
+				  "(stride 3) in 2 shards"), "%s", log);
+	ck_assert_msg(strstr(log, "validation: characters [32, 42), 2 windows"),
+		      "%s", log);
+	ck_assert_msg(strstr(log, "42 characters, vocabulary of 17 bytes"), "%s", log);
+	/* the stride defaults to the block size: 32 characters, 7 windows */
+	ck_assert_int_eq(tu_run("cd %s && %s/dtf-records convert-text --text "
+				"t.txt --out . --block-size 4 --validation-fraction "
+				"0.25 >log2.txt", dir, tu_build_root()), 0);
+	ck_assert_msg(strstr(tu_slurp(dir, "log2.txt"),
+			     "train: characters [0, 32), 7 windows of 5 ids "
+			     "(stride 4) in 1 shard"), "%s", tu_slurp(dir, "log2.txt"));
+	/* a stride past the block would skip targets: usage error */
+	ck_assert_int_eq(tu_run("cd %s && %s/dtf-records convert-text --text "
+				"t.txt --out . --block-size 4 --stride 5 2>err.txt",
+				dir, tu_build_root()), 2);
+	ck_assert_msg(strstr(tu_slurp(dir, "err.txt"), "--stride 5 is more than "
+			     "--block-size 4"), "%s", tu_slurp(dir, "err.txt"));
+	/* a part shorter than one window: data error naming the part */
+	ck_assert_int_eq(tu_run("cd %s && %s/dtf-records convert-text --text "
+				"t.txt --out . --block-size 36 2>err.txt",
+				dir, tu_build_root()), 3);
+	ck_assert_msg(strstr(tu_slurp(dir, "err.txt"), "t.txt: the validation "
+			     "part has 4 characters, fewer than one window of "
+			     "--block-size + 1 = 37"), "%s", tu_slurp(dir, "err.txt"));
+	ck_assert_int_eq(tu_run("cd %s && %s/dtf-records convert-text --text "
+				"nosuch.txt --out . --block-size 4 2>/dev/null",
+				dir, tu_build_root()), 3);
+}
+END_TEST
+
 static Suite *errors_suite(void)
 {
 	Suite *s = suite_create("data_errors");
@@ -622,6 +751,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, skip_bad_records);
 	tcase_add_test(tc, uneven_shards_3_and_10);
 	tcase_add_test(tc, records_tool_shard_and_inspect);
+	tcase_add_test(tc, records_tool_convert_text);
 	suite_add_tcase(s, tc);
 	return s;
 }

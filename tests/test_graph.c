@@ -178,8 +178,9 @@ START_TEST(input_must_be_float_and_logits_last)
 	ck_assert_int_eq(dtf_job_load_string("bad.yaml", text, NULL, 0, &job),
 			 -DTF_ERR_CONFIG);
 	ck_assert_str_eq(dtf_error_msg(),
-			 "bad.yaml:7:10: model.input: feature 'label' is int64; "
-			 "the model input must be a float or bytes feature");
+			 "bad.yaml:7:10: model.input: feature 'label' is int32 (ids); "
+			 "the model input must be a float32 feature (ids go "
+			 "through an embedding in model.graph)");
 	snprintf(text, sizeof(text), "%s%s", head,
 		 "  input: image\n"
 		 "  layers:\n"
@@ -687,7 +688,8 @@ START_TEST(op_table_columns_hold)
 	ck_assert_ptr_nonnull(strstr(missing, "batch_norm"));
 	ck_assert_ptr_nonnull(strstr(missing, "depthwise_conv2d"));
 	ck_assert_ptr_null(strstr(missing, "matmul"));
-	ck_assert_ptr_nonnull(dtf_cuda_op_missing(DTF_OP_LAYER_NORM));
+	ck_assert_ptr_nonnull(dtf_cuda_op_missing(DTF_OP_BATCH_NORM));
+	ck_assert_ptr_null(dtf_cuda_op_missing(DTF_OP_LAYER_NORM));
 	ck_assert_ptr_null(dtf_cuda_op_missing(DTF_OP_CONV2D));
 	tu_model_free(&m);
 }
@@ -816,6 +818,88 @@ START_TEST(shared_gradient_gets_a_copy)
 }
 END_TEST
 
+/* The graph form's embedding: ids from a bytes feature decoded as int32,
+ * the output shape (batch, ..., d), the FLOP rule, and every parameter's
+ * gradient (the table's scatter-add included, ids repeated within and
+ * across examples, and one table row no id uses: gradient 0) against
+ * central differences of the loss. */
+static const char embedding_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    tokens: {type: bytes, decode: uint8, dtype: int32, shape: [5]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    table: {variable: {shape: [7, 3]}}\n"
+	"    emb: {embedding: {inputs: [tokens, table]}}\n"
+	"    act: {tanh: {inputs: [emb]}}\n"
+	"    flat: {flatten: {inputs: [act]}}\n"
+	"    w: {variable: {shape: [15, 3]}}\n"
+	"    logits: {matmul: {inputs: [flat, w]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(embedding_gradient_matches_finite_differences)
+{
+	struct tu_model m;
+	model_build(&m, embedding_job);
+	struct dtf_graph *g = &m.g;
+	int emb = dtf_graph_find(g, "emb"), tok = dtf_graph_find(g, "tokens");
+	ck_assert_int_ge(emb, 0);
+	ck_assert_int_eq(g->nodes[tok].dtype, DTF_INT32);
+	ck_assert_int_eq(g->nodes[emb].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[emb].shape.d[0], 4);
+	ck_assert_int_eq(g->nodes[emb].shape.d[1], 5);
+	ck_assert_int_eq(g->nodes[emb].shape.d[2], 3);
+	ck_assert_int_eq(dtf_graph_node_flops(g, emb), 0);
+	int eg = -1;
+	for (int i = g->nforward; i < g->nnodes; i++)
+		if (g->nodes[i].op == DTF_OP_EMBEDDING_GRAD)
+			eg = i;
+	ck_assert_int_ge(eg, 0);
+	ck_assert_int_eq(dtf_graph_node_flops(g, eg), 4 * 5 * 3);
+	/* ids 0..5 (row 6 unused), repeated */
+	int32_t *ids = g->nodes[tok].data;
+	for (int p = 0; p < 20; p++)
+		ids[p] = (p * 4 + p / 5) % 6;
+	gmodel_check(&m, "embedding");
+	const struct dtf_node *t = &g->nodes[dtf_graph_find(g, "table")];
+	for (int j = 0; j < 3; j++) /* row 6: no position uses it */
+		ck_assert(m.grads[t->a.var.offset + 6 * 3 + j] == 0.0f);
+	ck_assert(m.grads[t->a.var.offset] != 0.0f);
+	tu_model_free(&m);
+}
+END_TEST
+
+/* embedding's constructor: int32 ids, a (vocab, d) float32 table. */
+START_TEST(embedding_errors)
+{
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_init(&g, 2), 0);
+	struct dtf_feature_spec fs = {.name = "x", .type = DTF_FEATURE_FLOAT,
+				      .rank = 1, .shape = {4}, .dtype = DTF_FLOAT32};
+	struct dtf_feature_spec is = {.name = "ids", .type = DTF_FEATURE_INT64,
+				      .rank = 1, .shape = {4}, .dtype = DTF_INT32};
+	int x = OK(dtf_graph_input(&g, "x", 0, &fs));
+	int ids = OK(dtf_graph_input(&g, "ids", 1, &is));
+	int t = var(&g, "t", 2, 9, 3, 0, 0), v = var(&g, "v", 1, 9, 0, 0, 0);
+	ck_assert_int_eq(dtf_graph_embedding(&g, "e1", x, t), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "embedding needs int32 ids (an int64 feature, or a bytes "
+			 "feature with dtype: int32) of rank 1 to 7: 'x' has shape (2, 4)");
+	ck_assert_int_eq(dtf_graph_embedding(&g, "e2", ids, v), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "embedding needs a float32 table of shape (vocab, d): 'v' "
+			 "has shape (9)");
+	int e = OK(dtf_graph_embedding(&g, "e3", ids, t));
+	ck_assert_int_eq(g.nodes[e].shape.rank, 3);
+	ck_assert_int_eq(g.nodes[e].shape.d[2], 3);
+	ck_assert_int_eq(g.nodes[e].dtype, DTF_FLOAT32);
+	dtf_graph_deinit(&g);
+}
+END_TEST
+
 static Suite *graph_suite(void)
 {
 	Suite *s = suite_create("graph");
@@ -839,6 +923,10 @@ static Suite *graph_suite(void)
 	tcase_add_test(tc, matmul_survives_node_array_growth);
 	tcase_add_test(tc, new_op_errors);
 	tcase_add_test(tc, shared_gradient_gets_a_copy);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("embedding");
+	tcase_add_test(tc, embedding_gradient_matches_finite_differences);
+	tcase_add_test(tc, embedding_errors);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("toposort");
 	tcase_add_test(tc, toposort_orders_and_finds_cycles);

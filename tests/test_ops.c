@@ -1774,6 +1774,78 @@ END_TEST
 
 /* ---- runner ------------------------------------------------------------- */
 
+/* ---- embedding -------------------------------------------------------------
+ * The forward is a copy: exact.  The gradient is linear in dy: checked
+ * bit for bit against the sum written here in the documented order
+ * (position order, from 0), within 1e-6 of a double sum, and by finite
+ * differences of L = sum(y * r) w.r.t. the table (linear: eps 1e-2, atol
+ * 1e-3, rtol 1e-3 as above).
+ */
+struct emb_ctx {
+	size_t n;
+	int vocab, dim;
+	const int32_t *ids;
+	float *table, *y, *r;
+};
+
+static double emb_loss(void *p)
+{
+	struct emb_ctx *c = p;
+	dtf_cpu_embedding(c->n, c->vocab, c->dim, c->ids, c->table, c->y);
+	return dot(c->y, c->r, c->n * (size_t)c->dim);
+}
+
+START_TEST(test_embedding)
+{
+	tu_rng_seed(4242);
+	enum { N = 23, V = 7, D = 5 };
+	int32_t ids[N];
+	for (int p = 0; p < N; p++) /* every id, most of them repeated */
+		ids[p] = (int32_t)((p * 5 + p / 7) % V);
+	ids[3] = -1, ids[17] = V; /* out of range */
+	float *table = tu_frandom((size_t)V * D, -1, 1);
+	float *y = tu_falloc((size_t)N * D), *dy = tu_frandom((size_t)N * D, -1, 1);
+	float *dt = tu_falloc((size_t)V * D), *want = tu_falloc((size_t)V * D);
+	poison(y, (size_t)N * D);
+	dtf_cpu_embedding(N, V, D, ids, table, y);
+	for (int p = 0; p < N; p++)
+		for (int j = 0; j < D; j++) {
+			float v = y[p * D + j];
+			if (p == 3 || p == 17)
+				ck_assert_msg(isnan(v), "row %d of a bad id: %g", p, v);
+			else
+				ck_assert_msg(memcmp(&v, &table[ids[p] * D + j], 4) == 0,
+					      "y[%d][%d] is not table row %d", p, j,
+					      ids[p]);
+		}
+	poison(dt, (size_t)V * D);
+	dtf_cpu_embedding_grad(N, V, D, dy, ids, dt);
+	for (int v = 0; v < V; v++)
+		for (int j = 0; j < D; j++) {
+			float acc = 0.0f;
+			double exact = 0.0;
+			for (int p = 0; p < N; p++)
+				if (ids[p] == v) {
+					acc += dy[p * D + j];
+					exact += dy[p * D + j];
+				}
+			want[v * D + j] = acc;
+			ck_assert_msg(fabs(dt[v * D + j] - exact) <= 1e-6,
+				      "dtable[%d][%d] %g, sum %g", v, j,
+				      dt[v * D + j], exact);
+		}
+	ck_assert_msg(memcmp(dt, want, (size_t)V * D * 4) == 0,
+		      "the scatter-add is not in position order");
+	/* finite differences, every id in range */
+	ids[3] = 2, ids[17] = 0;
+	struct emb_ctx c = {N, V, D, ids, table, y, dy};
+	dtf_cpu_embedding_grad(N, V, D, dy, ids, dt);
+	fd_check("embedding table", table, (size_t)V * D, dt, emb_loss, &c,
+		 1e-2f, 1e-3, 1e-3);
+	free(table), free(y), free(dy), free(dt), free(want);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -1805,6 +1877,7 @@ static Suite *ops_suite(void)
 		{"concat", {test_concat}},
 		{"dense_losses", {test_dense_losses_hand, test_dense_losses_fd}},
 		{"top_k", {test_top_k_ties}},
+		{"embedding", {test_embedding}},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		TCase *tc = tcase_create(cases[i].name);

@@ -91,6 +91,7 @@ static enum kind kind_of(enum dtf_op op)
 	case DTF_OP_SOFTMAX_XENT_GRAD:
 	case DTF_OP_SIGMOID_XENT_GRAD:
 	case DTF_OP_MSE_GRAD:
+	case DTF_OP_EMBEDDING_GRAD:
 		return K_GRAD;
 	case DTF_OP_CONV2D:
 	case DTF_OP_MAX_POOL2D:
@@ -114,6 +115,7 @@ static enum kind kind_of(enum dtf_op op)
 	case DTF_OP_SIGMOID:
 	case DTF_OP_SOFTMAX:
 	case DTF_OP_IDENTITY:
+	case DTF_OP_EMBEDDING: /* reads ids of its own (place) */
 		return K_PLACE;
 	default:
 		ck_abort_msg("op '%s' is neither placed by the planner matrix "
@@ -262,6 +264,24 @@ static int place(struct dtf_graph *g, enum dtf_op op, const char *name,
 	case DTF_OP_IDENTITY:
 		id = dtf_graph_identity(g, name, a);
 		break;
+	case DTF_OP_EMBEDDING: {
+		/* a's shape from int32 ids of its own (an input "<name>_ids"
+		 * of a's shape less the last axis; feed() draws them in
+		 * [0, CLASSES)) and a (CLASSES, c) table; a itself is then
+		 * unused, which the planners must handle too */
+		const struct dtf_shape *sa = shape_of(g, a);
+		struct dtf_feature_spec is = {.type = DTF_FEATURE_INT64,
+					      .dtype = DTF_INT32,
+					      .rank = sa->rank - 2};
+		snprintf(is.name, sizeof(is.name), "%s_ids", name);
+		for (int k = 0; k < is.rank; k++)
+			is.shape[k] = sa->d[k + 1];
+		int ids = dtf_graph_input(g, is.name, 2, &is);
+		ck_assert_int_ge(ids, 0);
+		id = dtf_graph_embedding(g, name, ids,
+					 var(g, name, "table", 2, CLASSES, c, 0, 0));
+		break;
+	}
 	default:
 		ck_abort_msg("cannot place '%s'", dtf_op_name(op));
 	}

@@ -172,8 +172,9 @@ int dtf_cfg_check_job(struct ctx *c)
 	const struct dtf_feature_spec *in = find_feature(job, job->model.input);
 	if (in && in->dtype != DTF_FLOAT32)
 		return dtf_cfg_fail(c, c->slot[SLOT_INPUT], "model.input",
-				    "feature '%s' is int64; the model input must be a "
-				    "float or bytes feature",
+				    "feature '%s' is int32 (ids); the model input must "
+				    "be a float32 feature (ids go through an embedding "
+				    "in model.graph)",
 				    in->name);
 	if ((rc = check_augment(c)) < 0)
 		return rc;

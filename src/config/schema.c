@@ -36,6 +36,12 @@ static const struct enum_name decodes[] = {
 	{NULL, 0},
 };
 
+static const struct enum_name feature_dtypes[] = {
+	{"float32", DTF_FLOAT32},
+	{"int32", DTF_INT32},
+	{NULL, 0},
+};
+
 static int read_shape(struct ctx *c, void *base, const yaml_node_t *key,
 		      const yaml_node_t *val, const char *path)
 {
@@ -86,7 +92,39 @@ static int check_feature(struct ctx *c, void *base, const yaml_node_t *key,
 		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "decode"), sub,
 				    "only a bytes feature has a decode");
 	}
-	f->dtype = f->type == DTF_FEATURE_INT64 ? DTF_INT32 : DTF_FLOAT32;
+	/* the output dtype: int64 lists are ids (int32), float lists
+	 * float32; a bytes feature is float32 unless `dtype: int32` asks for
+	 * its uint8 or int8 values as integer ids */
+	const yaml_node_t *dt = dtf_ytree_get(c->t, map, "dtype");
+	dtf_cfg_join_path(sub, path, "dtype");
+	if (!dt)
+		f->dtype = f->type == DTF_FEATURE_INT64 ? DTF_INT32 : DTF_FLOAT32;
+	else if (f->type == DTF_FEATURE_INT64 && f->dtype != DTF_INT32)
+		return dtf_cfg_fail(c, dt, sub,
+				    "an int64 feature decodes to int32 (ids)");
+	else if (f->type == DTF_FEATURE_FLOAT && f->dtype != DTF_FLOAT32)
+		return dtf_cfg_fail(c, dt, sub,
+				    "a float feature decodes to float32");
+	else if (f->type == DTF_FEATURE_BYTES && f->dtype == DTF_INT32 &&
+		 f->decode != DTF_DECODE_UINT8 && f->decode != DTF_DECODE_INT8)
+		return dtf_cfg_fail(c, dt, sub,
+				    "int32 output needs decode: uint8 or int8 "
+				    "(integer ids), not %s",
+				    f->decode == DTF_DECODE_FLOAT32 ? "float32"
+								    : "float16");
+	if (f->type == DTF_FEATURE_BYTES && f->dtype == DTF_INT32) {
+		static const char *const keys[] = {"scale", "offset"};
+		for (int k = 0; k < 2; k++) {
+			const yaml_node_t *kn = dtf_ytree_get(c->t, map, keys[k]);
+			if (!kn)
+				continue;
+			dtf_cfg_join_path(sub, path, keys[k]);
+			return dtf_cfg_fail(c, kn, sub,
+					    "%s applies to float32 output; ids "
+					    "(dtype: int32) are the raw values",
+					    keys[k]);
+		}
+	}
 	if (f->max_length > 0) {
 		dtf_cfg_join_path(sub, path, "max_length");
 		const yaml_node_t *ml = dtf_ytree_get(c->t, map, "max_length");
@@ -109,11 +147,11 @@ static int check_feature(struct ctx *c, void *base, const yaml_node_t *key,
 	} else if (f->rank < 0) {
 		return dtf_cfg_fail(c, key, path, "missing required key 'shape'");
 	}
-	if (f->has_default && f->type == DTF_FEATURE_INT64 &&
+	if (f->has_default && f->dtype == DTF_INT32 &&
 	    f->default_value != (double)(int32_t)f->default_value) {
 		dtf_cfg_join_path(sub, path, "default");
 		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "default"), sub,
-				    "an int64 feature's default must be an integer "
+				    "an int32 feature's default must be an integer "
 				    "in the int32 range");
 	}
 	return 0;
@@ -138,6 +176,8 @@ static const struct field feature_fields[] = {
 	{.key = "decode", .type = T_ENUM, .off = FEAT(decode),
 	 .def = DTF_DECODE_NONE, .names = decodes},
 	{.key = "shape", .type = T_CUSTOM, .read = read_shape},
+	{.key = "dtype", .type = T_ENUM, .off = FEAT(dtype),
+	 .def = DTF_FLOAT32, .names = feature_dtypes},
 	{.key = "scale", .type = T_FLOAT, .off = FEAT(scale), .def = 1.0},
 	{.key = "offset", .type = T_FLOAT, .off = FEAT(offset), .def = 0.0},
 	{.key = "max_length", .type = T_I64, .flags = F_NONNEG,

@@ -519,7 +519,7 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add",
+	"constant", "matmul", "bias_add", "embedding",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -559,6 +559,7 @@ static const struct choice op_kinds[] = {
 	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &op_conv_section},
 	{"matmul", DTF_LAYER_MATMUL, &op_plain_section},
 	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
+	{"embedding", DTF_LAYER_EMBEDDING, &op_plain_section},
 	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &op_pool_section},
 	{"avg_pool2d", DTF_LAYER_AVG_POOL2D, &op_pool_section},
 	{"global_avg_pool", DTF_LAYER_GLOBAL_AVG_POOL, &op_plain_section},

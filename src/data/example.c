@@ -313,6 +313,13 @@ static int decode_bytes(const struct dtf_feature_spec *s, struct rd list,
 	float *out = dst;
 	const uint8_t *p = val.p;
 	float sc = s->scale, off = s->offset;
+	if (s->dtype == DTF_INT32) { /* ids: uint8 or int8 (check_specs) */
+		int32_t *ids = dst;
+		for (int64_t i = 0; i < numel; i++)
+			ids[i] = s->decode == DTF_DECODE_INT8 ? (int8_t)p[i]
+							     : (int32_t)p[i];
+		return 0;
+	}
 	switch (s->decode) {
 	case DTF_DECODE_UINT8:
 		u8_to_f32(out, p, (size_t)numel, sc, off);
@@ -493,7 +500,10 @@ static int check_specs(const struct dtf_feature_spec *specs, int nspecs)
 			bad = s->shape[d] < 0;
 		if (s->type == DTF_FEATURE_BYTES)
 			bad |= s->decode == DTF_DECODE_NONE ||
-			       s->dtype != DTF_FLOAT32;
+			       (s->dtype != DTF_FLOAT32 &&
+				!(s->dtype == DTF_INT32 &&
+				  (s->decode == DTF_DECODE_UINT8 ||
+				   s->decode == DTF_DECODE_INT8)));
 		if (s->type == DTF_FEATURE_FLOAT)
 			bad |= s->dtype != DTF_FLOAT32;
 		if (s->max_length > 0)

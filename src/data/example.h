@@ -38,6 +38,7 @@
  * (float32 or int32, host order).  Per spec type:
  *   bytes:  exactly one value of numel * element-size bytes, decoded as
  *           uint8 / int8 / little-endian float32, out = raw*scale + offset;
+ *           DTF_INT32 output (uint8 / int8 only): the raw values (ids);
  *   float:  exactly numel values, out = raw*scale + offset;
  *   int64:  exactly numel values; DTF_INT32 output must fit in int32,
  *           DTF_FLOAT32 output is raw*scale + offset.

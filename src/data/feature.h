@@ -41,8 +41,11 @@ struct dtf_feature_spec {
 	int64_t shape[DTF_MAX_RANK];
 	float scale;  /* decoded value = raw * scale + offset (float32 out) */
 	float offset;
-	/* Output dtype: int64 features decode to DTF_INT32 (labels; values
-	 * outside int32 are a data error), everything else to DTF_FLOAT32. */
+	/* Output dtype: int64 features decode to DTF_INT32 (labels, ids;
+	 * values outside int32 are a data error); bytes features decoded as
+	 * uint8 or int8 to DTF_INT32 when the job says `dtype: int32` (token
+	 * ids, scale and offset not applied); everything else to
+	 * DTF_FLOAT32. */
 	enum dtf_dtype dtype;
 	/* > 0: a variable-length float or int64 list of at most max_length
 	 * values (shape [max_length]), padded with pad_value after the last

@@ -358,6 +358,17 @@ RULE(grad_act_output)
 	return accumulate(g, grads, x, id);
 }
 
+/* EMBEDDING: the table's gradient; ids (int32) have none */
+RULE(grad_embedding)
+{
+	RULE_VARS;
+	if (!needs(g, y))
+		return 0;
+	id = grad_node(g, DTF_OP_EMBEDDING_GRAD, n.name, "grad_table", dy, x,
+		       &g->nodes[y].shape);
+	return accumulate(g, grads, y, id);
+}
+
 RULE(grad_identity)
 {
 	RULE_VARS;

@@ -50,7 +50,8 @@
  *            dx 5), sparse softmax cross entropy 4 (max, subtract, exp,
  *            sum), the dense losses 6 (sigmoid: max, multiply, subtract,
  *            exp, log1p, add), mean squared error 3 (subtract,
- *            multiply-add)
+ *            multiply-add), embedding 0 (a gather), its gradient 1 per
+ *            element of dy (one add into the table)
  *   grad     its gradient rule: the function of graph/autodiff.c that
  *            emits the nodes of its inputs' gradients, or NULL for an op
  *            that is itself a gradient (never differentiated)
@@ -121,7 +122,9 @@
 	X(SIGMOID_XENT,                     sigmoid_cross_entropy,             2, -1, SCALAR,   IN0,       6,  grad_dense_loss)       \
 	X(SIGMOID_XENT_GRAD,                sigmoid_cross_entropy_grad,        2, -1, GRAD,     IN0,       6,  NULL)                  \
 	X(MSE,                              mean_squared_error,                2, -1, SCALAR,   IN0,       3,  grad_dense_loss)       \
-	X(MSE_GRAD,                         mean_squared_error_grad,           2, -1, GRAD,     IN0,       3,  NULL)
+	X(MSE_GRAD,                         mean_squared_error_grad,           2, -1, GRAD,     IN0,       3,  NULL)                  \
+	X(EMBEDDING,                        embedding,                         2, -1, GATHER,   ZERO,      0,  grad_embedding)        \
+	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)
 
 /* How an op's output shape follows from its inputs and attributes. */
 enum dtf_shape_rule {
@@ -134,6 +137,8 @@ enum dtf_shape_rule {
 	DTF_SHAPE_RESHAPE,  /* the target shape, one -1 inferred */
 	DTF_SHAPE_CONCAT,   /* input 0's shape, the axis summed with input 1's */
 	DTF_SHAPE_SCALAR,   /* a loss: rank 0 */
+	DTF_SHAPE_GATHER,   /* embedding: ids' shape (n, ...) with the table's
+			       row length appended: (n, ..., d) */
 	DTF_SHAPE_GRAD,     /* a gradient: the shape of the forward tensor it
 			       is the gradient of, set by the gradient rule */
 };
@@ -385,6 +390,19 @@ int dtf_graph_batch_norm(struct dtf_graph *g, const char *name, int x,
 /* Normalize each row over the last axis: x (..., c), gamma, beta (c). */
 int dtf_graph_layer_norm(struct dtf_graph *g, const char *name, int x,
 			 int gamma, int beta, float epsilon);
+/*
+ * Embedding lookup (tf.nn.embedding_lookup, Keras Embedding): ids int32
+ * (n, ...) of rank >= 1, table float32 (vocab, d) -> (n, ..., d), row
+ * ids[p] of the table for each position p.  The ids come from an int64
+ * feature or a bytes feature decoded with `dtype: int32`.  An id outside
+ * [0, vocab) gives a row of NaN (the kernels cannot fail; the loss then
+ * goes non-finite, as for an out-of-range label) and no gradient.  The
+ * table's gradient (EMBEDDING_GRAD, inputs dy and ids) is a scatter-add:
+ * zero, then dy of each position added into row ids[p] in position order,
+ * so it has the same bits on every backend and thread count.
+ */
+int dtf_graph_embedding(struct dtf_graph *g, const char *name, int ids,
+			int table);
 /* a + b of the same shape; a (c) vector on either side is broadcast over
  * the other's last axis (emitted as bias_add). */
 int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b);

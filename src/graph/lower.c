@@ -371,6 +371,10 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
 		return dtf_graph_bias_add(g, l->name, in[0], in[1]);
+	case DTF_LAYER_EMBEDDING: /* inputs: [ids, table] */
+		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
+			return rc;
+		return dtf_graph_embedding(g, l->name, in[0], in[1]);
 	default:
 		return lower_common(g, l, l->name, in, nin);
 	}
@@ -405,7 +409,7 @@ static int lower_layers(const struct dtf_job *job, struct dtf_graph *g,
 	int fi = find_feature(job, job->model.input);
 	if (fi >= 0 && job->data.features[fi].dtype != DTF_FLOAT32)
 		return dtf_error(DTF_ERR_CONFIG,
-				 "model.input: feature '%s' is int64; the model input must be a float or bytes feature",
+				 "model.input: feature '%s' is int32 (ids); the model input must be a float32 feature (ids go through an embedding in model.graph)",
 				 job->model.input);
 	if (job->model.input[0] &&
 	    (prev = feature_node(job, g, job->model.input)) < 0)

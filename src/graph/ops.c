@@ -269,6 +269,24 @@ int dtf_graph_layer_norm(struct dtf_graph *g, const char *name, int x,
 	return id;
 }
 
+/* ---- embedding ---------------------------------------------------------- */
+
+int dtf_graph_embedding(struct dtf_graph *g, const char *name, int ids,
+			int table)
+{
+	const struct dtf_shape *si = S(g, ids), *st = S(g, table);
+	if (g->nodes[ids].dtype != DTF_INT32 || si->rank < 1 ||
+	    si->rank >= DTF_MAX_RANK)
+		return dtf_graph_shape_error(g, "embedding needs int32 ids (an int64 feature, or a bytes feature with dtype: int32) of rank 1 to 7",
+					     ids, -1);
+	if (!is_float(g, table) || st->rank != 2 || st->d[0] < 1 || st->d[1] < 1)
+		return dtf_graph_shape_error(g, "embedding needs a float32 table of shape (vocab, d)",
+					     table, -1);
+	struct dtf_shape s = *si; /* g->nodes may move */
+	s.d[s.rank++] = st->d[1];
+	return node2(g, DTF_OP_EMBEDDING, name, ids, table, &s);
+}
+
 /* ---- elementwise and shape ---------------------------------------------- */
 
 int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b)

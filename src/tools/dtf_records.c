@@ -4,6 +4,9 @@
  *
  *     dtf-records convert-idx --images IMG.gz --labels LBL.gz --out PREFIX
  *                             [--shards N] [--compression C]
+ *     dtf-records convert-text --text FILE --out DIR --block-size B
+ *                              [--stride S] [--validation-fraction F]
+ *                              [--shards N] [--compression C]
  *     dtf-records inspect [--compression C] [--records N] FILE...
  *     dtf-records verify [--compression C] FILE...
  *     dtf-records shard --out PREFIX --shards N [--compression C]
@@ -51,6 +54,13 @@ static const char usage_text[] =
 	"        convert gzipped IDX image/label files (MNIST format) to\n"
 	"        PREFIX-iiiii-of-nnnnn.tfrecord shards of tf.train.Example\n"
 	"        (image: bytes of rows*cols uint8, label: int64)\n"
+	"  convert-text --text FILE --out DIR --block-size B [--stride S]\n"
+	"        [--validation-fraction F] [--shards N]\n"
+	"        character-level language-model data: DIR/vocab.txt (the\n"
+	"        text's sorted distinct bytes), DIR/train-* and\n"
+	"        DIR/validation-* shards of windows of B+1 ids (tokens:\n"
+	"        bytes of uint8 ids, offset: int64), one every S (default\n"
+	"        B) characters; the last F (default 0.1) is validation\n"
 	"  inspect [--records N] FILE...\n"
 	"        record count, size, CRC check, and the feature schema\n"
 	"        inferred from the first N records (default 100)\n"
@@ -63,7 +73,7 @@ static const char usage_text[] =
 	"        write learnable synthetic image/label data\n"
 	"\n"
 	"Every command takes --compression none|gzip|zlib: of the files read\n"
-	"(inspect, verify, shard) or written (convert-idx, synth).\n"
+	"(inspect, verify, shard) or written (convert-idx, convert-text, synth).\n"
 	"Options: --help (also after a command), --version.\n"
 	"Exit status: 0 ok, 1 other failure, 2 usage error, 3 data error.\n"
 	"See dtf-records(1).\n";
@@ -372,6 +382,248 @@ out:
 		gzclose(gl);
 	dtf_free(img);
 	dtf_example_builder_deinit(&b);
+	return rc;
+}
+
+/* ---- convert-text ---- */
+
+/*
+ * Character-level language-model data: the text's distinct bytes, sorted,
+ * are the vocabulary (id i = the i-th smallest byte); the last
+ * `val_fraction` of the characters (rounded down) are the validation part,
+ * the rest the training part.  Each part is cut into windows of block + 1
+ * ids starting every `stride` characters from the part's first: the model
+ * reads ids [0, block) and predicts ids [1, block + 1).  With stride ==
+ * block consecutive windows share one id, so every character of a part
+ * but its first is a target exactly once per epoch; a tail shorter than a
+ * window (under `stride` characters) is left out.  The windows are fixed
+ * records, so the input pipeline's sharding, shuffling and checkpointed
+ * position work on them as on any examples.
+ */
+struct text_part {
+	const char *name;  /* "train", "validation" */
+	int64_t begin, end; /* characters of the text */
+	int shards;
+	int64_t windows;
+};
+
+static int64_t text_windows(int64_t chars, int64_t block, int64_t stride)
+{
+	return chars < block + 1 ? 0 : (chars - block - 1) / stride + 1;
+}
+
+/* Every window of one part into its shards. */
+static int write_text_part(const char *dir, const struct text_part *p,
+			   const uint8_t *ids, int64_t block, int64_t stride,
+			   enum dtf_compression comp)
+{
+	size_t len = strlen(dir) + strlen(p->name) + 2;
+	char *prefix = dtf_malloc(len);
+	struct dtf_example_builder b;
+	struct sharder sh;
+	int rc;
+	memset(&sh, 0, sizeof(sh));
+	dtf_example_builder_init(&b);
+	if (!prefix) {
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	snprintf(prefix, len, "%s/%s", dir, p->name);
+	if ((rc = sharder_begin(&sh, prefix, p->shards, p->windows, comp)))
+		goto out;
+	for (int64_t k = 0; k < p->windows; k++) {
+		int64_t at = p->begin + k * stride;
+		const uint8_t *d;
+		size_t dl;
+		dtf_example_builder_reset(&b);
+		dtf_example_builder_add_bytes(&b, "tokens", ids + at,
+					      (size_t)block + 1);
+		dtf_example_builder_add_int64s(&b, "offset", &at, 1);
+		if ((rc = dtf_example_builder_finish(&b, &d, &dl)) ||
+		    (rc = sharder_write(&sh, d, dl)))
+			goto out;
+	}
+	rc = sharder_finish(&sh);
+out:
+	if (rc)
+		sharder_abort(&sh);
+	dtf_example_builder_deinit(&b);
+	dtf_free(prefix);
+	return rc;
+}
+
+/* DIR/vocab.txt: the vocabulary's bytes in id order, nothing else. */
+static int write_vocab(const char *dir, const uint8_t *vocab, int n)
+{
+	size_t len = strlen(dir) + 16;
+	char *path = dtf_malloc(len), *tmp = dtf_malloc(len + 4);
+	int rc = 0;
+	if (!path || !tmp) {
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		goto out;
+	}
+	snprintf(path, len, "%s/vocab.txt", dir);
+	snprintf(tmp, len + 4, "%s.tmp", path);
+	FILE *f = fopen(tmp, "wb");
+	if (!f) {
+		rc = dtf_error(DTF_ERR_IO, "%s: cannot create: %s", tmp,
+			       strerror(errno));
+		goto out;
+	}
+	int bad = fwrite(vocab, 1, (size_t)n, f) != (size_t)n;
+	bad |= fclose(f) != 0;
+	if (bad || rename(tmp, path) != 0) {
+		rc = dtf_error(DTF_ERR_IO, "%s: cannot write: %s", path,
+			       strerror(errno));
+		remove(tmp);
+	}
+out:
+	dtf_free(path);
+	dtf_free(tmp);
+	return rc;
+}
+
+static int parse_fraction(const char *opt, const char *s, double *out)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= 0.0 && v < 1.0))
+		return dtf_error(DTF_ERR_USAGE,
+				 "%s: '%s' is not a number in [0, 1)", opt, s);
+	*out = v;
+	return 0;
+}
+
+static int cmd_convert_text(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"text", required_argument, NULL, 't'},
+		{"out", required_argument, NULL, 'o'},
+		{"block-size", required_argument, NULL, 'b'},
+		{"stride", required_argument, NULL, 'S'},
+		{"validation-fraction", required_argument, NULL, 'v'},
+		{"shards", required_argument, NULL, 's'},
+		{"compression", required_argument, NULL, 'c'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *text = NULL, *dir = NULL;
+	enum dtf_compression comp = DTF_COMPRESSION_NONE;
+	int64_t block = -1, stride = 0, nshards = 1;
+	double vfrac = 0.1;
+	int c, rc = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (c) {
+		case 't': text = optarg; break;
+		case 'o': dir = optarg; break;
+		case 'b': rc = parse_i64("--block-size", optarg, 1, 1 << 20, &block); break;
+		case 'S': rc = parse_i64("--stride", optarg, 1, 1 << 20, &stride); break;
+		case 'v': rc = parse_fraction("--validation-fraction", optarg, &vfrac); break;
+		case 's': rc = parse_i64("--shards", optarg, 1, 99999, &nshards); break;
+		case 'c': rc = parse_compression("--compression", optarg, &comp); break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		default: return usage_error("convert-text: bad option", NULL);
+		}
+		if (rc)
+			return rc;
+	}
+	if (!text || !dir || block < 0)
+		return usage_error("convert-text needs --text, --out and "
+				   "--block-size",
+				   NULL);
+	if (optind < argc)
+		return usage_error("convert-text: unexpected argument '%s'",
+				   argv[optind]);
+	if (!stride)
+		stride = block;
+	if (stride > block)
+		return dtf_error(DTF_ERR_USAGE,
+				 "convert-text: --stride %" PRId64 " is more "
+				 "than --block-size %" PRId64 " (characters "
+				 "between windows would never be targets)",
+				 stride, block);
+
+	uint8_t *buf = NULL;
+	size_t cap = 0, len = 0;
+	FILE *f = fopen(text, "rb");
+	if (!f)
+		return dtf_error(DTF_ERR_DATA, "%s: cannot open: %s", text,
+				 strerror(errno));
+	for (;;) {
+		if (len == cap) {
+			size_t ncap = cap ? 2 * cap : 1 << 20;
+			uint8_t *nb = dtf_realloc(buf, ncap);
+			if (!nb) {
+				rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+				goto out;
+			}
+			buf = nb, cap = ncap;
+		}
+		size_t got = fread(buf + len, 1, cap - len, f);
+		len += got;
+		if (got == 0)
+			break;
+	}
+	if (ferror(f)) {
+		rc = dtf_error(DTF_ERR_DATA, "%s: read error: %s", text,
+			       strerror(errno));
+		goto out;
+	}
+
+	/* the vocabulary, then the text as ids in place */
+	uint8_t vocab[256], id_of[256];
+	int seen[256] = {0}, nv = 0;
+	for (size_t i = 0; i < len; i++)
+		seen[buf[i]] = 1;
+	for (int v = 0; v < 256; v++)
+		if (seen[v]) {
+			id_of[v] = (uint8_t)nv;
+			vocab[nv++] = (uint8_t)v;
+		}
+	for (size_t i = 0; i < len; i++)
+		buf[i] = id_of[buf[i]];
+
+	int64_t nval = (int64_t)((double)len * vfrac);
+	struct text_part parts[2] = {
+		{"train", 0, (int64_t)len - nval, (int)nshards, 0},
+		{"validation", (int64_t)len - nval, (int64_t)len, 1, 0},
+	};
+	for (int i = 0; i < 2; i++) {
+		parts[i].windows = text_windows(parts[i].end - parts[i].begin,
+						block, stride);
+		if (parts[i].windows == 0 && (i == 0 || nval > 0)) {
+			rc = dtf_error(DTF_ERR_DATA,
+				       "%s: the %s part has %" PRId64
+				       " characters, fewer than one window "
+				       "of --block-size + 1 = %" PRId64,
+				       text, parts[i].name,
+				       parts[i].end - parts[i].begin,
+				       block + 1);
+			goto out;
+		}
+	}
+	if ((rc = write_vocab(dir, vocab, nv)))
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		if (i == 1 && nval == 0)
+			continue;
+		if ((rc = write_text_part(dir, &parts[i], buf, block, stride,
+					  comp)))
+			goto out;
+		printf("%s: %s: characters [%" PRId64 ", %" PRId64 "), %" PRId64
+		       " windows of %" PRId64 " ids (stride %" PRId64
+		       ") in %d shard%s: %s/%s-*-of-%05d.tfrecord\n",
+		       PROG, parts[i].name, parts[i].begin, parts[i].end,
+		       parts[i].windows, block + 1, stride, parts[i].shards,
+		       parts[i].shards == 1 ? "" : "s", dir, parts[i].name,
+		       parts[i].shards);
+	}
+	printf("%s: %zu characters, vocabulary of %d bytes: %s/vocab.txt\n",
+	       PROG, len, nv, dir);
+out:
+	fclose(f);
+	dtf_free(buf);
 	return rc;
 }
 
@@ -884,6 +1136,8 @@ int main(int argc, char **argv)
 	optind = 1;
 	if (!strcmp(cmd, "convert-idx"))
 		rc = cmd_convert_idx(argc - 1, argv + 1);
+	else if (!strcmp(cmd, "convert-text"))
+		rc = cmd_convert_text(argc - 1, argv + 1);
 	else if (!strcmp(cmd, "inspect"))
 		rc = cmd_inspect(argc - 1, argv + 1);
 	else if (!strcmp(cmd, "verify"))

@@ -293,6 +293,23 @@ KERNEL(layer_norm_grad_gamma) /* dy, x */
 				      n->a.norm.epsilon, y);
 }
 
+KERNEL(embedding) /* ids, table */
+{
+	KERNEL_VARS;
+	const struct dtf_shape *st = &g->nodes[b].shape;
+	dtf_cpu_embedding((size_t)dtf_shape_numel(&g->nodes[a].shape),
+			  (int)st->d[0], (int)st->d[1],
+			  (const int32_t *)g->nodes[a].data, F(g, b), y);
+}
+
+KERNEL(embedding_grad) /* dy, ids -> dtable */
+{
+	KERNEL_VARS;
+	dtf_cpu_embedding_grad((size_t)dtf_shape_numel(&g->nodes[b].shape),
+			       (int)n->shape.d[0], (int)n->shape.d[1], F(g, a),
+			       (const int32_t *)g->nodes[b].data, y);
+}
+
 KERNEL(multiply)
 {
 	KERNEL_VARS;

@@ -521,6 +521,9 @@ struct fast_kernel {
 #define FAST_ELU_GRAD REFERENCE
 #define FAST_GELU REFERENCE
 #define FAST_GELU_GRAD REFERENCE
+/* a gather and a scatter-add: memory-bound copies, no faster kernel */
+#define FAST_EMBEDDING REFERENCE
+#define FAST_EMBEDDING_GRAD REFERENCE
 #define FAST_TANH REFERENCE
 #define FAST_TANH_GRAD REFERENCE
 #define FAST_SIGMOID REFERENCE

@@ -169,6 +169,19 @@ void dtf_cpu_layer_norm_grad_input(size_t rows, int c, const float *x,
 void dtf_cpu_layer_norm_grad_gamma(size_t rows, int c, const float *x,
 				   const float *dy, float eps, float *dgamma);
 
+/* ---- embedding ---------------------------------------------------------- */
+
+/* y (n, dim) = row ids[p] of table (vocab, dim) for each of the n
+ * positions (tf.nn.embedding_lookup); ids int32; an id outside [0, vocab)
+ * gives a row of NaN. */
+void dtf_cpu_embedding(size_t n, int vocab, int dim, const int32_t *ids,
+		       const float *table, float *y);
+/* dtable (vocab, dim) = sum of dy (n, dim) rows by id: zeroed, then each
+ * position's row added to row ids[p] in position order (deterministic);
+ * out-of-range ids add nothing. */
+void dtf_cpu_embedding_grad(size_t n, int vocab, int dim, const float *dy,
+			    const int32_t *ids, float *dtable);
+
 /* ---- shape ------------------------------------------------------------- */
 
 /* Concatenate along an axis: with outer = product of the dimensions before

@@ -490,6 +490,63 @@ void dtf_cuda_fill(struct dtf_cuda_ctx *ctx, float *p, size_t n, float v)
 	LAUNCHED(ctx, dtf_cu_fill(STREAM(ctx), p, n, v));
 }
 
+void dtf_cuda_layer_norm(struct dtf_cuda_ctx *ctx, size_t rows, int c,
+			 const float *x, const float *gamma, const float *beta,
+			 float eps, float *y)
+{
+	LAUNCHED(ctx, dtf_cu_layer_norm(STREAM(ctx), rows, c, x, gamma, beta,
+					eps, y));
+}
+
+void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *ctx, size_t rows,
+				    int c, const float *x, const float *gamma,
+				    const float *dy, float eps, float *dx)
+{
+	LAUNCHED(ctx, dtf_cu_layer_norm_grad_input(STREAM(ctx), rows, c, x,
+						   gamma, dy, eps, dx));
+}
+
+void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *ctx, size_t rows,
+				    int c, const float *x, const float *dy,
+				    float eps, float *dgamma)
+{
+	if (dtf_cuda_layer_norm_grad_gamma_scratch(rows) > ctx->reduce_floats) {
+		dtf_cuda_fail_cuda(ctx, cudaErrorInvalidValue,
+				   "dtf_cuda_layer_norm_grad_gamma (scratch not reserved for this shape)");
+		return;
+	}
+	LAUNCHED(ctx, dtf_cu_layer_norm_grad_gamma(STREAM(ctx), rows, c, x, dy,
+						   eps, (double *)ctx->reduce,
+						   dgamma));
+}
+
+void dtf_cuda_gelu(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+		   const float *x, float *y)
+{
+	LAUNCHED(ctx, dtf_cu_gelu(STREAM(ctx), n, approximate, x, y));
+}
+
+void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+			const float *dy, const float *x, float *dx)
+{
+	LAUNCHED(ctx, dtf_cu_gelu_grad(STREAM(ctx), n, approximate, dy, x, dx));
+}
+
+void dtf_cuda_embedding(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			int dim, const int32_t *ids, const float *table,
+			float *y)
+{
+	LAUNCHED(ctx, dtf_cu_embedding(STREAM(ctx), n, vocab, dim, ids, table, y));
+}
+
+void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			     int dim, const float *dy, const int32_t *ids,
+			     float *dtable)
+{
+	LAUNCHED(ctx, dtf_cu_embedding_grad(STREAM(ctx), n, vocab, dim, dy, ids,
+					    dtable));
+}
+
 static void dropout(struct dtf_cuda_ctx *ctx, size_t rows, size_t cols,
 		    float rate, struct dtf_philox_key key, const uint64_t *ids,
 		    uint32_t salt, const float *x, float *y)

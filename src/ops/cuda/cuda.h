@@ -20,7 +20,9 @@
  *     kernel; its gradient: an own kernel (the graph's gradient op takes x,
  *     not y, and routes ties to the first maximum as TF does);
  *   relu: cuDNN activation; relu_grad, bias_add, add, dropout, softmax
- *     cross-entropy, count_correct, the optimizer updates: own kernels;
+ *     cross-entropy, count_correct, embedding and its gradient, layer_norm
+ *     and its gradients, gelu and its gradient, the optimizer updates: own
+ *     kernels;
  *   matmul: cuBLAS sgemm.
  * Precision: DTF_CUDA_FP32 restricts cuDNN to FMA kernels and cuBLAS to its
  * default (no TF32) math, so results differ from the CPU only by summation
@@ -201,6 +203,51 @@ void dtf_cuda_add(struct dtf_cuda_ctx *ctx, size_t n, const float *a,
 		  const float *b, float *y);
 /* p[0..n) = v. */
 void dtf_cuda_fill(struct dtf_cuda_ctx *ctx, float *p, size_t n, float v);
+
+/* ---- layer normalization (norm.c's arithmetic) --------------------------- */
+
+/*
+ * As dtf_cpu_layer_norm and its two gradients: one thread per row (per
+ * column for gamma), the statistics in double in the CPU's order, so the
+ * results are the CPU's up to the last bit of double sqrt and division
+ * (both correctly rounded on either side).  The gamma gradient needs the
+ * scratch of dtf_cuda_layer_norm_grad_gamma_scratch(rows) reserved (the
+ * row statistics, computed first).  dbeta is dtf_cuda_bias_add_grad.
+ */
+void dtf_cuda_layer_norm(struct dtf_cuda_ctx *ctx, size_t rows, int c,
+			 const float *x, const float *gamma, const float *beta,
+			 float eps, float *y);
+void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *ctx, size_t rows,
+				    int c, const float *x, const float *gamma,
+				    const float *dy, float eps, float *dx);
+void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *ctx, size_t rows,
+				    int c, const float *x, const float *dy,
+				    float eps, float *dgamma);
+
+/* ---- gelu (activation.c's arithmetic) ------------------------------------ */
+
+/* As dtf_cpu_gelu and dtf_cpu_gelu_grad (approximate != 0: the tanh form
+ * of GPT-2), in double with CUDA's erf, tanh and exp (within 2 ulp in
+ * double, so the float results are the CPU's but for the rare value next
+ * to a rounding boundary).  In place allowed for the forward. */
+void dtf_cuda_gelu(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+		   const float *x, float *y);
+void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *ctx, size_t n, int approximate,
+			const float *dy, const float *x, float *dx);
+
+/* ---- embedding: the CPU's gather and scatter-add, bit for bit ------------ */
+
+/* As dtf_cpu_embedding: y (n, dim) = table rows of ids (device int32). */
+void dtf_cuda_embedding(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			int dim, const int32_t *ids, const float *table,
+			float *y);
+/* As dtf_cpu_embedding_grad: one thread per table element sums the dy of
+ * the positions with its id in position order (no atomics: the CPU's
+ * bits).  Work is vocab * dim * n id comparisons, meant for small
+ * (character, byte) vocabularies. */
+void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
+			     int dim, const float *dy, const int32_t *ids,
+			     float *dtable);
 
 /* ---- dropout: the CPU's Philox stream, bit for bit ---------------------- */
 

@@ -231,6 +231,74 @@ KERNEL(cu_sparse_xent_grad)
 		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y);
 }
 
+/* rows and channels of the node's (..., c) output or input */
+static void ln_rows(const struct dtf_shape *s, size_t *rows, int *c)
+{
+	*c = (int)s->d[s->rank - 1];
+	*rows = (size_t)dtf_shape_numel(s) / (size_t)*c;
+}
+
+KERNEL(cu_layer_norm) /* x, gamma, beta */
+{
+	KERNEL_VARS;
+	size_t rows;
+	int ch;
+	ln_rows(&n->shape, &rows, &ch);
+	dtf_cuda_layer_norm(ctx, rows, ch, D(ex, a), D(ex, b),
+			    D(ex, n->inputs[2]), n->a.norm.epsilon, y);
+}
+
+KERNEL(cu_layer_norm_grad_input) /* dy, x, gamma */
+{
+	KERNEL_VARS;
+	size_t rows;
+	int ch;
+	ln_rows(&n->shape, &rows, &ch);
+	dtf_cuda_layer_norm_grad_input(ctx, rows, ch, D(ex, b),
+				       D(ex, n->inputs[2]), D(ex, a),
+				       n->a.norm.epsilon, y);
+}
+
+KERNEL(cu_layer_norm_grad_gamma) /* dy, x */
+{
+	KERNEL_VARS;
+	size_t rows;
+	int ch;
+	ln_rows(&g->nodes[a].shape, &rows, &ch);
+	dtf_cuda_layer_norm_grad_gamma(ctx, rows, ch, D(ex, b), D(ex, a),
+				       n->a.norm.epsilon, y);
+}
+
+KERNEL(cu_gelu)
+{
+	KERNEL_VARS;
+	dtf_cuda_gelu(ctx, numel, n->a.act.approximate, D(ex, a), y);
+}
+
+KERNEL(cu_gelu_grad) /* dy, x */
+{
+	KERNEL_VARS;
+	dtf_cuda_gelu_grad(ctx, numel, n->a.act.approximate, D(ex, a), D(ex, b),
+			   y);
+}
+
+KERNEL(cu_embedding) /* ids, table */
+{
+	KERNEL_VARS;
+	const struct dtf_shape *st = &g->nodes[b].shape;
+	dtf_cuda_embedding(ctx, (size_t)dtf_shape_numel(&g->nodes[a].shape),
+			   (int)st->d[0], (int)st->d[1],
+			   (const int32_t *)D(ex, a), D(ex, b), y);
+}
+
+KERNEL(cu_embedding_grad) /* dy, ids -> dtable */
+{
+	KERNEL_VARS;
+	dtf_cuda_embedding_grad(ctx, (size_t)dtf_shape_numel(&g->nodes[b].shape),
+				(int)n->shape.d[0], (int)n->shape.d[1], D(ex, a),
+				(const int32_t *)D(ex, b), y);
+}
+
 /* ---- planning: the plan column of the kernel table ------------------- */
 
 static int plan_conv2d(struct dtf_cuda_exec *ex, int i)
@@ -261,6 +329,16 @@ static int plan_bias_add_grad(struct dtf_cuda_exec *ex, int i)
 	dtf_cuda_ctx_need(ex->ctx, 0, 0,
 			  dtf_cuda_bias_add_grad_scratch(
 				  (size_t)dtf_shape_numel(s) / (size_t)c, c));
+	return 0;
+}
+
+static int plan_layer_norm_grad_gamma(struct dtf_cuda_exec *ex, int i)
+{
+	const struct dtf_graph *g = ex->g;
+	const struct dtf_shape *s = &g->nodes[g->nodes[i].inputs[0]].shape;
+	size_t rows = (size_t)dtf_shape_numel(s) / (size_t)s->d[s->rank - 1];
+	dtf_cuda_ctx_need(ex->ctx, 0, 0,
+			  dtf_cuda_layer_norm_grad_gamma_scratch(rows));
 	return 0;
 }
 
@@ -307,9 +385,9 @@ struct cuda_kernel {
 #define CUDA_BATCH_NORM NO_KERNEL_YET
 #define CUDA_BATCH_NORM_GRAD_INPUT NO_KERNEL_YET
 #define CUDA_BATCH_NORM_GRAD_GAMMA NO_KERNEL_YET
-#define CUDA_LAYER_NORM NO_KERNEL_YET
-#define CUDA_LAYER_NORM_GRAD_INPUT NO_KERNEL_YET
-#define CUDA_LAYER_NORM_GRAD_GAMMA NO_KERNEL_YET
+#define CUDA_LAYER_NORM {NULL, cu_layer_norm, NULL}
+#define CUDA_LAYER_NORM_GRAD_INPUT {NULL, cu_layer_norm_grad_input, NULL}
+#define CUDA_LAYER_NORM_GRAD_GAMMA {plan_layer_norm_grad_gamma, cu_layer_norm_grad_gamma, NULL}
 #define CUDA_MULTIPLY NO_KERNEL_YET
 #define CUDA_CONCAT NO_KERNEL_YET
 #define CUDA_SLICE NO_KERNEL_YET
@@ -317,8 +395,8 @@ struct cuda_kernel {
 #define CUDA_LEAKY_RELU_GRAD NO_KERNEL_YET
 #define CUDA_ELU NO_KERNEL_YET
 #define CUDA_ELU_GRAD NO_KERNEL_YET
-#define CUDA_GELU NO_KERNEL_YET
-#define CUDA_GELU_GRAD NO_KERNEL_YET
+#define CUDA_GELU {NULL, cu_gelu, NULL}
+#define CUDA_GELU_GRAD {NULL, cu_gelu_grad, NULL}
 #define CUDA_TANH NO_KERNEL_YET
 #define CUDA_TANH_GRAD NO_KERNEL_YET
 #define CUDA_SIGMOID NO_KERNEL_YET
@@ -332,6 +410,8 @@ struct cuda_kernel {
 #define CUDA_SIGMOID_XENT_GRAD NO_KERNEL_YET
 #define CUDA_MSE NO_KERNEL_YET
 #define CUDA_MSE_GRAD NO_KERNEL_YET
+#define CUDA_EMBEDDING {NULL, cu_embedding, NULL}
+#define CUDA_EMBEDDING_GRAD {NULL, cu_embedding_grad, NULL}
 static const struct cuda_kernel cuda_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = CUDA_##id,

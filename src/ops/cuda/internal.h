@@ -117,6 +117,24 @@ void dtf_cu_bias_add_grad(cudaStream_t s, size_t rows, int c,
 void dtf_cu_add(cudaStream_t s, size_t n, const float *a, const float *b,
 		float *y);
 void dtf_cu_fill(cudaStream_t s, float *p, size_t n, float v);
+void dtf_cu_layer_norm(cudaStream_t s, size_t rows, int c, const float *x,
+		       const float *gamma, const float *beta, float eps,
+		       float *y);
+void dtf_cu_layer_norm_grad_input(cudaStream_t s, size_t rows, int c,
+				  const float *x, const float *gamma,
+				  const float *dy, float eps, float *dx);
+/* stats holds dtf_cuda_layer_norm_grad_gamma_scratch(rows) floats */
+void dtf_cu_layer_norm_grad_gamma(cudaStream_t s, size_t rows, int c,
+				  const float *x, const float *dy, float eps,
+				  double *stats, float *dgamma);
+void dtf_cu_gelu(cudaStream_t s, size_t n, int approximate, const float *x,
+		 float *y);
+void dtf_cu_gelu_grad(cudaStream_t s, size_t n, int approximate,
+		      const float *dy, const float *x, float *dx);
+void dtf_cu_embedding(cudaStream_t s, size_t n, int vocab, int dim,
+		      const int32_t *ids, const float *table, float *y);
+void dtf_cu_embedding_grad(cudaStream_t s, size_t n, int vocab, int dim,
+			   const float *dy, const int32_t *ids, float *dtable);
 void dtf_cu_dropout(cudaStream_t s, size_t rows, size_t cols, float rate,
 		    float scale, uint32_t k0, uint32_t k1,
 		    const uint64_t *example_id, uint32_t salt, const float *x,

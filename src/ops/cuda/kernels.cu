@@ -108,6 +108,166 @@ __global__ void k_fill(size_t n, float *p, float v)
 	GRID_STRIDE(i, n) p[i] = v;
 }
 
+/* ---- layer normalization (norm.c) ------------------------------------------ */
+
+/* mean and 1 / sqrt(biased variance + eps) of one row, as norm.c's */
+__device__ void ln_row_stats(int c, const float *x, float eps, double *mean,
+			     double *inv)
+{
+	double m = 0.0, v = 0.0;
+	for (int j = 0; j < c; j++)
+		m += x[j];
+	m = c ? m / c : 0.0;
+	for (int j = 0; j < c; j++)
+		v += ((double)x[j] - m) * ((double)x[j] - m);
+	v = c ? v / c : 0.0;
+	*mean = m;
+	*inv = 1.0 / sqrt(v + (double)eps);
+}
+
+/* One thread per row: the CPU's loop, so its bits. */
+__global__ void k_layer_norm(size_t rows, int c, const float *x,
+			     const float *gamma, const float *beta, float eps,
+			     float *y)
+{
+	GRID_STRIDE(r, rows)
+	{
+		const float *xr = x + r * (size_t)c;
+		float *yr = y + r * (size_t)c;
+		double m, inv;
+		ln_row_stats(c, xr, eps, &m, &inv);
+		for (int j = 0; j < c; j++)
+			yr[j] = (float)(((double)xr[j] - m) * inv * gamma[j] +
+					beta[j]);
+	}
+}
+
+__global__ void k_layer_norm_grad_input(size_t rows, int c, const float *x,
+					const float *gamma, const float *dy,
+					float eps, float *dx)
+{
+	GRID_STRIDE(r, rows)
+	{
+		const float *xr = x + r * (size_t)c;
+		const float *gr = dy + r * (size_t)c;
+		float *dr = dx + r * (size_t)c;
+		double m, inv, sg = 0.0, sgx = 0.0;
+		ln_row_stats(c, xr, eps, &m, &inv);
+		for (int j = 0; j < c; j++) {
+			double gj = (double)gr[j] * gamma[j];
+			sg += gj;
+			sgx += gj * ((double)xr[j] - m) * inv;
+		}
+		sg /= c;
+		sgx /= c;
+		for (int j = 0; j < c; j++) {
+			double xhat = ((double)xr[j] - m) * inv;
+			double gj = (double)gr[j] * gamma[j];
+			dr[j] = (float)(inv * (gj - sg - xhat * sgx));
+		}
+	}
+}
+
+/* gamma gradient, pass 1: each row's statistics into stats[2r], [2r+1] */
+__global__ void k_layer_norm_stats(size_t rows, int c, const float *x,
+				   float eps, double *stats)
+{
+	GRID_STRIDE(r, rows)
+	ln_row_stats(c, x + r * (size_t)c, eps, &stats[2 * r], &stats[2 * r + 1]);
+}
+
+/* pass 2: one thread per column, the rows in order (the CPU's sum) */
+__global__ void k_layer_norm_gamma(size_t rows, int c, const float *x,
+				   const float *dy, const double *stats,
+				   float *dgamma)
+{
+	GRID_STRIDE(j, (size_t)c)
+	{
+		double acc = 0.0;
+		for (size_t r = 0; r < rows; r++) {
+			size_t i = r * (size_t)c + j;
+			acc += dy[i] * (((double)x[i] - stats[2 * r]) *
+					stats[2 * r + 1]);
+		}
+		dgamma[j] = (float)acc;
+	}
+}
+
+/* ---- gelu (activation.c) ---------------------------------------------------- */
+
+#define SQRT_2_OVER_PI 0.7978845608028654
+#define INV_SQRT_2 0.7071067811865476
+#define INV_SQRT_2PI 0.3989422804014327
+#define GELU_C 0.044715
+
+__global__ void k_gelu(size_t n, int approximate, const float *x, float *y)
+{
+	GRID_STRIDE(i, n)
+	{
+		double v = x[i];
+		if (approximate)
+			y[i] = (float)(0.5 * v *
+				       (1.0 + tanh(SQRT_2_OVER_PI *
+						   (v + GELU_C * v * v * v))));
+		else
+			y[i] = (float)(0.5 * v * (1.0 + erf(v * INV_SQRT_2)));
+	}
+}
+
+__global__ void k_gelu_grad(size_t n, int approximate, const float *dy,
+			    const float *x, float *dx)
+{
+	GRID_STRIDE(i, n)
+	{
+		double v = x[i], d;
+		if (approximate) {
+			double u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
+			double t = tanh(u);
+			double du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
+			d = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du;
+		} else {
+			d = 0.5 * (1.0 + erf(v * INV_SQRT_2)) +
+			    v * INV_SQRT_2PI * exp(-0.5 * v * v);
+		}
+		dx[i] = (float)(dy[i] * d);
+	}
+}
+
+/* ---- embedding (embedding.c) ------------------------------------------------ */
+
+__global__ void k_embedding(size_t n, int vocab, int dim, const int32_t *ids,
+			    const float *table, float *y)
+{
+	GRID_STRIDE(i, n * (size_t)dim)
+	{
+		size_t p = i / (size_t)dim, j = i % (size_t)dim;
+		int32_t id = ids[p];
+		y[i] = id >= 0 && id < vocab ? table[(size_t)id * dim + j]
+					     : nanf("");
+	}
+}
+
+/* One thread per table element (v, j): the dy of every position whose id
+ * is v, added in position order from 0 as the CPU does.  The threads of a
+ * warp mostly share v (all of them when dim is a multiple of 32) and read
+ * the same id, so ids are broadcast and dy is read only where the id
+ * matches. */
+__global__ void k_embedding_grad(size_t n, int vocab, int dim,
+				 const float *dy, const int32_t *ids,
+				 float *dtable)
+{
+	GRID_STRIDE(i, (size_t)vocab * dim)
+	{
+		int32_t v = (int32_t)(i / (size_t)dim);
+		size_t j = i % (size_t)dim;
+		float acc = 0.0f;
+		for (size_t p = 0; p < n; p++)
+			if (ids[p] == v)
+				acc += dy[p * (size_t)dim + j];
+		dtable[i] = acc;
+	}
+}
+
 /* ---- dropout: Philox-4x32-10 as core/rng.c ------------------------------- */
 
 __device__ __forceinline__ void philox(uint32_t k0, uint32_t k1, uint32_t c[4])
@@ -450,6 +610,60 @@ void dtf_cu_add(cudaStream_t s, size_t n, const float *a, const float *b,
 void dtf_cu_fill(cudaStream_t s, float *p, size_t n, float v)
 {
 	k_fill<<<blocks_for(n), THREADS, 0, s>>>(n, p, v);
+}
+
+void dtf_cu_layer_norm(cudaStream_t s, size_t rows, int c, const float *x,
+		       const float *gamma, const float *beta, float eps,
+		       float *y)
+{
+	k_layer_norm<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, x, gamma,
+							   beta, eps, y);
+}
+
+void dtf_cu_layer_norm_grad_input(cudaStream_t s, size_t rows, int c,
+				  const float *x, const float *gamma,
+				  const float *dy, float eps, float *dx)
+{
+	k_layer_norm_grad_input<<<blocks_for(rows), THREADS, 0, s>>>(
+		rows, c, x, gamma, dy, eps, dx);
+}
+
+void dtf_cu_layer_norm_grad_gamma(cudaStream_t s, size_t rows, int c,
+				  const float *x, const float *dy, float eps,
+				  double *stats, float *dgamma)
+{
+	k_layer_norm_stats<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, x, eps,
+								 stats);
+	k_layer_norm_gamma<<<blocks_for((size_t)c), THREADS, 0, s>>>(
+		rows, c, x, dy, stats, dgamma);
+}
+
+void dtf_cu_gelu(cudaStream_t s, size_t n, int approximate, const float *x,
+		 float *y)
+{
+	k_gelu<<<blocks_for(n), THREADS, 0, s>>>(n, approximate, x, y);
+}
+
+void dtf_cu_gelu_grad(cudaStream_t s, size_t n, int approximate,
+		      const float *dy, const float *x, float *dx)
+{
+	k_gelu_grad<<<blocks_for(n), THREADS, 0, s>>>(n, approximate, dy, x, dx);
+}
+
+void dtf_cu_embedding(cudaStream_t s, size_t n, int vocab, int dim,
+		      const int32_t *ids, const float *table, float *y)
+{
+	size_t m = n * (size_t)dim;
+	k_embedding<<<blocks_for(m), THREADS, 0, s>>>(n, vocab, dim, ids, table,
+						       y);
+}
+
+void dtf_cu_embedding_grad(cudaStream_t s, size_t n, int vocab, int dim,
+			   const float *dy, const int32_t *ids, float *dtable)
+{
+	size_t m = (size_t)vocab * (size_t)dim;
+	k_embedding_grad<<<blocks_for(m), THREADS, 0, s>>>(n, vocab, dim, dy, ids,
+							    dtable);
 }
 
 void dtf_cu_dropout(cudaStream_t s, size_t rows, size_t cols, float rate,

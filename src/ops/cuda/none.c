@@ -71,6 +71,13 @@ void dtf_cuda_bias_add(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, 
 void dtf_cuda_bias_add_grad(struct dtf_cuda_ctx *c, size_t r, int k, const float *dy, float *db) { (void)c; (void)r; (void)k; (void)dy; (void)db; UNREACHABLE; }
 void dtf_cuda_add(struct dtf_cuda_ctx *c, size_t n, const float *a, const float *b, float *y) { (void)c; (void)n; (void)a; (void)b; (void)y; UNREACHABLE; }
 void dtf_cuda_fill(struct dtf_cuda_ctx *c, float *p, size_t n, float v) { (void)c; (void)p; (void)n; (void)v; UNREACHABLE; }
+void dtf_cuda_layer_norm(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *b, float e, float *y) { (void)c; (void)r; (void)k; (void)x; (void)g; (void)b; (void)e; (void)y; UNREACHABLE; }
+void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *dy, float e, float *dx) { (void)c; (void)r; (void)k; (void)x; (void)g; (void)dy; (void)e; (void)dx; UNREACHABLE; }
+void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *dy, float e, float *dg) { (void)c; (void)r; (void)k; (void)x; (void)dy; (void)e; (void)dg; UNREACHABLE; }
+void dtf_cuda_gelu(struct dtf_cuda_ctx *c, size_t n, int a, const float *x, float *y) { (void)c; (void)n; (void)a; (void)x; (void)y; UNREACHABLE; }
+void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *c, size_t n, int a, const float *dy, const float *x, float *dx) { (void)c; (void)n; (void)a; (void)dy; (void)x; (void)dx; UNREACHABLE; }
+void dtf_cuda_embedding(struct dtf_cuda_ctx *c, size_t n, int v, int d, const int32_t *ids, const float *t, float *y) { (void)c; (void)n; (void)v; (void)d; (void)ids; (void)t; (void)y; UNREACHABLE; }
+void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *c, size_t n, int v, int d, const float *dy, const int32_t *ids, float *dt) { (void)c; (void)n; (void)v; (void)d; (void)dy; (void)ids; (void)dt; UNREACHABLE; }
 void dtf_cuda_dropout(struct dtf_cuda_ctx *c, size_t r, size_t k, float rate, struct dtf_philox_key key, const uint64_t *id, uint32_t s, const float *x, float *y) { (void)c; (void)r; (void)k; (void)rate; (void)key; (void)id; (void)s; (void)x; (void)y; UNREACHABLE; }
 void dtf_cuda_dropout_grad(struct dtf_cuda_ctx *c, size_t r, size_t k, float rate, struct dtf_philox_key key, const uint64_t *id, uint32_t s, const float *dy, float *dx) { (void)c; (void)r; (void)k; (void)rate; (void)key; (void)id; (void)s; (void)dy; (void)dx; UNREACHABLE; }
 void dtf_cuda_sparse_softmax_xent(struct dtf_cuda_ctx *c, size_t r, int k, const float *l, const int32_t *y, size_t v, float s, float *loss, float *sf, double *sa) { (void)c; (void)r; (void)k; (void)l; (void)y; (void)v; (void)s; (void)loss; (void)sf; (void)sa; UNREACHABLE; }
