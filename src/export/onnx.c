@@ -46,7 +46,8 @@ enum {
 /* AttributeProto.AttributeType */
 enum { ATYPE_FLOAT = 1, ATYPE_INT = 2, ATYPE_INTS = 7 };
 /* TensorProto.DataType */
-enum { T_FLOAT = 1, T_UINT8 = 2, T_INT8 = 3, T_INT64 = 7, T_FLOAT16 = 10 };
+enum { T_FLOAT = 1, T_UINT8 = 2, T_INT8 = 3, T_INT32 = 6, T_INT64 = 7,
+       T_FLOAT16 = 10 };
 
 #define TNAME (2 * DTF_NAME_MAX + 32)
 
@@ -219,10 +220,6 @@ static int emit_input(struct ox *x, int id)
 	const struct dtf_node *n = nd(x, id);
 	const struct dtf_feature_spec *f =
 		&x->job->data.features[n->a.in.feature];
-	if (f->dtype != DTF_FLOAT32)
-		return dtf_error(DTF_ERR_GRAPH,
-				 "feature '%s' is an int64 feature decoded to int32 (a label); the exported model cannot take it as an input",
-				 f->name);
 	int elem = T_FLOAT;
 	if (f->type == DTF_FEATURE_INT64)
 		elem = T_INT64;
@@ -238,6 +235,13 @@ static int emit_input(struct ox *x, int id)
 				 f->name);
 	value_info(x, GRAPH_INPUT, f->name, elem, &n->shape);
 	const char *cur = f->name;
+	if (f->dtype == DTF_INT32) { /* ids: int64 values, or token bytes
+					(dtype: int32), never scaled */
+		node_begin(x, "Cast", x->name[id], &cur, 1, x->name[id]);
+		attr_int(x, "to", T_INT32);
+		node_end(x);
+		return 0;
+	}
 	if (elem != T_FLOAT) {
 		const char *dst = tmp(x, 0, id, "float");
 		node_begin(x, "Cast", dst, &cur, 1, dst);
@@ -466,6 +470,18 @@ static int emit_batch_norm(struct ox *x, int id)
 	return 0;
 }
 
+/* embedding(ids, table) = tf.gather(table, ids): Gather(table, ids) on
+ * axis 0 (ONNX Gather: an index out of range is an error there, a NaN row
+ * in dtf-train). */
+static int emit_embedding(struct ox *x, int id)
+{
+	const char *ins[2] = {in(x, id, 1), in(x, id, 0)};
+	node_begin(x, "Gather", nd(x, id)->name, ins, 2, x->name[id]);
+	attr_int(x, "axis", 0);
+	node_end(x);
+	return 0;
+}
+
 static int emit_layer_norm(struct ox *x, int id)
 {
 	const struct dtf_node *n = nd(x, id);
@@ -619,6 +635,8 @@ struct onnx_rule {
 #define ONNX_sigmoid_cross_entropy_grad GRADIENT
 #define ONNX_mean_squared_error LOSS
 #define ONNX_mean_squared_error_grad GRADIENT
+#define ONNX_embedding EMIT(emit_embedding)
+#define ONNX_embedding_grad GRADIENT
 
 /* One entry per row of DTF_OPS, in enum order; an op without an
  * ONNX_<name> above is an undeclared identifier here. */
