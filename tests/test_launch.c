@@ -457,6 +457,7 @@ START_TEST(dtf_launch_usage_errors)
 		{"-n", "dtf-launch: option '-n' needs a value"},
 		{"-H a --hostfile /dev/null job.yaml", "dtf-launch: give --host or --hostfile, not both"},
 		{"--hostfile /nonexistent/hosts job.yaml", "dtf-launch: --hostfile /nonexistent/hosts: cannot read it"},
+		{"--mpirun srun -H a job.yaml", "dtf-launch: --host and --hostfile are Open MPI mpirun's, but the launcher is 'srun'"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int st = fake_launch(NULL, NULL, bad[i].options);
@@ -599,6 +600,27 @@ START_TEST(dtf_launch_bind_to_none)
 			ck_assert_ptr_null(strstr(strstr(args(), "--bind-to") + 1,
 						  "--bind-to"));
 	}
+	/* a launcher that is not Open MPI's mpirun gets neither this nor the
+	 * keepalive options */
+	ck_assert_int_eq(tu_run("cp %s/fake/mpirun %s/fake/launcher", tmp, tmp), 0);
+	ck_assert_int_eq(tu_run("timeout 60 %s/dtf-launch --mpirun %s/fake/launcher "
+				"--dtf-train /bin/true --max-restarts 0 -n 1 -- -t 64 "
+				"job.yaml >/dev/null 2>%s/launcher.log",
+				tu_build_root(), tmp, tmp), 0);
+	ck_assert_log("launcher.log", "fake/launcher -n 1 /bin/true --resume -t 64 job.yaml\n");
+	/* the keepalive options: each unless the command or the
+	 * environment sets it */
+	ck_assert_int_eq(fake_launch("OMPI_MCA_oob_tcp_keepalive_probes=7",
+				     "--mca oob_tcp_keepalive_time 9",
+				     "--max-restarts 0 -n 2 -- -t 1 job.yaml"), 0);
+	ck_assert_msg(strstr(args(), "--mca oob_tcp_keepalive_time 9 -n 2 "
+				     "--mca oob_tcp_keepalive_intvl 2 /bin/true") != NULL,
+		      "%s", args());
+	ck_assert_int_eq(fake_launch(NULL, NULL, "--max-restarts 0 -n 2 -- -t 1 job.yaml"), 0);
+	ck_assert_msg(strstr(args(), "-n 2 --mca oob_tcp_keepalive_time 5 "
+				     "--mca oob_tcp_keepalive_intvl 2 "
+				     "--mca oob_tcp_keepalive_probes 3 /bin/true") != NULL,
+		      "%s", args());
 	/* dtf-train's default: this machine's CPUs for 1 rank, more than a
 	 * core's when the machine has more than one core */
 	long online = sysconf(_SC_NPROCESSORS_ONLN);

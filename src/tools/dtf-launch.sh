@@ -184,6 +184,15 @@ fi
 
 # ---- hosts ------------------------------------------------------------------
 
+# 0 when launcher command $1 runs Open MPI's mpirun: a word mpirun,
+# mpiexec or orterun, with or without a directory
+is_mpirun() {
+	case " $1 " in
+	*[/\ ]mpirun\ * | *[/\ ]mpiexec\ * | *[/\ ]orterun\ *) return 0 ;;
+	esac
+	return 1
+}
+
 # A host option inside --mpirun (-H, --host, -host, --hostfile, -hostfile,
 # --machinefile, -machinefile) is taken out of it and kept as if given to
 # dtf-launch, so that the restarts can leave hosts out.  The command is a
@@ -192,7 +201,9 @@ set -f
 rest=
 take=
 found=
-for w in $mpirun; do
+words=
+is_mpirun "$mpirun" && words=$mpirun
+for w in $words; do
 	case $take in
 	host) found="$found $w"; hosts=$w; take=; continue ;;
 	hostfile) found="$found $w"; hostfile=$w; take=; continue ;;
@@ -214,6 +225,9 @@ if [ -n "$found" ]; then
 fi
 if [ -n "$hosts" ] && [ -n "$hostfile" ]; then
 	usage_error "give --host or --hostfile, not both"
+fi
+if [ -n "$hosts$hostfile" ] && ! is_mpirun "$mpirun"; then
+	usage_error "--host and --hostfile are Open MPI mpirun's, but the launcher is '$mpirun' (give the hosts in its own terms inside --mpirun)"
 fi
 if [ -n "$hostfile" ] && ! [ -r "$hostfile" ]; then
 	usage_error "--hostfile $hostfile: cannot read it"
@@ -318,12 +332,6 @@ command -v setsid >/dev/null 2>&1 && detach=setsid
 # command $1, unless it runs no mpirun (a word mpirun, mpiexec or orterun,
 # with or without a directory) or the command or the environment
 # (OMPI_MCA_...) already sets them.
-is_mpirun() { # command: 0 when it runs Open MPI's mpirun
-	case " $1 " in
-	*[/\ ]mpirun\ * | *[/\ ]mpiexec\ * | *[/\ ]orterun\ *) return 0 ;;
-	esac
-	return 1
-}
 keepalive() {
 	is_mpirun "$1" || return 0
 	for kv in time=5 intvl=2 probes=3; do
