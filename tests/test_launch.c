@@ -638,9 +638,10 @@ END_TEST
  * may use). */
 static int threads_logged(const char *log)
 {
-	const char *p = strstr(tu_slurp(tmp, log), " thread(s) per rank");
+	const char *text = tu_slurp(tmp, log); /* valid until the next slurp */
+	const char *p = strstr(text, " thread(s) per rank");
 	ck_assert_msg(p != NULL, "no thread count in\n%s", tail(log));
-	while (p > tu_slurp(tmp, log) && p[-1] >= '0' && p[-1] <= '9')
+	while (p > text && p[-1] >= '0' && p[-1] <= '9')
 		p--;
 	return atoi(p);
 }
