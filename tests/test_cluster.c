@@ -33,7 +33,10 @@
  * message naming the host and rank, and nothing is left running on any
  * host within the timeout + 30 s (a host cut off by its link: when its
  * TCP gives up, see cluster.sh); after the link fault, h1 alone resumes
- * from the newest checkpoint (elastic, 2 ranks to 1).
+ * from the newest checkpoint (elastic, 2 ranks to 1); and dtf-launch
+ * --min-np on -H h1,h2,h3 whose h3 loses its link mid-run: it leaves h3
+ * out (the probe it does not answer) and completes the run on h1,h2
+ * from the checkpoint, 3 ranks to 2.
  */
 #include <check.h>
 #include <stdio.h>
@@ -110,6 +113,18 @@ static void lacks(const char *name, const char *unwanted)
 	const char *log = log_of(name);
 	ck_assert_msg(strstr(log, unwanted) == NULL, "%s: '%s' in\n%s", name,
 		      unwanted, log);
+}
+
+/* The first line of NAME.log holding `text`, for the output (or "") */
+static void print_line(const char *name, const char *text)
+{
+	const char *log = log_of(name);
+	const char *p = strstr(log, text);
+	if (!p)
+		return;
+	while (p > log && p[-1] != '\n')
+		p--;
+	printf("%s: %.*s\n", name, (int)strcspn(p, "\n"), p);
 }
 
 /* the variables of run `got` against run `ref`: at most 1e-5 relative,
@@ -304,6 +319,10 @@ static double fault_run(const char *name, const char *fault,
 	double gone = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec - at;
 	printf("%s: exit %d, dtf-launch ended %.1f s after the fault, no "
 	       "process on any host %.1f s after\n", name, *st, ended, gone);
+	print_line(name, "error:");
+	print_line(name, "ORTE has lost communication");
+	print_line(name, "exited on signal");
+	print_line(name, "dtf-launch: giving up");
 	fflush(stdout);
 	if (left) {
 		snprintf(f, sizeof(f), "%s.left", name);
@@ -366,9 +385,16 @@ START_TEST(host_link_down)
 	has("link_down2", want);
 	has("link_down2", "elastic resume");
 	has("link_down", "--mca oob_tcp_keepalive_time 5");
-	has("link_down", "[rank 0 h1] error: no progress for");
-	/* what mpirun says of h2 varies: "lost communication with a remote
-	 * daemon" or a failed send to it */
+	/* who speaks first varies: rank 0's watchdog (10 s after the last
+	 * step), or mpirun, whose keepalive gives up on h2's daemon 5 + 3 x 2
+	 * s after their last exchange, which may be before the fault; of h2
+	 * it says "lost communication with a remote daemon" or that a send
+	 * to it failed */
+	const char *log = log_of("link_down");
+	const char *d = strstr(log, "Remote daemon: [[");
+	ck_assert_msg(strstr(log, "[rank 0 h1] error: no progress for") ||
+		      (d && strstr(d, "on node h2\n") == strchr(d, '\n') - 10),
+		      "neither the watchdog nor mpirun named the fault:\n%s", log);
 }
 END_TEST
 
@@ -382,6 +408,95 @@ START_TEST(host_paused)
 	printf("paused: rank 1 on h2 %s\n",
 	       strstr(log_of("paused"), "[rank 1 h2] error")
 		       ? "named itself" : "was killed before it spoke");
+}
+END_TEST
+
+/*
+ * dtf-launch --min-np over 3 hosts (-H h1,h2,h3, one rank each): h3's
+ * link goes down once the first checkpoint is there; after the
+ * watchdog's abort, dtf-launch probes the hosts, leaves h3 out, and
+ * restarts on h1,h2 with 2 ranks from the newest checkpoint (elastic
+ * resume, 3 ranks to 2), which completes the run.
+ */
+START_TEST(min_np_continues_on_the_hosts_left)
+{
+	const char *name = "minnp";
+	char sets[512];
+	snprintf(sets, sizeof(sets),
+		 "--set train.epochs=1000000 --set train.max_steps=120 "
+		 "--set fault.timeout_seconds=10 --set checkpoint.dir=%s/%s-ck "
+		 "--set checkpoint.every_steps=20",
+		 tmpdir, name);
+	/* at the fault: the newest checkpoint's index, then the link
+	 * down; then the moment the restart is announced */
+	int st = tu_run("(i=0; while [ ! -e %s/%s-ck/checkpoint ] && [ $i -lt 600 ]; "
+			"do sleep 0.1; i=$((i+1)); done; cp %s/%s-ck/checkpoint %s/%s.idx; "
+			"%s link h3 down; date +%%s.%%N >%s/%s.at; "
+			"i=0; while ! grep -q 'attempt 2 of' %s/%s.log && [ $i -lt 900 ]; "
+			"do sleep 0.1; i=$((i+1)); done; date +%%s.%%N >%s/%s.restart) & "
+			"timeout -k 5 150 %s/dtf-launch --mpirun '%s mpirun -' "
+			"-H h1,h2,h3 -n 3 --min-np 2 --max-restarts 1 --delay 0 -- "
+			"--threads 1 %s %s/job.yaml >%s/%s.out 2>%s/%s.log; "
+			"st=$?; date +%%s.%%N >%s/%s.end; wait; exit $st",
+			tmpdir, name, tmpdir, name, tmpdir, name, cluster, tmpdir,
+			name, tmpdir, name, tmpdir, name, tu_build_root(), cluster,
+			sets, tmpdir, tmpdir, name, tmpdir, name, tmpdir, name);
+	/* nothing is left on the hosts that remain (h3's daemon, cut off,
+	 * goes when its TCP gives up: host_link_down) */
+	int left = tu_run("test -z \"$(%s pids | grep -v '^%sh3 ')\"", cluster,
+			  getenv("DTF_CLUSTER_ID")) != 0;
+	if (left)
+		tu_run("%s pids >%s/%s.left", cluster, tmpdir, name);
+	ck_assert_int_eq(tu_run("%s link h3 up", cluster), 0);
+	double at = strtod(tu_slurp(tmpdir, "minnp.at"), NULL);
+	double restart = strtod(tu_slurp(tmpdir, "minnp.restart"), NULL) - at;
+	double ended = strtod(tu_slurp(tmpdir, "minnp.end"), NULL) - at;
+	printf("%s: exit %d, the restart on h1,h2 %.1f s after h3's link went "
+	       "down, dtf-launch ended %.1f s after\n", name, st, restart,
+	       ended);
+	print_line(name, "did not answer");
+	print_line(name, "elastic resume");
+	print_line(name, "done: ");
+	fflush(stdout);
+	ck_assert_msg(st == 0, "exit %d\n%s", st, log_of(name));
+	ck_assert_msg(!left, "left on h1, h2:\n%s", left ?
+		      tu_slurp(tmpdir, "minnp.left") : "");
+	has(name, "dtf-launch: host(s) h3 did not answer (mpirun -n 1 --host HOST ");
+	has(name, "restarting from the newest checkpoint with 2 rank(s) on h1,h2 in 0 s");
+	char want[1024];
+	snprintf(want, sizeof(want), "dtf-launch: attempt 2 of 2: %s mpirun - "
+		 "--host h1,h2 -n 2 ", cluster);
+	has(name, want);
+	has(name, "3 replica(s) on 3 node(s)");
+	has(name, "2 replica(s) on 2 node(s)");
+	has(name, "rank 1 of 2: host h2, interface eth0, address 10.99.0.2\n");
+	/* the restart continues from the checkpoint that was newest at the
+	 * fault (or the one the writer had under way), not from step 0 */
+	long at_fault = -1, from = -1;
+	ck_assert_int_eq(sscanf(tu_slurp(tmpdir, "minnp.idx"),
+				"model_checkpoint_path: \"ckpt-%ld.dtf\"",
+				&at_fault), 1);
+	char f[64];
+	snprintf(f, sizeof(f), "%s.log", name);
+	char *log = tu_read_file(tmpdir, f, NULL); /* has() slurps again */
+	const char *r = strstr(log, "dtf-launch: attempt 2 of 2");
+	ck_assert_ptr_nonnull(r);
+	const char *res = strstr(r, "/ckpt-");
+	ck_assert_msg(res && sscanf(res, "/ckpt-%ld.dtf: step", &from) == 1,
+		      "no resume in\n%s", r);
+	ck_assert_msg(from >= at_fault && from <= at_fault + 20 && from % 20 == 0,
+		      "resumed at %ld, the newest checkpoint at the fault was %ld",
+		      from, at_fault);
+	ck_assert_msg(strstr(r, "starting from step 0") == NULL, "%s", r);
+	snprintf(want, sizeof(want), "notice: elastic resume at step %ld: the "
+		 "checkpoint was written by 3 rank(s)", from);
+	has(name, want);
+	snprintf(want, sizeof(want), "step %ld/120", from + 20);
+	ck_assert_msg(strstr(r, want) != NULL, "no '%s' in\n%s", want, r);
+	snprintf(want, sizeof(want), "done: %ld steps in ", 120 - from);
+	ck_assert_msg(strstr(r, want) != NULL, "no '%s' in\n%s", want, r);
+	free(log);
+	ck_assert_int_eq(newest_step(name), 120);
 }
 END_TEST
 
@@ -400,6 +515,7 @@ static Suite *cluster_suite(void)
 	tcase_add_test(tc, remote_rank_killed);
 	tcase_add_test(tc, host_link_down);
 	tcase_add_test(tc, host_paused);
+	tcase_add_test(tc, min_np_continues_on_the_hosts_left);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -14,6 +14,8 @@
  *    (mean 10000), where the sum without pre-division is inf;
  *  - accumulate_steps 4 at batch B/4 == batch B (1 and 2 ranks);
  *  - every TF_CONFIG error: its own message, exit status 2, no hang;
+ *    a loopback address (localhost, 127.x, ::1) among other hosts is an
+ *    error naming the task, a cluster all on loopback addresses is not;
  *    a TF_CONFIG cluster (chief, worker, ps) trains like one_device;
  *  - one_device on 2 ranks and mirrored across nodes are job errors;
  *  - on_nonfinite skip and fail; async parameter_server learns;
@@ -30,6 +32,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "config/tf_config.h"
 #include "core/error.h"
 #include "distribute/strategy.h"
 
@@ -278,6 +281,9 @@ static const struct {
 	{2, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": \"master\", \"index\": 0}}",
 	 "TF_CONFIG: unknown task type 'master'"},
 	{2, "[1, 2]", "TF_CONFIG: expected a JSON object"},
+	/* a loopback address among other hosts: named, on every rank */
+	{2, "{\"cluster\": {\"chief\": [\"h1:2222\"], \"worker\": [\"127.0.0.1:2222\"]}, \"task\": {\"type\": \"chief\", \"index\": 0}}",
+	 "TF_CONFIG: cluster.worker[0] is '127.0.0.1:2222', a loopback address, but the cluster spans more than one host (cluster.chief[0] is 'h1:2222')"},
 };
 
 START_TEST(tf_config_errors)
@@ -307,6 +313,65 @@ START_TEST(tf_config_errors)
 			      "rank %d lacks '%s' in:\n%s", r,
 			      tf_errors[i].want, log);
 	}
+}
+END_TEST
+
+/* TF_CONFIG's loopback addresses (dtf_cluster_parse): an error naming the
+ * task where the cluster spans hosts, the cluster as is where all of it
+ * is on this machine */
+static const struct {
+	const char *workers, *want;
+} loopbacks[] = {
+	{"\"h1:1\", \"localhost:1\"", "cluster.worker[1] is 'localhost:1', a loopback address"},
+	{"\"LocalHost:1\", \"h2:1\"", "cluster.worker[0] is 'LocalHost:1', a loopback address"},
+	{"\"h1:1\", \"[::1]:1\"", "cluster.worker[1] is '[::1]:1', a loopback address"},
+	{"\"h1:1\", \"::1\"", "cluster.worker[1] is '::1', a loopback address"},
+	{"\"h1:1\", \"127.5.6.7:1\"", "cluster.worker[1] is '127.5.6.7:1', a loopback address"},
+	{"\"10.0.0.1:1\", \"[::ffff:127.0.0.1]:1\"", "cluster.worker[1] is '[::ffff:127.0.0.1]:1', a loopback address"},
+	{"\"h1:1\", \"a.localhost:1\"", "cluster.worker[1] is 'a.localhost:1', a loopback address"},
+	/* one machine: fine */
+	{"\"localhost:1\", \"127.0.0.1:2\", \"[::1]:3\"", NULL},
+	/* not loopback */
+	{"\"h1:1\", \"128.0.0.1:1\", \"[::2]:1\", \"mylocalhost:1\", \"localhost.example:1\"", NULL},
+};
+
+START_TEST(tf_config_loopback)
+{
+	for (size_t i = 0; i < sizeof(loopbacks) / sizeof(loopbacks[0]); i++) {
+		char json[512];
+		snprintf(json, sizeof(json), "{\"cluster\": {\"worker\": [%s]}, "
+			 "\"task\": {\"type\": \"worker\", \"index\": 0}}",
+			 loopbacks[i].workers);
+		struct dtf_cluster c;
+		int rc = dtf_cluster_parse(json, &c);
+		if (loopbacks[i].want) {
+			ck_assert_msg(rc == -DTF_ERR_CONFIG, "%s: %d", json, rc);
+			ck_assert_msg(strstr(dtf_error_msg(), loopbacks[i].want) &&
+				      strstr(dtf_error_msg(), "HINT: give every task its host's name"),
+				      "no '%s' in: %s", loopbacks[i].want,
+				      dtf_error_msg());
+			ck_assert_int_eq(c.ntasks, 0);
+		} else {
+			ck_assert_msg(rc == 0, "%s: %s", json, dtf_error_msg());
+			dtf_cluster_deinit(&c);
+		}
+		dtf_error_clear();
+	}
+	/* dtf-train --print-cluster says so too (exit 2) */
+	tu_write_file(tmpdir, "lo.json", "{\"cluster\": {\"chief\": [\"h1:2222\"], "
+		      "\"worker\": [\"localhost:2222\"]}, \"task\": {\"type\": "
+		      "\"chief\", \"index\": 0}}");
+	int st = tu_run("TF_CONFIG=\"$(cat %s/lo.json)\" timeout 60 %s/dtf-train "
+			"--print-cluster %s/job.yaml >%s/lo.log 2>&1",
+			tmpdir, tu_build_root(), tmpdir, tmpdir);
+	const char *log = tu_slurp(tmpdir, "lo.log");
+	ck_assert_msg(st == 2, "exit %d\n%s", st, log);
+	ck_assert_msg(strstr(log, "error: TF_CONFIG: cluster.worker[0] is "
+			      "'localhost:2222', a loopback address, but the "
+			      "cluster spans more than one host (cluster.chief[0] "
+			      "is 'h1:2222'): the other hosts cannot reach it there\n"
+			      "HINT: give every task its host's name or address "
+			      "as the other hosts reach it\n"), "%s", log);
 }
 END_TEST
 
@@ -542,15 +607,21 @@ static Suite *dist_suite(void)
 	tcase_add_test(tc, compression_close_to_float32);
 	tcase_add_test(tc, fp16_eight_ranks_no_overflow);
 	tcase_add_test(tc, accumulation_matches_big_batch);
-	tcase_add_loop_test(tc, tf_config_errors, 0,
-			    (int)(sizeof(tf_errors) / sizeof(tf_errors[0])));
-	tcase_add_test(tc, tf_config_cluster_trains);
 	tcase_add_test(tc, batch_error_names_set);
 	tcase_add_test(tc, strategy_world_errors);
 	tcase_add_test(tc, nonfinite_skip_and_fail);
 	tcase_add_test(tc, async_ps_learns);
 	tcase_add_test(tc, linear_scaling_logged);
 	tcase_add_test(tc, slurm_world_of_one);
+	suite_add_tcase(s, tc);
+	/* a case of its own, so that CK_RUN_CASE=tf_config runs these */
+	tc = tcase_create("tf_config");
+	tcase_add_unchecked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 600);
+	tcase_add_loop_test(tc, tf_config_errors, 0,
+			    (int)(sizeof(tf_errors) / sizeof(tf_errors[0])));
+	tcase_add_test(tc, tf_config_loopback);
+	tcase_add_test(tc, tf_config_cluster_trains);
 	suite_add_tcase(s, tc);
 	return s;
 }

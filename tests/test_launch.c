@@ -2,6 +2,10 @@
  * test_launch.c - stopping on a signal, what each launcher reports, and
  * dtf-launch as root.
  *
+ * Also dtf-launch's usage errors, its hosts (--min-np leaving out a host
+ * that does not answer) and its --bind-to none, with a stand-in mpirun
+ * that records its arguments, and the threads a rank gets under each.
+ *
  * Runs the real binaries (dtf-records synth, mpirun dtf-train, dtf-launch)
  * on 480 synthetic 8x8 records and the tiny CNN of testutil.h, at most 2
  * ranks.  A Ctrl-C is what a terminal sends: SIGINT to every process of the
@@ -11,6 +15,7 @@
  * killed by its id before the test asserts, whatever happened.
  */
 #include <check.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -381,6 +386,296 @@ START_TEST(dtf_launch_without_dtf_train)
 }
 END_TEST
 
+/* ---- usage errors ---------------------------------------------------------- */
+
+/* A stand-in for mpirun in TMP/fake (its name is mpirun, so dtf-launch
+ * treats it as Open MPI's): each launch's arguments go to TMP/args, a
+ * hostfile it is given as "HOSTFILE: line" after them; it exits with the
+ * number in TMP/fail-K for launch K (0 without the file).  The probe
+ * (dtf-train --version) of host b fails, of any other host succeeds. */
+static const char fake_mpirun[] =
+	"#!/bin/sh\n"
+	"d=%s\n"
+	"case \" $* \" in\n"
+	"*' --version '*) case \" $* \" in *' --host b '*) exit 1 ;; esac; exit 0 ;;\n"
+	"esac\n"
+	"echo \"$*\" >>$d/args\n"
+	"k=$(wc -l <$d/args)\n"
+	"while [ $# -gt 0 ]; do\n"
+	"  [ \"$1\" = --hostfile ] && sed 's/^/HOSTFILE: /' \"$2\" >>$d/hostfiles\n"
+	"  shift\n"
+	"done\n"
+	"[ -f $d/fail-$k ] && exit $(cat $d/fail-$k)\n"
+	"exit 0\n";
+
+static void make_fake_mpirun(void)
+{
+	char dir[300];
+	snprintf(dir, sizeof(dir), "%s/fake", tmp);
+	ck_assert_int_eq(tu_run("mkdir -p %s", dir), 0);
+	tu_write_file(dir, "mpirun", fake_mpirun, tmp);
+	ck_assert_int_eq(tu_run("chmod +x %s/mpirun", dir), 0);
+}
+
+/* dtf-launch OPTIONS with the stand-in mpirun (--mpirun FAKE[ MPIRUN_OPTS],
+ * --dtf-train /bin/true), ENV before it; its exit status.  TMP/args (the
+ * launches) and TMP/launch.log (its stderr) start empty. */
+static int fake_launch(const char *env, const char *mpirun_opts,
+		       const char *options)
+{
+	tu_run("rm -f %s/args %s/hostfiles %s/fail-*", tmp, tmp, tmp);
+	return tu_run("%s timeout 60 %s/dtf-launch --mpirun '%s/fake/mpirun%s%s' "
+		      "--dtf-train /bin/true --delay 0 %s >/dev/null 2>%s/launch.log",
+		      env ? env : "", tu_build_root(), tmp,
+		      mpirun_opts ? " " : "", mpirun_opts ? mpirun_opts : "",
+		      options, tmp);
+}
+
+static const char *args(void)
+{
+	return tu_exists(tmp, "args") ? tu_slurp(tmp, "args") : "";
+}
+
+/* -n 0 and options dtf-launch does not know are usage errors (exit 2)
+ * naming the option, before anything is launched; dtf-train's options
+ * go after "--" */
+START_TEST(dtf_launch_usage_errors)
+{
+	make_fake_mpirun();
+	static const struct {
+		const char *options, *want;
+	} bad[] = {
+		{"-n 0 job.yaml", "dtf-launch: -n: expected a positive integer, got '0'"},
+		{"--np 0 job.yaml", "dtf-launch: --np: expected a positive integer, got '0'"},
+		{"-n 2 --min-np 0 job.yaml", "dtf-launch: --min-np: expected a positive integer, got '0'"},
+		{"-n two job.yaml", "dtf-launch: -n: expected a positive integer, got 'two'"},
+		{"--delay x job.yaml", "dtf-launch: --delay: expected a non-negative integer, got 'x'"},
+		{"--probe-timeout 0 job.yaml", "dtf-launch: --probe-timeout: expected a positive integer, got '0'"},
+		{"--foo job.yaml", "dtf-launch: unknown option '--foo' (dtf-train's options go after --, mpirun's inside --mpirun)"},
+		{"-n 2 -t 1 job.yaml", "dtf-launch: unknown option '-t' (dtf-train's options go after --"},
+		{"-np 4 job.yaml", "dtf-launch: unknown option '-np' (dtf-launch's is -n N or --np N)"},
+		{"-n", "dtf-launch: option '-n' needs a value"},
+		{"-H a --hostfile /dev/null job.yaml", "dtf-launch: give --host or --hostfile, not both"},
+		{"--hostfile /nonexistent/hosts job.yaml", "dtf-launch: --hostfile /nonexistent/hosts: cannot read it"},
+		{"--mpirun srun -H a job.yaml", "dtf-launch: --host and --hostfile are Open MPI mpirun's, but the launcher is 'srun'"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int st = fake_launch(NULL, NULL, bad[i].options);
+		ck_assert_msg(st == 2, "dtf-launch %s: exit %d:\n%s", bad[i].options,
+			      st, tail("launch.log"));
+		ck_assert_log("launch.log", bad[i].want);
+		ck_assert_log("launch.log", "Try 'dtf-launch --help'.");
+		ck_assert_msg(!tu_exists(tmp, "args"), "dtf-launch %s launched %s",
+			      bad[i].options, args());
+	}
+	/* --option=VALUE is --option VALUE; dtf-train's options after -- */
+	ck_assert_int_eq(fake_launch(NULL, NULL, "--np=2 --max-restarts=0 -- -t 1 job.yaml"), 0);
+	ck_assert_msg(strstr(args(), "-n 2 ") && strstr(args(), "/bin/true --resume -t 1 job.yaml"),
+		      "%s", args());
+}
+END_TEST
+
+/* ---- hosts ----------------------------------------------------------------- */
+
+/* --min-np with hosts: after a failed attempt the host that does not
+ * answer the probe (b) is left out, and the ranks drop to what the hosts
+ * left have room for; a host list inside --mpirun is handled as
+ * dtf-launch's own, a hostfile is passed on without the lost host */
+START_TEST(dtf_launch_leaves_out_lost_hosts)
+{
+	make_fake_mpirun();
+	/* a:2 + c = 3 slots left of 5 */
+	tu_run("rm -f %s/args; echo 1 >%s/fail-1", tmp, tmp);
+	int st = tu_run("timeout 60 %s/dtf-launch --mpirun '%s/fake/mpirun' --dtf-train "
+		    "/bin/true --delay 0 -H a:2,b:2,c -n 5 --min-np 2 --max-restarts 1 "
+		    "-- -t 1 job.yaml >/dev/null 2>%s/hosts.log",
+		    tu_build_root(), tmp, tmp);
+	ck_assert_msg(st == 0, "exit %d\n%s", st, tail("hosts.log"));
+	ck_assert_log("hosts.log", "dtf-launch: host(s) b did not answer (mpirun -n 1 "
+				   "--host HOST /bin/true --version within 10 s): leaving them out");
+	ck_assert_log("hosts.log", "restarting from the newest checkpoint with 3 rank(s) on a,c in 0 s");
+	ck_assert_msg(strstr(args(), "--host a:2,b:2,c -n 5 ") &&
+		      strstr(args(), "--host a:2,c -n 3 "), "%s", args());
+	/* the same host list inside --mpirun; a rank lost, no host lost:
+	 * one rank fewer on the same hosts */
+	tu_run("rm -f %s/args; echo 137 >%s/fail-1", tmp, tmp);
+	st = tu_run("timeout 60 %s/dtf-launch --mpirun '%s/fake/mpirun -H a,c' --dtf-train "
+		    "/bin/true --delay 0 -n 2 --min-np 1 --max-restarts 1 "
+		    "-- -t 1 job.yaml >/dev/null 2>%s/hosts2.log",
+		    tu_build_root(), tmp, tmp);
+	ck_assert_msg(st == 0, "exit %d\n%s", st, tail("hosts2.log"));
+	ck_assert_not_log("hosts2.log", "did not answer");
+	ck_assert_log("hosts2.log", "ended with status 137 (a process was killed by "
+				    "SIGKILL); restarting from the newest checkpoint "
+				    "with 1 rank(s) on a,c in 0 s");
+	ck_assert_msg(strstr(args(), "--host a,c -n 2 ") &&
+		      strstr(args(), "--host a,c -n 1 "), "%s", args());
+	/* a hostfile: its lines without b's (6 slots, 4 left) */
+	tu_write_file(tmp, "hosts", "# the hosts\na slots=2\nb slots=2 max_slots=2\n\nc slots=2\n");
+	tu_run("rm -f %s/args %s/hostfiles; echo 1 >%s/fail-1", tmp, tmp, tmp);
+	st = tu_run("timeout 60 %s/dtf-launch --mpirun '%s/fake/mpirun --hostfile %s/hosts' "
+		    "--dtf-train /bin/true --delay 0 -n 6 --min-np 1 --max-restarts 1 "
+		    "-- -t 1 job.yaml >/dev/null 2>%s/hosts3.log",
+		    tu_build_root(), tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "exit %d\n%s", st, tail("hosts3.log"));
+	ck_assert_log("hosts3.log", "with 4 rank(s) on a,c in 0 s");
+	ck_assert_str_eq(tu_slurp(tmp, "hostfiles"),
+			 "HOSTFILE: a slots=2\nHOSTFILE: b slots=2 max_slots=2\n"
+			 "HOSTFILE: c slots=2\n"
+			 "HOSTFILE: a slots=2\nHOSTFILE: c slots=2\n");
+	ck_assert_msg(strstr(args(), " -n 4 ") != NULL, "%s", args());
+	/* no host answers: no restart */
+	tu_run("rm -f %s/args; echo 1 >%s/fail-1", tmp, tmp);
+	st = tu_run("timeout 60 %s/dtf-launch --mpirun '%s/fake/mpirun' --dtf-train "
+		    "/bin/true --delay 0 -H b,b -n 2 --min-np 1 --max-restarts 1 "
+		    "-- job.yaml >/dev/null 2>%s/hosts4.log",
+		    tu_build_root(), tmp, tmp);
+	ck_assert_int_eq(st, 1);
+	ck_assert_log("hosts4.log", "dtf-launch: attempt 1 ended with status 1 (a "
+				    "runtime failure, or another rank failed), and no "
+				    "host answers (mpirun -n 1 --host HOST /bin/true "
+				    "--version within 10 s: b,b); not restarting");
+	ck_assert_int_eq(count_lines("hosts4.log", "dtf-launch: attempt "), 2);
+}
+END_TEST
+
+/* ---- binding ---------------------------------------------------------------- */
+
+/* CPUs of this machine's first core (its hardware threads) */
+static long cpus_per_core(void)
+{
+	FILE *f = fopen("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list", "r");
+	long n = 0, a, b;
+	if (!f)
+		return 1;
+	while (fscanf(f, "%ld", &a) == 1) {
+		b = a;
+		int c = fgetc(f);
+		if (c == '-' && fscanf(f, "%ld", &b) == 1)
+			c = fgetc(f);
+		n += b - a + 1;
+		if (c != ',')
+			break;
+	}
+	fclose(f);
+	return n > 0 ? n : 1;
+}
+
+/* --bind-to none where each rank's threads would share the core (2 ranks
+ * or fewer) or socket Open MPI binds it to, and not where they fit or the
+ * user chose a binding or mapping */
+START_TEST(dtf_launch_bind_to_none)
+{
+	make_fake_mpirun();
+	static const struct {
+		const char *env, *mpirun, *options;
+		int bind; /* 1: --bind-to none added */
+	} cases[] = {
+		{NULL, NULL, "-n 1 -- -t 64 job.yaml", 1},
+		{NULL, NULL, "-n 2 -- --threads 64 job.yaml", 1},
+		{NULL, NULL, "-n 2 -- --threads=64 job.yaml", 1},
+		{NULL, NULL, "-n 3 -- -t 64 job.yaml", 1},
+		{NULL, NULL, "-n 2 -- -t 1 job.yaml", 0},
+		{"OPENBLAS_NUM_THREADS=64", NULL, "-n 1 -- job.yaml", 1},
+		{"OPENBLAS_NUM_THREADS=1", NULL, "-n 1 -- job.yaml", 0},
+		/* the user's binding, mapping or MCA policy */
+		{NULL, "--bind-to core", "-n 1 -- -t 64 job.yaml", 0},
+		{NULL, "--map-by ppr:1:node:pe=4", "-n 1 -- -t 64 job.yaml", 0},
+		{"OMPI_MCA_hwloc_base_binding_policy=core", NULL, "-n 1 -- -t 64 job.yaml", 0},
+		{"OMPI_MCA_rmaps_base_mapping_policy=socket", NULL, "-n 1 -- -t 64 job.yaml", 0},
+		/* mpirun decides the ranks */
+		{NULL, NULL, "-- -t 64 job.yaml", 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char opts[256];
+		snprintf(opts, sizeof(opts), "--max-restarts 0 %s", cases[i].options);
+		int st = fake_launch(cases[i].env, cases[i].mpirun, opts);
+		ck_assert_msg(st == 0, "%s: exit %d\n%s", opts, st, tail("launch.log"));
+		int has = strstr(args(), "--bind-to none") != NULL;
+		ck_assert_msg(has == cases[i].bind, "%s %s (mpirun %s): %s",
+			      cases[i].env ? cases[i].env : "", opts,
+			      cases[i].mpirun ? cases[i].mpirun : "", args());
+		/* never a second --bind-to beside the user's */
+		if (cases[i].mpirun && strstr(cases[i].mpirun, "--bind-to"))
+			ck_assert_ptr_null(strstr(strstr(args(), "--bind-to") + 1,
+						  "--bind-to"));
+	}
+	/* a launcher that is not Open MPI's mpirun gets neither this nor the
+	 * keepalive options */
+	ck_assert_int_eq(tu_run("cp %s/fake/mpirun %s/fake/launcher", tmp, tmp), 0);
+	ck_assert_int_eq(tu_run("timeout 60 %s/dtf-launch --mpirun %s/fake/launcher "
+				"--dtf-train /bin/true --max-restarts 0 -n 1 -- -t 64 "
+				"job.yaml >/dev/null 2>%s/launcher.log",
+				tu_build_root(), tmp, tmp), 0);
+	ck_assert_log("launcher.log", "fake/launcher -n 1 /bin/true --resume -t 64 job.yaml\n");
+	/* the keepalive options: each unless the command or the
+	 * environment sets it */
+	ck_assert_int_eq(fake_launch("OMPI_MCA_oob_tcp_keepalive_probes=7",
+				     "--mca oob_tcp_keepalive_time 9",
+				     "--max-restarts 0 -n 2 -- -t 1 job.yaml"), 0);
+	ck_assert_msg(strstr(args(), "--mca oob_tcp_keepalive_time 9 -n 2 "
+				     "--mca oob_tcp_keepalive_intvl 2 /bin/true") != NULL,
+		      "%s", args());
+	ck_assert_int_eq(fake_launch(NULL, NULL, "--max-restarts 0 -n 2 -- -t 1 job.yaml"), 0);
+	ck_assert_msg(strstr(args(), "-n 2 --mca oob_tcp_keepalive_time 5 "
+				     "--mca oob_tcp_keepalive_intvl 2 "
+				     "--mca oob_tcp_keepalive_probes 3 /bin/true") != NULL,
+		      "%s", args());
+	/* dtf-train's default: this machine's CPUs for 1 rank, more than a
+	 * core's when the machine has more than one core */
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	int st = fake_launch("env -u OPENBLAS_NUM_THREADS", NULL,
+			     "--max-restarts 0 -n 1 -- job.yaml");
+	ck_assert_int_eq(st, 0);
+	ck_assert_int_eq(strstr(args(), "--bind-to none") != NULL,
+			 online > cpus_per_core());
+}
+END_TEST
+
+/* The effect, under the real mpirun: 1 rank, dtf-train's default threads.
+ * Plain mpirun binds the rank to one core and dtf-train keeps to its
+ * affinity; under dtf-launch it gets the machine's CPUs (those this test
+ * may use). */
+static int threads_logged(const char *log)
+{
+	const char *text = tu_slurp(tmp, log); /* valid until the next slurp */
+	const char *p = strstr(text, " thread(s) per rank");
+	ck_assert_msg(p != NULL, "no thread count in\n%s", tail(log));
+	while (p > text && p[-1] >= '0' && p[-1] <= '9')
+		p--;
+	return atoi(p);
+}
+
+START_TEST(dtf_launch_bind_to_none_gives_the_threads)
+{
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+	long mine = CPU_COUNT(&set);
+	long want = mine < online ? mine : online;
+	if (online <= cpus_per_core() || want < 2) {
+		fprintf(stderr, "dtf_launch_bind_to_none_gives_the_threads: one "
+			"core, nothing to test\n");
+		return;
+	}
+	int st = tu_run("env -u OPENBLAS_NUM_THREADS timeout 120 mpirun -n 1 "
+			"%s/dtf-train --set train.max_steps=2 %s/job.yaml "
+			">/dev/null 2>%s/plain.log", tu_build_root(), tmp, tmp);
+	ck_assert_msg(st == 0, "%s", tail("plain.log"));
+	st = tu_run("env -u OPENBLAS_NUM_THREADS timeout 120 %s/dtf-launch -n 1 "
+		    "--max-restarts 0 -- --set train.max_steps=2 --set "
+		    "checkpoint.dir=%s/bind %s/job.yaml >/dev/null 2>%s/bind.log",
+		    tu_build_root(), tmp, tmp, tmp);
+	ck_assert_msg(st == 0, "%s", tail("bind.log"));
+	ck_assert_log("bind.log", "--bind-to none");
+	printf("1 rank, default threads: %d under mpirun, %d under dtf-launch "
+	       "(%ld CPUs, %ld per core)\n", threads_logged("plain.log"),
+	       threads_logged("bind.log"), online, cpus_per_core());
+	ck_assert_int_le(threads_logged("plain.log"), cpus_per_core());
+	ck_assert_int_eq(threads_logged("bind.log"), want);
+}
+END_TEST
+
 static TCase *add_case(Suite *s, const char *name)
 {
 	TCase *tc = tcase_create(name);
@@ -404,6 +699,12 @@ static Suite *launch_suite(void)
 	tcase_add_test(tc, dtf_launch_as_root);
 	tc = add_case(s, "usage");
 	tcase_add_test(tc, dtf_launch_without_dtf_train);
+	tcase_add_test(tc, dtf_launch_usage_errors);
+	tc = add_case(s, "hosts");
+	tcase_add_test(tc, dtf_launch_leaves_out_lost_hosts);
+	tc = add_case(s, "binding");
+	tcase_add_test(tc, dtf_launch_bind_to_none);
+	tcase_add_test(tc, dtf_launch_bind_to_none_gives_the_threads);
 	return s;
 }
 

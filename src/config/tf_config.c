@@ -7,8 +7,10 @@
  */
 #include "config/tf_config.h"
 
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <string.h>
+#include <strings.h>
 #include <jansson.h>
 
 #include "config/config.h"
@@ -61,6 +63,78 @@ static int rank_of(const int count[DTF_TASK_COUNT_], int type, int index)
 	for (int t = 0; t < type; t++)
 		r += count[t];
 	return r + index;
+}
+
+/* The host of "host:port", "[v6]:port" or a bare host into buf ("" when
+ * it does not fit). */
+static void addr_host(const char *addr, char *buf, size_t size)
+{
+	const char *h = addr, *end;
+	if (*h == '[') {
+		h++;
+		end = strchr(h, ']');
+		if (!end)
+			end = h + strlen(h);
+	} else {
+		end = strrchr(h, ':');
+		/* two colons or more, no brackets: a bare IPv6 address */
+		if (!end || strchr(h, ':') != end)
+			end = h + strlen(h);
+	}
+	size_t n = (size_t)(end - h);
+	if (n >= size)
+		n = 0;
+	memcpy(buf, h, n);
+	buf[n] = 0;
+}
+
+/* 1 for a loopback host: localhost (and names under .localhost, RFC
+ * 6761), 127.0.0.0/8, ::1, ::ffff:127.x.x.x. */
+static int is_loopback(const char *host)
+{
+	size_t n = strlen(host);
+	if (!strcasecmp(host, "localhost") ||
+	    (n > 10 && !strcasecmp(host + n - 10, ".localhost")))
+		return 1;
+	unsigned char a[16];
+	if (inet_pton(AF_INET, host, a) == 1)
+		return a[0] == 127;
+	if (inet_pton(AF_INET6, host, a) == 1) {
+		static const unsigned char one[16] = {[15] = 1};
+		static const unsigned char v4[12] = {[10] = 0xff, [11] = 0xff};
+		return !memcmp(a, one, 16) ||
+		       (!memcmp(a, v4, 12) && a[12] == 127);
+	}
+	return 0;
+}
+
+/* A loopback address for a task of a cluster that names more than one
+ * host (every loopback address counting as one host): the other hosts'
+ * tasks cannot reach it there.  All tasks on loopback addresses (one
+ * machine) is fine. */
+static int check_loopback(const struct dtf_cluster *c)
+{
+	int loop = -1, other = -1;
+	char h[DTF_ADDR_MAX];
+	for (int i = 0; i < c->ntasks; i++) {
+		addr_host(c->tasks[i].addr, h, sizeof(h));
+		if (is_loopback(h)) {
+			if (loop < 0)
+				loop = i;
+		} else if (other < 0) {
+			other = i;
+		}
+	}
+	if (loop < 0 || other < 0)
+		return 0;
+	const struct dtf_task *l = &c->tasks[loop], *o = &c->tasks[other];
+	return bad("cluster.%s[%d] is '%s', a loopback address, but the cluster "
+		   "spans more than one host (cluster.%s[%d] is '%s'): the "
+		   "other hosts cannot reach it there\n"
+		   "HINT: give every task its host's name or address as the "
+		   "other hosts reach it",
+		   type_names[l->type], l->index, l->addr,
+		   type_names[o->type], o->index, o->addr);
 }
 
 static int read_cluster(json_t *cl, struct dtf_cluster *c)
@@ -119,7 +193,7 @@ static int read_cluster(json_t *cl, struct dtf_cluster *c)
 					   c->tasks[j].index,
 					   type_names[c->tasks[i].type],
 					   c->tasks[i].index);
-	return 0;
+	return check_loopback(c);
 }
 
 static int read_task(json_t *tk, struct dtf_cluster *c)

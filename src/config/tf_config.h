@@ -66,7 +66,9 @@ struct dtf_cluster {
  * "TF_CONFIG: "): malformed JSON (with the byte offset), a structure that
  * is not {"cluster": {TYPE: [ADDR, ...]}, "task": {"type": T, "index": I}},
  * an unknown task type, more than one chief or evaluator, a duplicate
- * address, a task type missing from the cluster, a negative index, an index
+ * address, a loopback address (localhost, 127.0.0.0/8, ::1) for a task
+ * when another task's address names another host (the message names the
+ * task), a task type missing from the cluster, a negative index, an index
  * out of range.  DTF_ERR_NOMEM.  On error *out is left empty.
  */
 int dtf_cluster_parse(const char *json, struct dtf_cluster *out);

@@ -18,7 +18,9 @@
 #   cluster.sh mpirun HOSTS [MPIRUN ARG]...
 #                                 mpirun on h1 over HOSTS ("h1:2,h2:2": host
 #                                 and slots), with the rsh agent, the subnet's
-#                                 interfaces and --bind-to none
+#                                 interfaces and --bind-to none; HOSTS "-":
+#                                 no hostfile, the arguments name the hosts
+#                                 (--host, as dtf-launch passes them)
 #   cluster.sh signal HOST SIG [NAME]
 #                                 send SIG to HOST's processes named NAME
 #                                 (default dtf-train)
@@ -224,19 +226,23 @@ cluster_mpirun() { # HOSTS [MPIRUN ARG]...
 	shift
 	# under the cluster's state, so that `down` removes it should this
 	# shell be killed before it does
-	mkdir -p "$state/hosts"
-	hf=$(mktemp "$state/hosts/$id.XXXXXX") || die "cannot write a hostfile"
-	echo "$spec" | tr ',' '\n' | awk -F: '{print $1 " slots=" ($2 == "" ? 1 : $2)}' >"$hf"
-	first=$(head -n 1 "$hf" | cut -d' ' -f1)
+	hf=
+	first=h1
+	if [ "$spec" != - ]; then
+		mkdir -p "$state/hosts"
+		hf=$(mktemp "$state/hosts/$id.XXXXXX") || die "cannot write a hostfile"
+		echo "$spec" | tr ',' '\n' | awk -F: '{print $1 " slots=" ($2 == "" ? 1 : $2)}' >"$hf"
+		first=$(head -n 1 "$hf" | cut -d' ' -f1)
+	fi
 	ip netns exec "$(ns_of "$first")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$first" \
-		mpirun --hostfile "$hf" \
+		mpirun ${hf:+--hostfile "$hf"} \
 		--mca plm_rsh_agent "$here/rsh-agent.sh" \
 		--mca oob_tcp_if_include "$subnet.0/$mask" \
 		--mca btl_tcp_if_include "$subnet.0/$mask" \
 		--mca btl self,vader,tcp \
 		--bind-to none "$@"
 	st=$?
-	rm -f "$hf"
+	[ -n "$hf" ] && rm -f "$hf"
 	return $st
 }
 
