@@ -10,7 +10,8 @@
  * glob sorted) with the library's TFRecord reader and Example decoder and
  * (KEY=VALUE: job keys set as with --set) run through the CPU backend (ops/backend.h) with the reference kernels,
  * in inference mode, 100 records per batch.  Writes OUTDIR/logits.f32
- * (COUNT x classes float32) and, per float feature, OUTDIR/<feature>.raw:
+ * (COUNT x classes float32) and, per float feature or token bytes
+ * (dtype: int32), OUTDIR/<feature>.raw:
  * the values as the records hold them (decoded with scale 1 and offset 0)
  * in the record's own type: uint8, int8, or float32 (for float16 and
  * float features; float16 to float32 is exact).  Exit 0, or 1 with a
@@ -90,8 +91,14 @@ static int read_batch(void *arg, void *const *feed, uint64_t *ids, int *count)
 static int write_raw(FILE *out, const struct dtf_feature_spec *s,
 		     const float *v, size_t n)
 {
+	const int32_t *ids = (const int32_t *)(const void *)v;
 	for (size_t i = 0; i < n; i++) {
-		if (s->type == DTF_FEATURE_BYTES && s->decode == DTF_DECODE_UINT8) {
+		if (s->dtype == DTF_INT32) { /* token bytes decoded to ids */
+			unsigned char b = (unsigned char)ids[i];
+			if (fwrite(&b, 1, 1, out) != 1)
+				return -1;
+		} else if (s->type == DTF_FEATURE_BYTES &&
+			   s->decode == DTF_DECODE_UINT8) {
 			unsigned char b = (unsigned char)v[i];
 			if (fwrite(&b, 1, 1, out) != 1)
 				return -1;
@@ -195,7 +202,10 @@ int main(int argc, char **argv)
 		goto out_glob;
 	}
 	for (int f = 0; f < nf; f++) {
-		if (job->data.features[f].dtype != DTF_FLOAT32)
+		/* the model's inputs: float features and token bytes (ids);
+		 * int64 ids are the labels */
+		if (job->data.features[f].dtype != DTF_FLOAT32 &&
+		    job->data.features[f].type != DTF_FEATURE_BYTES)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s.raw", outdir,
 			 job->data.features[f].name);

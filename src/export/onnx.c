@@ -237,9 +237,11 @@ static int emit_input(struct ox *x, int id)
 	const char *cur = f->name;
 	if (f->dtype == DTF_INT32) { /* ids: int64 values, or token bytes
 					(dtype: int32), never scaled */
-		node_begin(x, "Cast", x->name[id], &cur, 1, x->name[id]);
+		const char *dst = tmp(x, 0, id, "ids");
+		node_begin(x, "Cast", dst, &cur, 1, dst);
 		attr_int(x, "to", T_INT32);
 		node_end(x);
+		snprintf(x->name[id], TNAME, "%s", dst);
 		return 0;
 	}
 	if (elem != T_FLOAT) {
