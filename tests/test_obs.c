@@ -8,6 +8,12 @@
  * logging.dir and logging.trace set and check every output against the
  * others: the loss in the event file equals the loss in metrics.jsonl, the
  * trace parses as JSON (python3's json module) with one process per rank.
+ * The straggler verdicts are checked on windows of known times (each
+ * expected verdict worked out by hand from the rule in obs/straggler.h),
+ * then end to end: one of 2 ranks throttled (SIGSTOP/SIGCONT duty cycle,
+ * tests/throttle_rank.sh) is named with its host and cause compute, an
+ * even run names no one, a large fault.straggler_factor names no one, and
+ * the per-rank times of metrics.jsonl equal those of the event file.
  * The build directory comes from DTF_BUILD_ROOT (set by meson).
  */
 #include <check.h>
@@ -26,6 +32,7 @@
 
 #include "core/error.h"
 #include "data/tfrecord.h"
+#include "obs/straggler.h"
 #include "obs/tfevents.h"
 #include "obs/trace.h"
 
@@ -93,6 +100,179 @@ static void setup_job(void)
 	tu_write_file(tmpdir, "job.yaml", job_text, tmpdir, tmpdir, tmpdir,
 		      tmpdir);
 }
+
+/* ---- unit: straggler verdicts ------------------------------------------------ */
+
+/* A window in milliseconds: every rank `step` ms, `comm` ms communicating,
+ * busy = data + compute (the medians equal to the means). */
+static struct dtf_straggler_times win_ms(double step, double data,
+					 double compute, double comm,
+					 double rtt)
+{
+	return (struct dtf_straggler_times){
+		.step = step * 1e-3, .data_wait = data * 1e-3,
+		.compute = compute * 1e-3, .comm = comm * 1e-3,
+		.busy_median = (data + compute) * 1e-3,
+		.data_wait_median = data * 1e-3,
+		.compute_median = compute * 1e-3, .link_rtt = rtt * 1e-3};
+}
+
+static void judge(const struct dtf_straggler_times *t, const int *host, int n,
+		  double factor, struct dtf_straggler_verdict *v)
+{
+	double scratch[3 * 8];
+	ck_assert_int_le(n, 8);
+	dtf_straggler_judge(t, host, n, factor, scratch, v);
+}
+
+START_TEST(straggler_even_window_names_no_one)
+{
+	struct dtf_straggler_times t[4];
+	int host[4] = {0, 0, 1, 1};
+	struct dtf_straggler_verdict v[4];
+	/* 10 to 14 ms of work: within 1.5x of the others' median */
+	for (int r = 0; r < 4; r++)
+		t[r] = win_ms(30, 1, 9 + r, 20 - r, 0.5);
+	judge(t, host, 4, 1.5, v);
+	for (int r = 0; r < 4; r++)
+		ck_assert_int_eq(v[r].cause, DTF_STRAGGLER_NONE);
+}
+END_TEST
+
+START_TEST(straggler_slow_compute_is_named_against_the_others_median)
+{
+	struct dtf_straggler_times t[4];
+	int host[4] = {0, 1, 2, 3};
+	struct dtf_straggler_verdict v[4];
+	/* rank 2 computes 25 ms, the others 10: the others wait 15 ms in
+	 * their communication, rank 2 does not (what a sync step does) */
+	for (int r = 0; r < 4; r++)
+		t[r] = win_ms(30, 1, 9, 20, 0.5);
+	t[2] = win_ms(30, 1, 24, 5, 0.5);
+	judge(t, host, 4, 1.5, v);
+	for (int r = 0; r < 4; r++)
+		ck_assert_int_eq(v[r].cause, r == 2 ? DTF_STRAGGLER_COMPUTE
+						    : DTF_STRAGGLER_NONE);
+	ck_assert_double_eq_tol(v[2].value, 25e-3, 1e-12);
+	ck_assert_double_eq_tol(v[2].median, 10e-3, 1e-12);
+	/* 2.5x: named at 1.5 and 2.4, not at 2.6 */
+	judge(t, host, 4, 2.4, v);
+	ck_assert_int_eq(v[2].cause, DTF_STRAGGLER_COMPUTE);
+	judge(t, host, 4, 2.6, v);
+	ck_assert_int_eq(v[2].cause, DTF_STRAGGLER_NONE);
+}
+END_TEST
+
+START_TEST(straggler_slow_input_is_named_data_wait)
+{
+	struct dtf_straggler_times t[3];
+	int host[3] = {0, 0, 0};
+	struct dtf_straggler_verdict v[3];
+	for (int r = 0; r < 3; r++)
+		t[r] = win_ms(40, 2, 10, 28, 0.01);
+	t[1] = win_ms(40, 20, 11, 9, 0.01); /* waits 18 ms more for data */
+	judge(t, host, 3, 1.5, v);
+	ck_assert_int_eq(v[0].cause, DTF_STRAGGLER_NONE);
+	ck_assert_int_eq(v[1].cause, DTF_STRAGGLER_DATA_WAIT);
+	ck_assert_int_eq(v[2].cause, DTF_STRAGGLER_NONE);
+	ck_assert_double_eq_tol(v[1].value, 31e-3, 1e-12);
+	ck_assert_double_eq_tol(v[1].median, 12e-3, 1e-12);
+}
+END_TEST
+
+START_TEST(straggler_of_two_ranks_is_the_slower_one)
+{
+	struct dtf_straggler_times t[2] = {win_ms(30, 0, 10, 20, 0.01),
+					   win_ms(30, 0, 21, 9, 0.01)};
+	int host[2] = {0, 0};
+	struct dtf_straggler_verdict v[2];
+	judge(t, host, 2, 1.5, v);
+	ck_assert_int_eq(v[0].cause, DTF_STRAGGLER_NONE);
+	ck_assert_int_eq(v[1].cause, DTF_STRAGGLER_COMPUTE);
+	ck_assert_double_eq_tol(v[1].median, 10e-3, 1e-12);
+}
+END_TEST
+
+START_TEST(straggler_excess_below_five_percent_of_the_step_is_not_named)
+{
+	/* 3x the other's work, but 1 ms more of a 30 ms step (3.3%) */
+	struct dtf_straggler_times t[2] = {win_ms(30, 0, 0.5, 29, 0.01),
+					   win_ms(30, 0, 1.5, 28, 0.01)};
+	int host[2] = {0, 0};
+	struct dtf_straggler_verdict v[2];
+	judge(t, host, 2, 1.5, v);
+	ck_assert_int_eq(v[1].cause, DTF_STRAGGLER_NONE);
+	/* 2 ms more of it (6.7%): named */
+	t[1] = win_ms(30, 0, 2.5, 27, 0.01);
+	judge(t, host, 2, 1.5, v);
+	ck_assert_int_eq(v[1].cause, DTF_STRAGGLER_COMPUTE);
+}
+END_TEST
+
+START_TEST(straggler_slow_link_is_named_on_its_host)
+{
+	/* ranks 0,1 on host 0, 2,3 on host 1, 4,5 on host 2; ring links
+	 * 1->2 (hosts 0-1) and 3->4 (1-2) are host 1's; 5->0 (2-0) is not;
+	 * 0->1, 2->3, 4->5 are shared memory (slow ones must not count) */
+	struct dtf_straggler_times t[6];
+	int host[6] = {0, 0, 1, 1, 2, 2};
+	struct dtf_straggler_verdict v[6];
+	double rtt[6] = {9, 21, 9, 23, 9, 1};
+	for (int r = 0; r < 6; r++)
+		t[r] = win_ms(100, 1, 20, 79, rtt[r]);
+	judge(t, host, 6, 1.5, v);
+	for (int r = 0; r < 6; r++)
+		ck_assert_int_eq(v[r].cause, r == 2 || r == 3
+						     ? DTF_STRAGGLER_NETWORK
+						     : DTF_STRAGGLER_NONE);
+	/* host 1's score: its shortest cross link, 21 ms; hosts 0 and 2:
+	 * 1 ms each (link 5->0) */
+	ck_assert_double_eq_tol(v[2].value, 21e-3, 1e-12);
+	ck_assert_double_eq_tol(v[2].median, 1e-3, 1e-12);
+	/* a rank slow in compute on that host keeps its own cause */
+	t[3] = win_ms(100, 1, 60, 39, rtt[3]);
+	judge(t, host, 6, 1.5, v);
+	ck_assert_int_eq(v[2].cause, DTF_STRAGGLER_NETWORK);
+	ck_assert_int_eq(v[3].cause, DTF_STRAGGLER_COMPUTE);
+	/* two hosts: every cross link is both hosts', no verdict */
+	int two[6] = {0, 0, 0, 1, 1, 1};
+	for (int r = 0; r < 6; r++)
+		t[r] = win_ms(100, 1, 20, 79, r == 2 || r == 5 ? 30 : 0.1);
+	judge(t, two, 6, 1.5, v);
+	for (int r = 0; r < 6; r++)
+		ck_assert_int_eq(v[r].cause, DTF_STRAGGLER_NONE);
+}
+END_TEST
+
+START_TEST(straggler_is_named_after_windows_in_a_row)
+{
+	struct dtf_straggler *s;
+	ck_assert_int_eq(dtf_straggler_new(2, 1.5, 3, &s), 0);
+	int host[2] = {0, 0};
+	struct dtf_straggler_times slow[2] = {win_ms(30, 0, 10, 20, 0.01),
+					      win_ms(30, 0, 25, 5, 0.01)};
+	struct dtf_straggler_times even[2] = {win_ms(30, 0, 10, 20, 0.01),
+					      win_ms(30, 0, 10, 20, 0.01)};
+	const struct dtf_straggler_times *seq[9] = {
+		slow, slow, even, slow, slow, slow, slow, even, slow};
+	/* named at the 3rd slow window in a row, once; cleared after */
+	int named[9] = {0, 0, 0, 0, 0, 1, 0, 0, 0};
+	int cleared[9] = {0, 0, 0, 0, 0, 0, 0, 1, 0};
+	int streak[9] = {1, 2, 0, 1, 2, 3, 4, 0, 1};
+	for (int w = 0; w < 9; w++) {
+		struct dtf_straggler_verdict v[2];
+		dtf_straggler_update(s, seq[w], host, v);
+		ck_assert_msg(v[1].named == named[w] &&
+				      v[1].cleared == cleared[w] &&
+				      v[1].streak == streak[w],
+			      "window %d: named %d cleared %d streak %d", w,
+			      v[1].named, v[1].cleared, v[1].streak);
+		ck_assert_int_eq(v[0].named + v[0].cleared + v[0].streak, 0);
+	}
+	dtf_straggler_free(s);
+	dtf_straggler_free(NULL);
+}
+END_TEST
 
 /* ---- unit: event file writer ------------------------------------------------ */
 
@@ -619,6 +799,16 @@ static Suite *obs_suite(void)
 	tcase_add_test(tc, event_file_decodes_to_what_was_written);
 	tcase_add_test(tc, event_file_never_overwrites_an_earlier_one);
 	tcase_add_test(tc, event_file_in_missing_directory_is_io_error);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("straggler_verdicts");
+	tcase_add_test(tc, straggler_even_window_names_no_one);
+	tcase_add_test(tc, straggler_slow_compute_is_named_against_the_others_median);
+	tcase_add_test(tc, straggler_slow_input_is_named_data_wait);
+	tcase_add_test(tc, straggler_of_two_ranks_is_the_slower_one);
+	tcase_add_test(tc, straggler_excess_below_five_percent_of_the_step_is_not_named);
+	tcase_add_test(tc, straggler_slow_link_is_named_on_its_host);
+	tcase_add_test(tc, straggler_is_named_after_windows_in_a_row);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("trace");

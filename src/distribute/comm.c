@@ -429,6 +429,76 @@ int dtf_comm_gather_i32(struct dtf_comm *c, const int32_t *send, int n,
 	return 0;
 }
 
+int dtf_comm_gather_f64(struct dtf_comm *c, const double *send, int n,
+			double *recv, int root)
+{
+	if (!c || c->size == 1) {
+		memcpy(recv, send, (size_t)n * sizeof(*send));
+		return 0;
+	}
+	MPI_TRY(MPI_Gather(send, n, MPI_DOUBLE, recv, n, MPI_DOUBLE, root,
+			   c->comm));
+	return 0;
+}
+
+int dtf_comm_gather_bytes(struct dtf_comm *c, const void *send, int n,
+			  void *recv, int root)
+{
+	if (!c || c->size == 1) {
+		memcpy(recv, send, (size_t)n);
+		return 0;
+	}
+	MPI_TRY(MPI_Gather(send, n, MPI_BYTE, recv, n, MPI_BYTE, root,
+			   c->comm));
+	return 0;
+}
+
+/* Tags of the ring's pings and pongs (see TAG_NOTICE below). */
+#define TAG_PING 7202
+#define TAG_PONG 7203
+
+int dtf_comm_ring_rtt(struct dtf_comm *c, int rounds, double *rtt_seconds)
+{
+	*rtt_seconds = 0;
+	if (!c || c->size == 1)
+		return 0;
+	int next = (c->rank + 1) % c->size;
+	int prev = (c->rank + c->size - 1) % c->size;
+	double best = -1;
+	for (int k = 0; k < rounds; k++) {
+		int64_t out[2] = {c->rank, k}, ping[2], pong[2];
+		MPI_Request req[3];
+		MPI_TRY(MPI_Irecv(ping, 2, MPI_INT64_T, prev, TAG_PING, c->comm,
+				  &req[0]));
+		MPI_TRY(MPI_Irecv(pong, 2, MPI_INT64_T, next, TAG_PONG, c->comm,
+				  &req[1]));
+		double t0 = MPI_Wtime();
+		MPI_TRY(MPI_Isend(out, 2, MPI_INT64_T, next, TAG_PING, c->comm,
+				  &req[2]));
+		/* answer prev's ping as soon as it comes, whichever of
+		 * the two arrives first */
+		int answered = 0, got_pong = 0;
+		double t1 = t0;
+		while (!answered || !got_pong) {
+			int idx;
+			MPI_TRY(MPI_Waitany(2, req, &idx, MPI_STATUS_IGNORE));
+			if (idx == 0) {
+				answered = 1;
+				MPI_TRY(MPI_Send(ping, 2, MPI_INT64_T, prev,
+						 TAG_PONG, c->comm));
+			} else if (idx == 1) {
+				got_pong = 1;
+				t1 = MPI_Wtime();
+			}
+		}
+		MPI_TRY(MPI_Wait(&req[2], MPI_STATUS_IGNORE));
+		if (best < 0 || t1 - t0 < best)
+			best = t1 - t0;
+	}
+	*rtt_seconds = best < 0 ? 0 : best;
+	return 0;
+}
+
 int dtf_comm_barrier(struct dtf_comm *c)
 {
 	if (c && c->size > 1)

@@ -99,6 +99,27 @@ int dtf_comm_barrier(struct dtf_comm *c);
 int dtf_comm_gather_i32(struct dtf_comm *c, const int32_t *send, int n,
 			int32_t *recv, int root);
 
+/* As dtf_comm_gather_i32, for n float64 (the straggler report's per-rank
+ * times, obs/straggler.h). */
+int dtf_comm_gather_f64(struct dtf_comm *c, const double *send, int n,
+			double *recv, int root);
+
+/* As dtf_comm_gather_i32, for n bytes per rank (host names). */
+int dtf_comm_gather_bytes(struct dtf_comm *c, const void *send, int n,
+			  void *recv, int root);
+
+/*
+ * Round trips on the ring of ranks, for naming a host with a slow link: a
+ * collective in effect (every rank of c calls it).  Rank r sends a 16-byte
+ * ping to rank (r + 1) % size and answers the ping of rank (r - 1) % size
+ * at once, `rounds` times in a row; *rtt_seconds receives the shortest of
+ * its round trips to r + 1 (the first rounds absorb the ranks' arrival
+ * skew: a late rank delays the answer, not the later rounds).  A
+ * communicator of one rank gets 0.  Point-to-point on a tag of its own,
+ * never matched by collectives or notices.  Errors: DTF_ERR_MPI.
+ */
+int dtf_comm_ring_rtt(struct dtf_comm *c, int rounds, double *rtt_seconds);
+
 /* 1 when this MPI accepts CUDA device pointers in collectives (Open MPI's
  * MPIX_Query_cuda_support()); 0 otherwise, or when the environment sets
  * DTF_CUDA_AWARE_MPI=0.  Call after dtf_comm_init. */
