@@ -32,6 +32,7 @@
 
 #include "core/error.h"
 #include "data/tfrecord.h"
+#include "obs/obs.h"
 #include "obs/straggler.h"
 #include "obs/tfevents.h"
 #include "obs/trace.h"
@@ -473,7 +474,9 @@ static void check_events_match_metrics(const char *metrics)
 		for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++)
 			ck_assert_msg(tu_events_find(ef, step, tags[i]) != NULL,
 				      "no %s at step %lld", tags[i], (long long)step);
-	ck_assert_int_eq(ef->n, 6 * 9);
+	/* and 6 per-rank times of each of the 2 ranks at step 50 */
+	ck_assert_int_eq(ef->n, 6 * 9 + 2 * 6);
+	ck_assert_ptr_nonnull(tu_events_find(ef, 50, "rank_time_ms/compute/rank_1"));
 	ck_assert_float_eq(tu_events_find(ef, 30, "learning_rate")->value, 0.01f);
 	/* the loss at step 60 is the one metrics.jsonl has */
 	const char *line = strstr(metrics, "{\"kind\":\"train\",\"step\":60,");
@@ -525,10 +528,12 @@ START_TEST(fashion_style_run_writes_metrics_events_trace)
 	ck_assert_ptr_nonnull(strstr(err, "trace.json (2 rank(s))"));
 	free(err);
 
-	/* metrics.jsonl: start, 6 train lines, 2 evals, summary */
+	/* metrics.jsonl: start, 6 train lines, 2 evals, summary, and the
+	 * straggler window of the default 50 steps */
 	snprintf(path, sizeof(path), "%s/run/metrics.jsonl", tmpdir);
 	char *m = tu_read_file(NULL, path, NULL);
-	ck_assert_int_eq(count_str(m, "\n"), 10);
+	ck_assert_int_eq(count_str(m, "\n"), 11);
+	ck_assert_int_eq(count_str(m, "{\"kind\":\"rank_times\",\"step\":50,"), 1);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"start\",\"step\":0,"), 1);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"train\","), 6);
 	ck_assert_int_eq(count_str(m, "{\"kind\":\"eval\",\"step\":30,\"epoch\":1,"), 1);
@@ -791,6 +796,194 @@ START_TEST(merge_trace_option_merges_rank_files)
 }
 END_TEST
 
+/* ---- end to end: stragglers ---------------------------------------------------- */
+
+/* Two ranks of a small CNN, compute-bound (16x16 images, 32 and 64 filters,
+ * 128 per replica), 20 steps per epoch, 3 epochs; a straggler window
+ * every 10 steps, named after 3 in a row. */
+static const char straggler_job[] =
+	"name: straggler\n"
+	"seed: 7\n"
+	"data:\n"
+	"  train: {files: \"%s/big-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, shape: [16, 16, 1], scale: 0.00392156862745098}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: image\n"
+	"  layers:\n"
+	"    - {conv2d: {filters: 32, kernel: 3, padding: same, activation: relu}}\n"
+	"    - {max_pool2d: {size: 2}}\n"
+	"    - {conv2d: {filters: 64, kernel: 3, padding: same, activation: relu}}\n"
+	"    - flatten\n"
+	"    - {dense: {units: 4, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: 256\n"
+	"  epochs: 3\n"
+	"  optimizer: {sgd: {learning_rate: 0.01}}\n"
+	"logging: {every_steps: 20, dir: \"%s/%s\"}\n"
+	"fault: {straggler_window_steps: 10, straggler_windows: 3}\n";
+
+static void setup_straggler(void)
+{
+	setup_tmp();
+	tu_synth(tmpdir, "big", 5120, 2, "16,16,1", 1);
+}
+
+/* Train NAME (logging.dir tmpdir/NAME, stderr NAME.log) on 2 ranks, rank 1
+ * throttled to RUN_MS of every STOP_MS + RUN_MS when stop_ms > 0; `sets`
+ * are more options.  The exit status. */
+static int straggler_run(const char *name, int stop_ms, int run_ms,
+			 const char *sets)
+{
+	char job[64], env[512] = "";
+	snprintf(job, sizeof(job), "%s.yaml", name);
+	tu_write_file(tmpdir, job, straggler_job, tmpdir, tmpdir, name);
+	if (stop_ms > 0) /* the mark keeps other runs on the machine out */
+		snprintf(env, sizeof(env),
+			 "DTF_THROTTLE_MARK=%s/%s; export DTF_THROTTLE_MARK; "
+			 "%s/tests/throttle_rank.sh $DTF_THROTTLE_MARK 1 %d %d & ",
+			 tmpdir, name, tu_source_root(), stop_ms, run_ms);
+	char log[64];
+	snprintf(log, sizeof(log), "%s.log", name);
+	/* the throttle ends by itself when the rank is gone */
+	return tu_mpirun(2, env, tmpdir, log, "--threads 1 %s %s/%s",
+			 sets ? sets : "", tmpdir, job);
+}
+
+/* The "rank_times" lines of NAME/metrics.jsonl: how many, and how many
+ * windows judged each rank slow for `cause`. */
+static int rank_times(const char *name, int slow[2], const char *cause)
+{
+	char path[512], want[64];
+	snprintf(path, sizeof(path), "%s/%s/metrics.jsonl", tmpdir, name);
+	char *m = tu_read_file(NULL, path, NULL);
+	snprintf(want, sizeof(want), "\"straggler\":\"%s\"", cause);
+	int n = 0;
+	slow[0] = slow[1] = 0;
+	for (char *l = strstr(m, "{\"kind\":\"rank_times\""); l;
+	     l = strstr(l + 1, "{\"kind\":\"rank_times\"")) {
+		char *end = strchr(l, '\n'), *r1 = strstr(l, "{\"rank\":1,");
+		ck_assert_ptr_nonnull(end);
+		ck_assert_msg(r1 && r1 < end, "no rank 1 in %.300s", l);
+		char *s0 = strstr(l, want);
+		if (s0 && s0 < r1)
+			slow[0]++;
+		char *s1 = strstr(r1, want);
+		if (s1 && s1 < end)
+			slow[1]++;
+		n++;
+	}
+	free(m);
+	return n;
+}
+
+/* One of two ranks throttled by SIGSTOP/SIGCONT to a tenth of the wall
+ * clock is named, with this host and cause compute, within 6 windows
+ * (the first possible is the 3rd); the other rank is not; the per-rank
+ * times of metrics.jsonl are those of the event file. */
+START_TEST(straggler_throttled_rank_is_named_with_cause_compute)
+{
+	char host[256] = "", want[400];
+	gethostname(host, sizeof(host) - 1);
+	double t0 = dtf_obs_now();
+	ck_assert_int_eq(straggler_run("thr", 45, 5, NULL), 0);
+	double wall = dtf_obs_now() - t0;
+	const char *log = tu_slurp(tmpdir, "thr.log");
+	snprintf(want, sizeof(want),
+		 "warning: straggler: rank 1 (host %s), cause compute, for the last 3 window(s) of 10 steps (to step ",
+		 host);
+	const char *w = strstr(log, want);
+	ck_assert_msg(w != NULL, "no '%s' in\n%s", want, log);
+	long step = strtol(w + strlen(want), NULL, 10);
+	printf("throttled rank 1 named at step %ld (cause compute) in a run of %.1f s:\n%.400s\n",
+	       step, wall, w);
+	ck_assert_int_ge(step, 30);
+	ck_assert_int_le(step, 60);
+	ck_assert_ptr_null(strstr(log, "straggler: rank 0"));
+	int slow[2];
+	ck_assert_int_eq(rank_times("thr", slow, "compute"), 6);
+	ck_assert_int_ge(slow[1], 3);
+	ck_assert_int_le(slow[0], 1);
+	/* the events: rank_time_ms/PART/rank_R at every window, equal to
+	 * the metrics line's numbers (float32) */
+	char pattern[512], path[512];
+	snprintf(pattern, sizeof(pattern), "%s/thr/train/events.out.tfevents.*",
+		 tmpdir);
+	tu_one_file(pattern, path, sizeof(path));
+	struct tu_event_file *ef = malloc(sizeof(*ef));
+	tu_events_read(path, ef);
+	snprintf(path, sizeof(path), "%s/thr/metrics.jsonl", tmpdir);
+	char *m = tu_read_file(NULL, path, NULL);
+	static const char *const parts[6] = {"step", "data_wait", "compute",
+					     "comm", "busy_median", "link_rtt"};
+	for (int64_t s = 10; s <= 60; s += 10) {
+		char head[64];
+		snprintf(head, sizeof(head), "{\"kind\":\"rank_times\",\"step\":%lld,",
+			 (long long)s);
+		const char *line = strstr(m, head);
+		ck_assert_msg(line != NULL, "no %s", head);
+		for (int r = 0; r < 2; r++) {
+			char rk[32], host_key[300];
+			snprintf(rk, sizeof(rk), "{\"rank\":%d,", r);
+			const char *at = strstr(line, rk);
+			ck_assert_ptr_nonnull(at);
+			snprintf(host_key, sizeof(host_key), "{\"rank\":%d,\"host\":\"%s\",", r, host);
+			ck_assert_msg(strncmp(at, host_key, strlen(host_key)) == 0,
+				      "%.200s", at);
+			for (int i = 0; i < 6; i++) {
+				char key[48], tag[96];
+				snprintf(key, sizeof(key), "\"%s_ms\":", parts[i]);
+				snprintf(tag, sizeof(tag), "rank_time_ms/%s/rank_%d",
+					 parts[i], r);
+				const char *k = strstr(at, key);
+				ck_assert_ptr_nonnull(k);
+				double v = atof(k + strlen(key));
+				const struct tu_event_scalar *e =
+					tu_events_find(ef, s, tag);
+				ck_assert_msg(e != NULL, "no %s at %lld", tag,
+					      (long long)s);
+				ck_assert_float_eq_tol(e->value, v,
+						       1e-6 * fabs(v) + 1e-9);
+			}
+		}
+	}
+	/* when: the window's line carries the seconds since the start */
+	char head[64];
+	snprintf(head, sizeof(head), "{\"kind\":\"rank_times\",\"step\":%ld,",
+		 step);
+	const char *el = strstr(strstr(m, head), "\"elapsed_s\":");
+	ck_assert_ptr_nonnull(el);
+	printf("named %.2f s after the start of training (step %ld)\n",
+	       atof(el + 12), step);
+	free(m);
+	free(ef);
+}
+END_TEST
+
+/* The same job unthrottled names no one, and throttled with
+ * fault.straggler_factor 100 (the throttle makes rank 1's work 2 to 10
+ * times the other's, the machine's load deciding) names no one and
+ * judges no window slow. */
+START_TEST(straggler_even_run_and_large_factor_name_no_one)
+{
+	int slow[2];
+	ck_assert_int_eq(straggler_run("even", 0, 0, NULL), 0);
+	const char *log = tu_slurp(tmpdir, "even.log");
+	ck_assert_msg(strstr(log, "straggler: rank") == NULL, "%s", log);
+	ck_assert_int_eq(rank_times("even", slow, "compute"), 6);
+	printf("even run: windows judged slow in compute: rank 0 %d, rank 1 %d of 6\n",
+	       slow[0], slow[1]);
+	ck_assert_int_eq(straggler_run("f100", 45, 5,
+				       "--set fault.straggler_factor=100"), 0);
+	log = tu_slurp(tmpdir, "f100.log");
+	ck_assert_msg(strstr(log, "straggler: rank") == NULL, "%s", log);
+	ck_assert_int_eq(rank_times("f100", slow, "compute"), 6);
+	ck_assert_int_eq(slow[0] + slow[1], 0);
+}
+END_TEST
+
 static Suite *obs_suite(void)
 {
 	Suite *s = suite_create("obs");
@@ -809,6 +1002,13 @@ static Suite *obs_suite(void)
 	tcase_add_test(tc, straggler_excess_below_five_percent_of_the_step_is_not_named);
 	tcase_add_test(tc, straggler_slow_link_is_named_on_its_host);
 	tcase_add_test(tc, straggler_is_named_after_windows_in_a_row);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("stragglers");
+	tcase_add_checked_fixture(tc, setup_straggler, teardown_tmp);
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, straggler_throttled_rank_is_named_with_cause_compute);
+	tcase_add_test(tc, straggler_even_run_and_large_factor_name_no_one);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("trace");

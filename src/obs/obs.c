@@ -42,7 +42,7 @@
 #define PATH_SIZE 4096
 #define STRAG_HOST 64   /* bytes of a host name in the straggler report */
 #define STRAG_FIELDS 8  /* struct dtf_straggler_times's, in its order */
-#define STRAG_ROUNDS 3  /* ring round trips per window, the shortest kept */
+#define STRAG_ROUNDS 5  /* ring round trips per window, the shortest kept */
 
 static const char *const phase_names[DTF_OBS_PHASE_COUNT_] = {
 	[DTF_OBS_STEP] = "step",
