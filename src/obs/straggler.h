@@ -22,8 +22,8 @@
  * slows every rank's collectives alike (measured on namespace hosts: one
  * host's packets 10 ms and 30 ms late gave every one of 3 ranks the same
  * communication time within 1%).  So the ranks also measure round trips
- * on the ring of ranks (distribute/comm.h dtf_comm_ring_rtt): link r goes
- * from rank r to rank r + 1.  Only links between two different hosts
+ * on the ring of ranks (distribute/comm.h dtf_comm_ring_rtt, the shortest
+ * of 5 each window): link r goes from rank r to rank r + 1.  Only links between two different hosts
  * count (the others are shared memory); a host's score is the SHORTEST
  * round trip of its cross-host links, so a host is only slow when every
  * link it has is slow, and a healthy neighbour of a slow host (one slow
