@@ -276,6 +276,10 @@ START_TEST(test_straggler_keys)
 			     "fault: {straggler_windows: 0}\nstrategy:\n"),
 			NULL, 0, DTF_ERR_CONFIG);
 	ck_assert_has(msg, "fault.straggler_windows");
+	msg = load_fail(edit("strategy:\n",
+			     "fault: {straggler_window_steps: 1000001}\nstrategy:\n"),
+			NULL, 0, DTF_ERR_CONFIG);
+	ck_assert_has(msg, "graphs/x.yaml:26:33: fault: straggler_window_steps must be at most 1000000");
 }
 END_TEST
 

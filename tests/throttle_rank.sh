@@ -16,8 +16,12 @@ run=$(awk "BEGIN {print $4 / 1000}")
 pid=
 tries=0
 while [ -z "$pid" ]; do
-	for p in $(pgrep -x dtf-train); do
-		env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+	for d in /proc/[0-9]*; do
+		c=
+		read -r c 2>/dev/null <"$d/comm"
+		[ "$c" = dtf-train ] || continue
+		p=${d#/proc/}
+		env=$(tr '\0' '\n' 2>/dev/null <"$d/environ")
 		if printf '%s\n' "$env" | grep -qxF "DTF_THROTTLE_MARK=$mark" &&
 			printf '%s\n' "$env" | grep -qxF "OMPI_COMM_WORLD_RANK=$rank"; then
 			pid=$p

@@ -968,6 +968,10 @@ static int check_fault(struct ctx *c, void *base, const yaml_node_t *key,
 		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "straggler_factor"),
 				    path, "straggler_factor must be more than 1 (a rank is named when it takes that many times the others' median), got %g",
 				    job->fault.straggler_factor);
+	if (job->fault.straggler_window_steps > 1000000)
+		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "straggler_window_steps"),
+				    path, "straggler_window_steps must be at most 1000000 (each rank keeps the window's step times), got %lld",
+				    (long long)job->fault.straggler_window_steps);
 	return 0;
 }
 
