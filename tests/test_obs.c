@@ -800,7 +800,7 @@ END_TEST
 /* ---- end to end: stragglers ---------------------------------------------------- */
 
 /* Two ranks of a small CNN, compute-bound (16x16 images, 32 and 64 filters,
- * 128 per replica), 20 steps per epoch, 3 epochs; a straggler window
+ * 128 per replica), 20 steps per epoch, 2 epochs; a straggler window
  * every 10 steps, named after 3 in a row. */
 static const char straggler_job[] =
 	"name: straggler\n"
@@ -821,7 +821,7 @@ static const char straggler_job[] =
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
 	"train:\n"
 	"  batch_size: 256\n"
-	"  epochs: 3\n"
+	"  epochs: 2\n"
 	"  optimizer: {sgd: {learning_rate: 0.01}}\n"
 	"logging: {every_steps: 20, dir: \"%s/%s\"}\n"
 	"fault: {straggler_window_steps: 10, straggler_windows: 3}\n";
@@ -960,8 +960,8 @@ static int rank_times(const char *name, int slow[2], const char *cause)
 	return n;
 }
 
-/* One of two ranks throttled by SIGSTOP/SIGCONT to a tenth of the wall
- * clock is named, with this host and cause compute, within 6 windows
+/* One of two ranks throttled by SIGSTOP/SIGCONT to a twentieth of the wall
+ * clock is named, with this host and cause compute, within the 4 windows
  * (the first possible is the 3rd); the other rank is not; the per-rank
  * times of metrics.jsonl are those of the event file. */
 START_TEST(straggler_throttled_rank_is_named_with_cause_compute)
@@ -969,7 +969,7 @@ START_TEST(straggler_throttled_rank_is_named_with_cause_compute)
 	char host[256] = "", want[400];
 	gethostname(host, sizeof(host) - 1);
 	double t0 = dtf_obs_now();
-	ck_assert_int_eq(straggler_run("thr", 45, 5, NULL), 0);
+	ck_assert_int_eq(straggler_run("thr", 90, 5, NULL), 0);
 	double wall = dtf_obs_now() - t0;
 	const char *log = tu_slurp(tmpdir, "thr.log");
 	snprintf(want, sizeof(want),
@@ -985,11 +985,11 @@ START_TEST(straggler_throttled_rank_is_named_with_cause_compute)
 	       step, wall, w);
 	fflush(stdout);
 	ck_assert_int_ge(step, 30);
-	ck_assert_int_le(step, 60);
+	ck_assert_int_le(step, 40);
 	ck_assert_ptr_null(strstr(log, "straggler: rank 0"));
 	int slow[2];
-	ck_assert_int_eq(rank_times("thr", slow, "compute"), 6);
-	printf("windows judged slow in compute: rank 0 %d, rank 1 %d of 6\n",
+	ck_assert_int_eq(rank_times("thr", slow, "compute"), 4);
+	printf("windows judged slow in compute: rank 0 %d, rank 1 %d of 4\n",
 	       slow[0], slow[1]);
 	fflush(stdout);
 	ck_assert_int_ge(slow[1], 3);
@@ -1006,7 +1006,7 @@ START_TEST(straggler_throttled_rank_is_named_with_cause_compute)
 	char *m = tu_read_file(NULL, path, NULL);
 	static const char *const parts[6] = {"step", "data_wait", "compute",
 					     "comm", "busy_median", "link_rtt"};
-	for (int64_t s = 10; s <= 60; s += 10) {
+	for (int64_t s = 10; s <= 40; s += 10) {
 		char head[64];
 		snprintf(head, sizeof(head), "{\"kind\":\"rank_times\",\"step\":%lld,",
 			 (long long)s);
@@ -1051,8 +1051,10 @@ START_TEST(straggler_throttled_rank_is_named_with_cause_compute)
 END_TEST
 
 /* The same job unthrottled names no one, and throttled with
- * fault.straggler_factor 100 (the throttle makes rank 1's work 2 to 10
- * times the other's, the machine's load deciding) names no one and
+ * fault.straggler_factor 100 (the throttle makes rank 1's work 2 to 20
+ * times the other's, the machine's load deciding: on a loaded machine the
+ * other rank waits for the cores too, the throttled one less, as it is
+ * woken with priority after each stop) names no one and
  * judges no window slow. */
 START_TEST(straggler_even_run_and_large_factor_name_no_one)
 {
@@ -1060,14 +1062,14 @@ START_TEST(straggler_even_run_and_large_factor_name_no_one)
 	ck_assert_int_eq(straggler_run("even", 0, 0, NULL), 0);
 	const char *log = tu_slurp(tmpdir, "even.log");
 	ck_assert_msg(strstr(log, "straggler: rank") == NULL, "%s", log);
-	ck_assert_int_eq(rank_times("even", slow, "compute"), 6);
-	printf("even run: windows judged slow in compute: rank 0 %d, rank 1 %d of 6\n",
+	ck_assert_int_eq(rank_times("even", slow, "compute"), 4);
+	printf("even run: windows judged slow in compute: rank 0 %d, rank 1 %d of 4\n",
 	       slow[0], slow[1]);
-	ck_assert_int_eq(straggler_run("f100", 45, 5,
+	ck_assert_int_eq(straggler_run("f100", 90, 5,
 				       "--set fault.straggler_factor=100"), 0);
 	log = tu_slurp(tmpdir, "f100.log");
 	ck_assert_msg(strstr(log, "straggler: rank") == NULL, "%s", log);
-	ck_assert_int_eq(rank_times("f100", slow, "compute"), 6);
+	ck_assert_int_eq(rank_times("f100", slow, "compute"), 4);
 	ck_assert_int_eq(slow[0] + slow[1], 0);
 }
 END_TEST
