@@ -231,6 +231,19 @@ START_TEST(straggler_slow_link_is_named_on_its_host)
 	 * 1 ms each (link 5->0) */
 	ck_assert_double_eq_tol(v[2].value, 21e-3, 1e-12);
 	ck_assert_double_eq_tol(v[2].median, 1e-3, 1e-12);
+	/* an excess under 1% of the step is not named: 0.9 ms of 100 */
+	for (int r = 0; r < 6; r++)
+		t[r].link_rtt = (rtt[r] < 5 ? 0.1 : 1.0) * 1e-3;
+	judge(t, host, 6, 1.5, v);
+	for (int r = 0; r < 6; r++)
+		ck_assert_int_eq(v[r].cause, DTF_STRAGGLER_NONE);
+	/* 1.1 ms of 100: named */
+	for (int r = 0; r < 6; r++)
+		t[r].link_rtt = (rtt[r] < 5 ? 0.1 : 1.2) * 1e-3;
+	judge(t, host, 6, 1.5, v);
+	ck_assert_int_eq(v[2].cause, DTF_STRAGGLER_NETWORK);
+	for (int r = 0; r < 6; r++)
+		t[r].link_rtt = rtt[r] * 1e-3;
 	/* a rank slow in compute on that host keeps its own cause */
 	t[3] = win_ms(100, 1, 60, 39, rtt[3]);
 	judge(t, host, 6, 1.5, v);

@@ -140,9 +140,10 @@ void dtf_straggler_judge(const struct dtf_straggler_times *t, const int *host,
 		return;
 	for (int r = 0; r < n; r++)
 		scratch[r] = t[r].step;
-	double floor = DTF_STRAGGLER_MIN_SHARE * median_of(scratch, n);
-	judge_busy(t, n, factor, floor, scratch, v);
-	judge_links(t, host, n, factor, floor, scratch, v);
+	double step = median_of(scratch, n);
+	judge_busy(t, n, factor, DTF_STRAGGLER_MIN_SHARE * step, scratch, v);
+	judge_links(t, host, n, factor, DTF_STRAGGLER_MIN_LINK_SHARE * step,
+		    scratch, v);
 }
 
 struct dtf_straggler {

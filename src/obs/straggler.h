@@ -32,16 +32,21 @@
  * cross-host link touches both, and a slow link cannot be pinned on
  * either: no network verdict is given with fewer than three hosts.
  *
- * Every verdict also needs the excess to matter: at least 5% of the
- * median step time (the round trip's excess counted once per step), so
- * noise in a part that is a small share of the step is not named.
+ * Every verdict also needs the excess to matter, as a share of the median
+ * step time: at least 5% for busy, so noise in a part that is a small
+ * share of the step is not named; at least 1% for a host's round trip,
+ * whose excess costs a step many times over (every message round of every
+ * collective pays it: a 5 ms delay on one host of three made the tiny CNN's
+ * step 10 to 20 times longer, not 5 ms longer).
  * Nothing here allocates after dtf_straggler_new().
  */
 #ifndef DTF_OBS_STRAGGLER_H
 #define DTF_OBS_STRAGGLER_H
 
-/* The smallest excess named, as a share of the median step time. */
+/* The smallest excess named, as a share of the median step time: of the
+ * busy time, and of a host's round trip. */
 #define DTF_STRAGGLER_MIN_SHARE 0.05
+#define DTF_STRAGGLER_MIN_LINK_SHARE 0.01
 
 /*
  * One rank's window, seconds per step: means over the window's steps (what
