@@ -22,6 +22,8 @@
  *  - TF_CONFIG with chief on h1, worker on h2 and the evaluator task on
  *    h3: the training's variables are those of 2 ranks on one host, and
  *    the evaluator evaluates the final step's checkpoint;
+ *  - the straggler report names h2, cause network, when h2's packets
+ *    are delayed 20 ms, and no one on an even run;
  * and the launch:
  *  - a cross-host run logs every rank's host, interface and address;
  *  - a host whose name resolves to a loopback address is an error (exit 2)
@@ -258,6 +260,62 @@ START_TEST(evaluator_on_a_third_host)
 	const char *m = tu_slurp(d, "metrics.jsonl");
 	ck_assert_msg(strstr(m, "\"step\": 60") || strstr(m, "\"step\":60"),
 		      "no evaluation of step 60 in\n%s", m);
+}
+END_TEST
+
+/* The straggler report across 3 hosts x 1 rank, windows of 5 steps named
+ * after 3: an even run names no one; with h2's outgoing packets delayed
+ * 20 ms (cluster.sh delay), h2 is named with cause network within the
+ * run, and no rank is named for compute or data wait.  (Every rank's
+ * collectives slow alike under the delay; the ring round trips tell the
+ * host.) */
+START_TEST(slow_link_is_named_network)
+{
+	char sets[512];
+	snprintf(sets, sizeof(sets),
+		 "--set fault.straggler_window_steps=5 "
+		 "--set fault.straggler_windows=3 --set train.max_steps=40 "
+		 "--set logging.dir=%s/%%s",
+		 tmpdir);
+	char even_sets[600], slow_sets[600];
+	snprintf(even_sets, sizeof(even_sets), sets, "even-logs");
+	snprintf(slow_sets, sizeof(slow_sets), sets, "slow-logs");
+	train_ok("h1,h2,h3", 3, "link_even", even_sets);
+	lacks("link_even", "straggler: rank");
+	ck_assert_int_eq(tu_run("%s delay h2 20000", cluster), 0);
+	double t0 = now();
+	int st = train("h1,h2,h3", 3, "link_slow", slow_sets);
+	double wall = now() - t0;
+	ck_assert_int_eq(tu_run("%s delay h2 off", cluster), 0);
+	ck_assert_msg(st == 0, "exit %d\n%s", st, log_of("link_slow"));
+	const char *want = "warning: straggler: rank 1 (host h2), cause network, "
+			   "for the last 3 window(s) of 5 steps (to step ";
+	const char *log = log_of("link_slow");
+	const char *w = strstr(log, want);
+	ck_assert_msg(w != NULL, "no '%s' in\n%s", want, log);
+	long step = strtol(w + strlen(want), NULL, 10);
+	printf("link_slow: h2 named at step %ld of 40 (cause network) in a run of %.1f s:\n%.300s\n",
+	       step, wall, w);
+	ck_assert_int_ge(step, 15);
+	ck_assert_int_le(step, 40);
+	lacks("link_slow", "cause compute");
+	lacks("link_slow", "cause data_wait");
+	lacks("link_slow", "straggler: rank 0");
+	lacks("link_slow", "straggler: rank 2");
+	/* when: the window's metrics line has the seconds since the start,
+	 * and h2's round trips are the delay's */
+	char d[300], head[64];
+	snprintf(d, sizeof(d), "%s/slow-logs", tmpdir);
+	const char *m = tu_slurp(d, "metrics.jsonl");
+	snprintf(head, sizeof(head), "{\"kind\":\"rank_times\",\"step\":%ld,", step);
+	const char *line = strstr(m, head);
+	ck_assert_msg(line != NULL, "no %s in\n%s", head, m);
+	printf("link_slow: named %.2f s after the start of training\n",
+	       atof(strstr(line, "\"elapsed_s\":") + 12));
+	const char *r1 = strstr(line, "{\"rank\":1,\"host\":\"h2\",");
+	ck_assert_ptr_nonnull(r1);
+	double rtt = atof(strstr(r1, "\"link_rtt_ms\":") + 14);
+	ck_assert_msg(rtt >= 20 && rtt < 60, "rank 1's round trip %g ms", rtt);
 }
 END_TEST
 
@@ -511,6 +569,7 @@ static Suite *cluster_suite(void)
 	tcase_add_test(tc, parameter_server_on_another_host);
 	tcase_add_test(tc, central_storage_and_mirrored_across_hosts);
 	tcase_add_test(tc, evaluator_on_a_third_host);
+	tcase_add_test(tc, slow_link_is_named_network);
 	tcase_add_test(tc, loopback_name_is_an_error);
 	tcase_add_test(tc, remote_rank_killed);
 	tcase_add_test(tc, host_link_down);

@@ -296,7 +296,39 @@ START_TEST(test_minimal_defaults)
 			 DTF_STRATEGY_MULTI_WORKER_MIRRORED);
 	ck_assert_int_eq(job->logging.every_steps, 100);
 	ck_assert_ptr_null(job->logging.dir);
+	ck_assert_int_eq(job->fault.straggler_window_steps, 50);
+	ck_assert_int_eq(job->fault.straggler_windows, 3);
+	ck_assert(job->fault.straggler_factor == 1.5);
 	dtf_job_free(job);
+}
+END_TEST
+
+/* fault.straggler_*: read, overridden, and a factor of 1 or less (which
+ * would name every rank) an error at its position */
+START_TEST(test_straggler_keys)
+{
+	const char *ov[] = {"fault.straggler_windows=2"};
+	struct dtf_job *job = load_ok(
+		edit("strategy:\n", "fault: {straggler_window_steps: 10, "
+				     "straggler_windows: 4, straggler_factor: 2.5}\n"
+				     "strategy:\n"),
+		ov, 1);
+	ck_assert_int_eq(job->fault.straggler_window_steps, 10);
+	ck_assert_int_eq(job->fault.straggler_windows, 2);
+	ck_assert(job->fault.straggler_factor == 2.5);
+	dtf_job_free(job);
+	const char *msg = load_fail(edit("strategy:\n",
+					 "fault: {straggler_factor: 1}\nstrategy:\n"),
+				    NULL, 0, DTF_ERR_CONFIG);
+	ck_assert_has(msg, "graphs/x.yaml:26:27: fault: straggler_factor must be more than 1");
+	msg = load_fail(edit("strategy:\n",
+			     "fault: {straggler_windows: 0}\nstrategy:\n"),
+			NULL, 0, DTF_ERR_CONFIG);
+	ck_assert_has(msg, "fault.straggler_windows");
+	msg = load_fail(edit("strategy:\n",
+			     "fault: {straggler_window_steps: 1000001}\nstrategy:\n"),
+			NULL, 0, DTF_ERR_CONFIG);
+	ck_assert_has(msg, "graphs/x.yaml:26:33: fault: straggler_window_steps must be at most 1000000");
 }
 END_TEST
 
@@ -1136,6 +1168,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, test_sketch_parses);
 	tcase_add_test(tc, test_feature_dtype);
 	tcase_add_test(tc, test_minimal_defaults);
+	tcase_add_test(tc, test_straggler_keys);
 	tcase_add_test(tc, test_layer_variants);
 	tcase_add_test(tc, test_bool_and_optimizer_forms);
 	tcase_add_test(tc, test_names);

@@ -350,6 +350,13 @@ struct dtf_job {
 
 	struct {
 		double timeout_seconds; /* default 300; 0 = no watchdog */
+		/* straggler report (obs/straggler.h): a window of this many
+		 * steps, default 50 (0 = off); named after this many windows
+		 * in a row, default 3; at this factor over the others'
+		 * median, default 1.5 (> 1) */
+		int64_t straggler_window_steps;
+		int straggler_windows;
+		double straggler_factor;
 	} fault;
 };
 

@@ -991,12 +991,34 @@ static const struct field checkpoint_fields[] = {
 static const struct field fault_fields[] = {
 	{.key = "timeout_seconds", .type = T_DOUBLE, .flags = F_NONNEG,
 	 .off = JOB(fault.timeout_seconds), .def = 300},
+	{.key = "straggler_window_steps", .type = T_I64, .flags = F_NONNEG,
+	 .off = JOB(fault.straggler_window_steps), .def = 50},
+	{.key = "straggler_windows", .type = T_INT, .flags = F_POS,
+	 .off = JOB(fault.straggler_windows), .def = 3},
+	{.key = "straggler_factor", .type = T_DOUBLE,
+	 .off = JOB(fault.straggler_factor), .def = 1.5},
 };
+
+static int check_fault(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *map, const char *path)
+{
+	(void)key;
+	struct dtf_job *job = base;
+	if (!(job->fault.straggler_factor > 1))
+		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "straggler_factor"),
+				    path, "straggler_factor must be more than 1 (a rank is named when it takes that many times the others' median), got %g",
+				    job->fault.straggler_factor);
+	if (job->fault.straggler_window_steps > 1000000)
+		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "straggler_window_steps"),
+				    path, "straggler_window_steps must be at most 1000000 (each rank keeps the window's step times), got %lld",
+				    (long long)job->fault.straggler_window_steps);
+	return 0;
+}
 
 static const struct section checkpoint_section = {
 	checkpoint_fields, NFIELDS(checkpoint_fields), -1, NULL};
 static const struct section fault_section = {
-	fault_fields, NFIELDS(fault_fields), -1, NULL};
+	fault_fields, NFIELDS(fault_fields), -1, check_fault};
 
 /* data.train.compression and data.eval.compression default to
  * data.compression, whichever order the keys come in. */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -426,6 +427,95 @@ int dtf_comm_gather_i32(struct dtf_comm *c, const int32_t *send, int n,
 	}
 	MPI_TRY(MPI_Gather(send, n, MPI_INT32_T, recv, n, MPI_INT32_T, root,
 			   c->comm));
+	return 0;
+}
+
+int dtf_comm_gather_f64(struct dtf_comm *c, const double *send, int n,
+			double *recv, int root)
+{
+	if (!c || c->size == 1) {
+		memcpy(recv, send, (size_t)n * sizeof(*send));
+		return 0;
+	}
+	MPI_TRY(MPI_Gather(send, n, MPI_DOUBLE, recv, n, MPI_DOUBLE, root,
+			   c->comm));
+	return 0;
+}
+
+int dtf_comm_gather_bytes(struct dtf_comm *c, const void *send, int n,
+			  void *recv, int root)
+{
+	if (!c || c->size == 1) {
+		memcpy(recv, send, (size_t)n);
+		return 0;
+	}
+	MPI_TRY(MPI_Gather(send, n, MPI_BYTE, recv, n, MPI_BYTE, root,
+			   c->comm));
+	return 0;
+}
+
+/* Tags of the ring's pings and pongs (see TAG_NOTICE below). */
+#define TAG_PING 7202
+#define TAG_PONG 7203
+
+#define RING_ROUNDS_MAX 16
+
+int dtf_comm_ring_rtt(struct dtf_comm *c, int rounds, double *rtt_seconds)
+{
+	*rtt_seconds = 0;
+	if (!c || c->size == 1 || rounds < 1)
+		return 0;
+	if (rounds > RING_ROUNDS_MAX)
+		rounds = RING_ROUNDS_MAX;
+	int next = (c->rank + 1) % c->size;
+	int prev = (c->rank + c->size - 1) % c->size;
+	/* req[0 .. rounds-1]: prev's pings, all posted now and each
+	 * answered the moment it comes, so that prev's round trips never
+	 * wait for this rank's own (perhaps slow) rounds; req[rounds]: the
+	 * pong of this rank's current round */
+	MPI_Request req[RING_ROUNDS_MAX + 1];
+	int64_t ping[RING_ROUNDS_MAX][2], pong[2], out[2] = {c->rank, 0};
+	for (int k = 0; k < rounds; k++)
+		MPI_TRY(MPI_Irecv(ping[k], 2, MPI_INT64_T, prev, TAG_PING,
+				  c->comm, &req[k]));
+	double best = -1, t0 = MPI_Wtime();
+	int done = 0, answered = 0;
+	MPI_TRY(MPI_Irecv(pong, 2, MPI_INT64_T, next, TAG_PONG, c->comm,
+			  &req[rounds]));
+	MPI_TRY(MPI_Send(out, 2, MPI_INT64_T, next, TAG_PING, c->comm));
+	while (done < rounds || answered < rounds) {
+		int idx, flag;
+		MPI_TRY(MPI_Testany(rounds + 1, req, &idx, &flag,
+				    MPI_STATUS_IGNORE));
+		if (!flag) {
+			/* sleep between polls: a rank that spins competes
+			 * for the cores with the others, and on a busy
+			 * machine the round trips would time the
+			 * scheduler; a sleeper is woken at once */
+			nanosleep(&(struct timespec){0, 20000}, NULL);
+			continue;
+		}
+		if (idx == MPI_UNDEFINED)
+			break;
+		if (idx < rounds) {
+			answered++;
+			MPI_TRY(MPI_Send(ping[idx], 2, MPI_INT64_T, prev,
+					 TAG_PONG, c->comm));
+			continue;
+		}
+		double rtt = MPI_Wtime() - t0;
+		if (best < 0 || rtt < best)
+			best = rtt;
+		if (++done < rounds) {
+			out[1] = done;
+			MPI_TRY(MPI_Irecv(pong, 2, MPI_INT64_T, next, TAG_PONG,
+					  c->comm, &req[rounds]));
+			t0 = MPI_Wtime();
+			MPI_TRY(MPI_Send(out, 2, MPI_INT64_T, next, TAG_PING,
+					 c->comm));
+		}
+	}
+	*rtt_seconds = best < 0 ? 0 : best;
 	return 0;
 }
 

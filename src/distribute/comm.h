@@ -99,6 +99,30 @@ int dtf_comm_barrier(struct dtf_comm *c);
 int dtf_comm_gather_i32(struct dtf_comm *c, const int32_t *send, int n,
 			int32_t *recv, int root);
 
+/* As dtf_comm_gather_i32, for n float64 (the straggler report's per-rank
+ * times, obs/straggler.h). */
+int dtf_comm_gather_f64(struct dtf_comm *c, const double *send, int n,
+			double *recv, int root);
+
+/* As dtf_comm_gather_i32, for n bytes per rank (host names). */
+int dtf_comm_gather_bytes(struct dtf_comm *c, const void *send, int n,
+			  void *recv, int root);
+
+/*
+ * Round trips on the ring of ranks, for naming a host with a slow link: a
+ * collective in effect (every rank of c calls it).  Rank r sends a 16-byte
+ * ping to rank (r + 1) % size, `rounds` times in a row (at most 16), each
+ * after the answer to the last, and answers each of the pings of rank
+ * (r - 1) % size the moment it comes, whatever its own rounds are doing;
+ * *rtt_seconds receives the shortest of its round trips to r + 1 (a rank
+ * that arrives late delays its neighbour's first round only).  It waits
+ * by polling (MPI_Testany) with 20 us sleeps in between, not by spinning:
+ * spinning ranks compete for the cores, and on a busy machine the round
+ * trips would measure the scheduler.  A communicator of one rank gets 0.
+ * Point-to-point on tags of its own, never matched by collectives or
+ * notices.  Errors: DTF_ERR_MPI.
+ */
+int dtf_comm_ring_rtt(struct dtf_comm *c, int rounds, double *rtt_seconds);
 
 /*
  * Notices: one message of two int64 from one rank to another on the world

@@ -21,6 +21,7 @@
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -32,12 +33,16 @@
 #include "core/lock.h"
 #include "core/log.h"
 #include "distribute/comm.h"
+#include "obs/straggler.h"
 #include "obs/tfevents.h"
 #include "obs/trace.h"
 
 #define METRICS_BUFFER (64 * 1024)
 #define REDRAW_SECONDS 0.1 /* most progress redraws per second: 10 */
 #define PATH_SIZE 4096
+#define STRAG_HOST 64   /* bytes of a host name in the straggler report */
+#define STRAG_FIELDS 8  /* struct dtf_straggler_times's, in its order */
+#define STRAG_ROUNDS 5  /* ring round trips per window, the shortest kept */
 
 static const char *const phase_names[DTF_OBS_PHASE_COUNT_] = {
 	[DTF_OBS_STEP] = "step",
@@ -95,6 +100,18 @@ struct dtf_obs {
 	double eval_loss, eval_accuracy, eval_count;
 	int have_final, have_eval;
 	int sidecar_eval; /* an evaluator task writes eval/ */
+
+	/* stragglers (obs/straggler.h): this rank's window on every rank;
+	 * the rest on the chief, allocated at open */
+	struct window sw;
+	int64_t sw_first;              /* the window's first step */
+	double *sw_busy, *sw_data, *sw_compute; /* per step of the window */
+	struct dtf_straggler *strag;
+	double *gathered;              /* world x STRAG_FIELDS */
+	struct dtf_straggler_times *rank_t; /* world */
+	struct dtf_straggler_verdict *verdict; /* world */
+	char (*hosts)[STRAG_HOST];     /* world */
+	int *host_idx;                 /* world */
 };
 
 double dtf_obs_now(void)
@@ -294,6 +311,58 @@ static int open_trace(struct dtf_obs *o)
 			      &o->trace);
 }
 
+/* The straggler report's buffers and the ranks' host names (a gather:
+ * every rank calls it, and every rank alike skips it when the report is
+ * off or there is one replica). */
+static int open_stragglers(struct dtf_obs *o, struct dtf_comm *comm)
+{
+	if (o->job.straggler_window_steps <= 0 || o->world < 2)
+		return 0;
+	char mine[STRAG_HOST] = {0};
+	snprintf(mine, sizeof(mine), "%s", o->host);
+	size_t n = (size_t)o->world, w = (size_t)o->job.straggler_window_steps;
+	int rc = 0;
+	o->sw_busy = dtf_calloc(w, sizeof(double));
+	o->sw_data = dtf_calloc(w, sizeof(double));
+	o->sw_compute = dtf_calloc(w, sizeof(double));
+	if (!o->sw_busy || !o->sw_data || !o->sw_compute)
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if (rc == 0 && o->rank == 0) {
+		o->gathered = dtf_calloc(n * STRAG_FIELDS, sizeof(double));
+		o->rank_t = dtf_calloc(n, sizeof(*o->rank_t));
+		o->verdict = dtf_calloc(n, sizeof(*o->verdict));
+		o->hosts = dtf_calloc(n, sizeof(*o->hosts));
+		o->host_idx = dtf_calloc(n, sizeof(int));
+		if (!o->gathered || !o->rank_t || !o->verdict || !o->hosts ||
+		    !o->host_idx)
+			rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+		if (rc == 0)
+			rc = dtf_straggler_new(o->world, o->job.straggler_factor,
+					       o->job.straggler_windows,
+					       &o->strag);
+	}
+	/* a failure stops the gather on every rank; the others learn of it
+	 * in the caller's agreement */
+	int64_t failed = rc < 0;
+	int grc = dtf_comm_allreduce_max_i64(comm, &failed, 1);
+	if (rc < 0 || grc < 0 || failed)
+		return rc < 0 ? rc : grc;
+	if ((rc = dtf_comm_gather_bytes(comm, mine, STRAG_HOST, o->hosts,
+					0)) < 0 ||
+	    o->rank != 0)
+		return rc;
+	/* host indices 0, 1, ... in order of each host's first rank */
+	int nh = 0;
+	for (int r = 0; r < o->world; r++) {
+		o->hosts[r][STRAG_HOST - 1] = 0;
+		int q = 0;
+		while (q < r && strcmp(o->hosts[q], o->hosts[r]))
+			q++;
+		o->host_idx[r] = q < r ? o->host_idx[q] : nh++;
+	}
+	return 0;
+}
+
 int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 		 struct dtf_obs **out)
 {
@@ -331,6 +400,8 @@ int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto fail;
 	}
+	if ((rc = open_stragglers(o, comm)) < 0)
+		goto fail;
 	if (o->rank == 0 && job->dir &&
 	    (rc = open_chief_files(o)) < 0)
 		goto fail;
@@ -412,6 +483,15 @@ void dtf_obs_free(struct dtf_obs *o)
 	dtf_free(o->events_dir);
 	dtf_free(o->ckpt_dir);
 	dtf_free(o->rss);
+	dtf_straggler_free(o->strag);
+	dtf_free(o->sw_busy);
+	dtf_free(o->sw_data);
+	dtf_free(o->sw_compute);
+	dtf_free(o->gathered);
+	dtf_free(o->rank_t);
+	dtf_free(o->verdict);
+	dtf_free(o->hosts);
+	dtf_free(o->host_idx);
 	dtf_free(o);
 }
 
@@ -607,6 +687,16 @@ void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s)
 	}
 	add_window(&o->win, s);
 	add_window(&o->ep, s);
+	if (o->sw_busy && o->sw.steps < o->job.straggler_window_steps) {
+		if (!o->sw.steps)
+			o->sw_first = s->step;
+		double c = s->times.forward + s->times.backward +
+			   s->times.optimizer;
+		o->sw_busy[o->sw.steps] = s->times.data_wait + c;
+		o->sw_data[o->sw.steps] = s->times.data_wait;
+		o->sw_compute[o->sw.steps] = c;
+		add_window(&o->sw, s);
+	}
 	o->run_steps++;
 	o->run_seconds += s->t_end - s->t_begin;
 	if (dtf_obs_tracing(o, s->step)) {
@@ -634,6 +724,172 @@ void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s)
 out:
 	if (logged)
 		memset(&o->win, 0, sizeof(o->win));
+}
+
+/* ---- stragglers ------------------------------------------------------------ */
+
+/* The warning naming rank r (and, for the network, the other ranks of its
+ * host named in the same window), or the notice that it recovered. */
+static void name_straggler(struct dtf_obs *o, int r, int64_t first,
+			   int64_t step)
+{
+	const struct dtf_straggler_verdict *v = &o->verdict[r];
+	const struct dtf_straggler_times *t = &o->rank_t[r];
+	const char *host = o->hosts[r];
+	if (v->cleared) {
+		dtf_info("straggler: rank %d (host %s) is no longer slow in the window of steps %lld to %lld",
+			 r, host, (long long)first, (long long)step);
+		return;
+	}
+	if (!v->named)
+		return;
+	char span[96];
+	snprintf(span, sizeof(span),
+		 "for the last %d window(s) of %lld steps (to step %lld)",
+		 v->streak, (long long)o->job.straggler_window_steps,
+		 (long long)step);
+	double ratio = v->median > 0 ? v->value / v->median : 0;
+	if (v->cause != DTF_STRAGGLER_NETWORK) {
+		dtf_warn("straggler: rank %d (host %s), cause %s, %s: data wait + compute %.1f ms in its median step, %.2fx the median of the other ranks (%.1f ms); compute %.1f ms, data wait %.1f ms; the other ranks wait for it in their communication",
+			 r, host, dtf_straggler_cause_name(v->cause), span,
+			 1e3 * v->value, ratio, 1e3 * v->median,
+			 1e3 * t->compute_median, 1e3 * t->data_wait_median);
+		return;
+	}
+	for (int q = 0; q < r; q++)
+		if (o->host_idx[q] == o->host_idx[r] && o->verdict[q].named &&
+		    o->verdict[q].cause == DTF_STRAGGLER_NETWORK)
+			return; /* named with its host's first rank */
+	char ranks[128] = "";
+	size_t len = 0;
+	int more = 0;
+	for (int q = r + 1; q < o->world; q++)
+		if (o->host_idx[q] == o->host_idx[r] && o->verdict[q].named &&
+		    o->verdict[q].cause == DTF_STRAGGLER_NETWORK) {
+			if (len + 16 >= sizeof(ranks)) {
+				more = 1;
+				break;
+			}
+			len += (size_t)snprintf(ranks + len, sizeof(ranks) - len,
+						",%d", q);
+		}
+	dtf_warn("straggler: rank %d%s%s (host %s), cause network, %s: the shortest round trip of the host's links to other hosts %.2f ms, %.2fx the median of the other hosts (%.2f ms); its compute and data wait are even with the other ranks'",
+		 r, ranks, more ? ",..." : "", host, span, 1e3 * v->value,
+		 ratio, 1e3 * v->median);
+}
+
+/* metrics.jsonl "rank_times" line and rank_time_ms scalars of a window. */
+static void write_rank_times(struct dtf_obs *o, int64_t first, int64_t step)
+{
+	static const char *const parts[6] = {"step", "data_wait", "compute",
+					     "comm", "busy_median", "link_rtt"};
+	if (o->metrics) {
+		FILE *f = o->metrics;
+		metrics_head(o, "rank_times", step, o->epoch + 1);
+		fprintf(f, ",\"first_step\":%lld,\"window_steps\":%lld,"
+			   "\"ranks\":[",
+			(long long)first, (long long)(step - first + 1));
+		for (int r = 0; r < o->world; r++) {
+			const struct dtf_straggler_times *t = &o->rank_t[r];
+			const struct dtf_straggler_verdict *v = &o->verdict[r];
+			double ms[6] = {t->step, t->data_wait, t->compute,
+					t->comm, t->busy_median, t->link_rtt};
+			fprintf(f, "%s{\"rank\":%d,", r ? "," : "", r);
+			jstr(f, "host", o->hosts[r]);
+			for (int i = 0; i < 6; i++) {
+				char key[32];
+				snprintf(key, sizeof(key), "%s_ms", parts[i]);
+				fputc(',', f);
+				jnum(f, key, 1e3 * ms[i]);
+			}
+			const char *c = dtf_straggler_cause_name(v->cause);
+			if (c)
+				fprintf(f, ",\"straggler\":\"%s\",\"streak\":%d",
+					c, v->streak);
+			else
+				fputs(",\"straggler\":null", f);
+			fputc('}', f);
+		}
+		fputc(']', f);
+		metrics_end(o);
+	}
+	if (!o->ev_train)
+		return;
+	struct dtf_tfevents_scalar v[DTF_TFEVENTS_MAX_SCALARS];
+	char tags[DTF_TFEVENTS_MAX_SCALARS][DTF_TFEVENTS_MAX_TAG];
+	int n = 0, rc = 0;
+	double wall = wall_now();
+	for (int r = 0; r < o->world && rc == 0; r++) {
+		const struct dtf_straggler_times *t = &o->rank_t[r];
+		double ms[6] = {t->step, t->data_wait, t->compute, t->comm,
+				t->busy_median, t->link_rtt};
+		for (int i = 0; i < 6; i++) {
+			snprintf(tags[n], sizeof(tags[n]),
+				 "rank_time_ms/%s/rank_%d", parts[i], r);
+			v[n] = (struct dtf_tfevents_scalar){tags[n],
+							    (float)(1e3 * ms[i])};
+			n++;
+		}
+		if (n + 6 > DTF_TFEVENTS_MAX_SCALARS || r == o->world - 1) {
+			rc = dtf_tfevents_scalars(o->ev_train, step, wall, v, n);
+			n = 0;
+		}
+	}
+	if (rc == 0)
+		rc = dtf_tfevents_flush(o->ev_train);
+	events_check(o, &o->ev_train, rc);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The median of v[0..n-1] (sorted in place), n >= 1. */
+static double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int dtf_obs_stragglers(struct dtf_obs *o, struct dtf_comm *comm,
+		       int64_t step)
+{
+	int64_t every = o ? o->job.straggler_window_steps : 0;
+	if (!o || every <= 0 || o->world < 2 || step % every || !o->sw.steps)
+		return 0;
+	double rtt = 0;
+	int rc = dtf_comm_ring_rtt(comm, STRAG_ROUNDS, &rtt);
+	if (rc < 0)
+		return rc;
+	const struct window *w = &o->sw;
+	double k = 1.0 / (double)w->steps;
+	int ns = (int)w->steps;
+	double mine[STRAG_FIELDS] = {
+		w->seconds * k, w->t.data_wait * k,
+		(w->t.forward + w->t.backward + w->t.optimizer) * k,
+		w->t.comm * k, median_of(o->sw_busy, ns),
+		median_of(o->sw_data, ns), median_of(o->sw_compute, ns), rtt};
+	int64_t first = o->sw_first;
+	memset(&o->sw, 0, sizeof(o->sw));
+	if ((rc = dtf_comm_gather_f64(comm, mine, STRAG_FIELDS, o->gathered,
+				      0)) < 0 ||
+	    o->rank != 0)
+		return rc;
+	for (int r = 0; r < o->world; r++) {
+		const double *g = o->gathered + (size_t)r * STRAG_FIELDS;
+		o->rank_t[r] = (struct dtf_straggler_times){
+			.step = g[0], .data_wait = g[1], .compute = g[2],
+			.comm = g[3], .busy_median = g[4],
+			.data_wait_median = g[5], .compute_median = g[6],
+			.link_rtt = g[7]};
+	}
+	dtf_straggler_update(o->strag, o->rank_t, o->host_idx, o->verdict);
+	for (int r = 0; r < o->world; r++)
+		name_straggler(o, r, first, step);
+	write_rank_times(o, first, step);
+	return 0;
 }
 
 void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,

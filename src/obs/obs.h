@@ -27,6 +27,13 @@
  *                the chief into logging.trace at the end of a run.
  *   summary      the chief, on stderr at the end, and a "summary" line in
  *                metrics.jsonl.
+ *   stragglers   every fault.straggler_window_steps steps with more than
+ *                one replica: every rank's times of the window (and its
+ *                round trip to the next rank) gathered to the chief, which
+ *                names a slow rank and its cause in a warning
+ *                (obs/straggler.h) and writes a "rank_times" line to
+ *                metrics.jsonl and rank_time_ms/<part>/rank_<r> scalars
+ *                to the train events.
  *
  * Steps are numbered from 1: step N is the N-th update, counted over
  * resumes (the trainer passes the step it starts from).  Clocks: every time
@@ -60,6 +67,12 @@ struct dtf_obs_job {
 	int metric_accuracy;     /* model.metrics has accuracy */
 	int metric_top_k;        /* top_k_accuracy's k; 0: none */
 	int has_eval;            /* data.eval.files is set */
+	/* fault.straggler_*: a window every `straggler_window_steps` steps
+	 * (0: no straggler report), named after `straggler_windows` in a
+	 * row, at `straggler_factor` x the others' median (obs/straggler.h) */
+	int64_t straggler_window_steps;
+	int straggler_windows;
+	double straggler_factor;
 };
 
 /* Seconds per phase of a step, or summed over a run. */
@@ -158,6 +171,19 @@ struct dtf_obs_step {
  * (and at the last) a console line, a metrics line and train events.  o may
  * be NULL. */
 void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s);
+
+/*
+ * Collective over the replicas, called by every rank after each
+ * dtf_obs_step: at the end of a straggler window (step a multiple of
+ * fault.straggler_window_steps) the ranks measure their ring round trips
+ * (dtf_comm_ring_rtt) and gather their window's times to the chief, which
+ * judges them and writes the report (see "stragglers" above); otherwise
+ * nothing.  Does nothing (and no collective) on every rank alike when the
+ * window is off or there is one replica.  o may be NULL on no rank or on
+ * every rank.  Errors: DTF_ERR_MPI.
+ */
+int dtf_obs_stragglers(struct dtf_obs *o, struct dtf_comm *comm,
+		       int64_t step);
 
 /* An evaluation after `step` (epoch 0-based): console line, metrics line,
  * eval events, evaluation span from t0 to t1.  top_k_accuracy is the

@@ -250,7 +250,10 @@ void dtf_train_obs_job(const struct dtf_job *job, struct dtf_obs_job *out)
 		.every_steps = job->logging.every_steps,
 		.metric_accuracy = job->model.metric_accuracy,
 		.metric_top_k = job->model.metric_top_k,
-		.has_eval = job->data.eval_files != NULL};
+		.has_eval = job->data.eval_files != NULL,
+		.straggler_window_steps = job->fault.straggler_window_steps,
+		.straggler_windows = job->fault.straggler_windows,
+		.straggler_factor = job->fault.straggler_factor};
 }
 
 /* ---- summary ------------------------------------------------------------ */
@@ -1405,6 +1408,9 @@ static int one_step(struct run *R, int epoch, int64_t s, int rc)
 		.loss_sum = r->grads[np], .correct = r->grads[np + 1],
 		.count = r->grads[np + 2], .learning_rate = lr,
 		.times = stt, .t_begin = t_begin, .t_end = t_end});
+	/* every fault.straggler_window_steps steps: a gather to the chief */
+	if ((rc = dtf_obs_stragglers(R->obs, R->comm, step)) < 0)
+		return rc;
 	R->pos.step = step;
 	R->pos.epoch = epoch;
 	R->pos.step_in_epoch = s + 1;
