@@ -1,16 +1,18 @@
 #!/bin/sh
 # setup-venv.sh - the Python virtual environment of the test-time checkers
-# (TensorBoard's own event reader), at $DTF_VENV (default .venv in the
+# (TensorBoard's own event reader) and of tests/bench/scaling_model.py
+# (numpy; matplotlib for its plot), at $DTF_VENV (default .venv in the
 # source tree).  Left alone when it already imports every checker; else
 # made with `python3 -m venv` and filled with pip.  The tests find it
-# there (tests/tensorboard_reader.sh); nothing of the tool needs Python.
+# there (tests/tensorboard_reader.sh); nothing of the tool needs
+# Python.
 #
 #   tests/setup-venv.sh
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 venv=${DTF_VENV:-$here/.venv}
-pkgs="tensorboard"
-imports="import tensorboard"
+pkgs="tensorboard numpy matplotlib"
+imports="import tensorboard, numpy, matplotlib"
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$imports" 2>/dev/null; then
 	exit 0
 fi
