@@ -35,10 +35,14 @@ if [ "${1:-}" != --inside ]; then
 		echo "scaling_model.sh: $build/tests/bench/comm_bench is missing (ninja -C $build)" >&2
 		exit 1
 	}
+	venv=${DTF_VENV:-$here/.venv}
+	"$venv/bin/python" -c "import numpy, matplotlib" 2>/dev/null || {
+		echo "scaling_model.sh: $venv has no numpy and matplotlib (run tests/setup-venv.sh)" >&2
+		exit 1
+	}
 	datasets/prepare.sh "$build" >/dev/null
 	mkdir -p "$out"
 	tests/cluster/cluster.sh run 3 "$0" --inside "$build" "$rounds" "$out"
-	venv=${DTF_VENV:-$here/.venv}
 	exec "$venv/bin/python" tests/bench/scaling_model.py "$out"
 fi
 shift
