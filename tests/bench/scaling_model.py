@@ -204,6 +204,9 @@ def best_times(rows):
 
 
 def analyse(results, emit):
+    for f in ("allreduce.csv", "compute.csv"):
+        if not os.path.isfile(os.path.join(results, f)):
+            sys.exit(f"scaling_model.py: {results}/{f} is missing (tests/bench/scaling_model.sh writes it)")
     rows = read_csv(os.path.join(results, "allreduce.csv"))
     crow = read_csv(os.path.join(results, "compute.csv"))
     if not rows or not crow:
