@@ -4,10 +4,15 @@
  * the same size, in the same run.
  *
  *   mpirun -np 2 build/tests/bench/comm_bench [MAX_MIB]   (default 64)
+ *   mpirun -np 2 build/tests/bench/comm_bench -t [-p PATHS] [-s SIZES]
  *
  * Prints one row per size: bytes, then GB/s for each path, where GB/s is
  * the float32 payload (bytes) / seconds per call (so fp16 shows the
- * effective rate of the float32 gradients it carries).  Each cell is the
+ * effective rate of the float32 gradients it carries); with -t, seconds
+ * per call instead (what tests/bench/scaling_model.py fits).  -p keeps
+ * the paths named (a comma list of mpi, flat, shm, fp16, hier1, hier2,
+ * central, ps), -s times the sizes given (a comma list of bytes, each a
+ * multiple of 4) instead of 4 KiB, 16 KiB, ... MAX_MIB.  Each cell is the
  * best of 3 timed batches of calls lasting >= 0.05 s each.  The plain MPI
  * call is the peer; "flat" is what multi_worker_mirrored/mirrored do
  * (16 MB chunks, implementation mpi); "flat shm" is their shared-memory
@@ -42,6 +47,11 @@ static const char job_text[] =
 	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
 	"train: {batch_size: 2}\n";
 
+static void usage(void)
+{
+	fprintf(stderr, "usage: comm_bench [MAX_MIB] [-t] [-p mpi,flat,shm,fp16,hier1,hier2,central,ps] [-s BYTES,...]\n");
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -53,6 +63,8 @@ enum { NPATHS = 8, SHM = 2 };
 static const char *const names[NPATHS] = {
 	"MPI_Allreduce", "flat", "flat shm", "flat+fp16", "hier(1 node)",
 	"hier(2 nodes)", "central", "ps push+pull"};
+static const char *const keys[NPATHS] = {
+	"mpi", "flat", "shm", "fp16", "hier1", "hier2", "central", "ps"};
 static const char *const sets[NPATHS][2] = {
 	{NULL, NULL},
 	{"strategy.type=multi_worker_mirrored",
@@ -76,15 +88,63 @@ int main(int argc, char **argv)
 		fprintf(stderr, "comm_bench: %s\n", dtf_error_msg());
 		return 1;
 	}
-	double max_mb = argc > 1 ? atof(argv[1]) : 64;
+	double max_mb = 64;
+	int seconds = 0, on[NPATHS];
+	size_t sizes[64], nsizes = 0;
+	for (int p = 0; p < NPATHS; p++)
+		on[p] = 1;
+	for (int a = 1; a < argc; a++) {
+		char *end, *tok;
+		if (!strcmp(argv[a], "-t")) {
+			seconds = 1;
+		} else if (!strcmp(argv[a], "-p") && a + 1 < argc) {
+			for (int p = 0; p < NPATHS; p++)
+				on[p] = 0;
+			for (tok = strtok(argv[++a], ","); tok; tok = strtok(NULL, ",")) {
+				int p = 0;
+				while (p < NPATHS && strcmp(tok, keys[p]))
+					p++;
+				if (p == NPATHS) {
+					fprintf(stderr, "comm_bench: unknown path '%s'\n", tok);
+					usage();
+					dtf_comm_finalize(comm);
+					return 2;
+				}
+				on[p] = 1;
+			}
+		} else if (!strcmp(argv[a], "-s") && a + 1 < argc) {
+			for (tok = strtok(argv[++a], ","); tok; tok = strtok(NULL, ",")) {
+				unsigned long long b = strtoull(tok, &end, 10);
+				if (*end || b < 4 || b % 4 || nsizes == 64) {
+					fprintf(stderr, "comm_bench: size '%s' is not a multiple of 4 bytes (at most 64 sizes)\n", tok);
+					dtf_comm_finalize(comm);
+					return 2;
+				}
+				sizes[nsizes++] = (size_t)b;
+			}
+		} else if ((max_mb = strtod(argv[a], &end)) <= 0 || *end) {
+			fprintf(stderr, "comm_bench: bad argument '%s'\n", argv[a]);
+			usage();
+			dtf_comm_finalize(comm);
+			return 2;
+		}
+	}
+	if (!nsizes)
+		for (size_t b = 4096; b <= (size_t)(max_mb * 1048576) && nsizes < 64; b *= 4)
+			sizes[nsizes++] = b;
+	size_t maxn = 1;
+	for (size_t i = 0; i < nsizes; i++)
+		if (sizes[i] / 4 > maxn)
+			maxn = sizes[i] / 4;
 	int rank = dtf_comm_rank(comm);
-	size_t maxn = (size_t)(max_mb * 1048576 / 4);
 	float *buf = dtf_alloc_aligned(maxn * 4);
 	uint16_t *scratch = dtf_alloc_aligned(maxn * 2);
 	struct dtf_strategy *st[NPATHS] = {0};
 	struct dtf_job *jobs[NPATHS] = {0};
 	float *shbuf = NULL; /* the shm path's vector, in its window */
 	for (int p = 1; p < NPATHS; p++) {
+		if (!on[p])
+			continue;
 		int n = sets[p][1] ? 2 : 1;
 		if (dtf_job_load_string("bench.yaml", job_text, sets[p], n,
 					&jobs[p]) < 0 ||
@@ -99,17 +159,22 @@ int main(int argc, char **argv)
 		unsetenv("DTF_TEST_RANKS_PER_NODE");
 	}
 	if (rank == 0) {
-		printf("# %d ranks; GB/s of float32 payload per call\n%10s",
-		       dtf_comm_size(comm), "bytes");
+		printf("# %d ranks; %s\n%10s", dtf_comm_size(comm),
+		       seconds ? "seconds per call"
+			       : "GB/s of float32 payload per call",
+		       "bytes");
 		for (int p = 0; p < NPATHS; p++)
-			printf(" %14s", names[p]);
+			if (on[p])
+				printf(" %14s", seconds ? keys[p] : names[p]);
 		printf("\n");
 	}
-	for (size_t bytes = 4096; bytes <= maxn * 4; bytes *= 4) {
-		size_t n = bytes / 4;
+	for (size_t si = 0; si < nsizes; si++) {
+		size_t bytes = sizes[si], n = bytes / 4;
 		if (rank == 0)
 			printf("%10zu", bytes);
 		for (int p = 0; p < NPATHS; p++) {
+			if (!on[p])
+				continue;
 			double best = 1e30;
 			for (int rep = 0; rep < 3; rep++) {
 				int calls = 0;
@@ -140,7 +205,9 @@ int main(int argc, char **argv)
 				if (t / calls < best)
 					best = t / calls;
 			}
-			if (rank == 0)
+			if (rank == 0 && seconds)
+				printf(" %14.9f", best);
+			else if (rank == 0)
 				printf(" %14.3f", (double)bytes / best / 1e9);
 		}
 		if (rank == 0) {
