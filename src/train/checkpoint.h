@@ -222,6 +222,19 @@ int dtf_checkpointer_load(struct dtf_checkpointer *ck, const char *path,
 			  struct dtf_ckpt_position *pos, int *verified);
 
 /*
+ * Load the newest checkpoint file of `dir` that verifies, as restore
+ * does but changing nothing in the directory (one that fails is a
+ * warning naming it and what failed; the next older one is tried): for
+ * `dtf-train evaluate` and `predict`, which may run while a training
+ * writes there.  The path loaded is dtf_checkpointer_path's.
+ * Errors: DTF_ERR_CHECKPOINT naming `dir` (no checkpoint there, none
+ * verifies, cannot be listed) or the file (the model's mismatch),
+ * DTF_ERR_NOMEM.
+ */
+int dtf_checkpointer_load_newest(struct dtf_checkpointer *ck, const char *dir,
+				 struct dtf_ckpt_position *pos);
+
+/*
  * The step of the newest complete checkpoint in `dir`, as its index file
  * "checkpoint" names it (model_checkpoint_path, TensorFlow's
  * tf.train.latest_checkpoint); -1 when there is no index yet.  The index
