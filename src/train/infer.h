@@ -97,7 +97,8 @@ struct dtf_predict_result {
  * order, interleaved as data.cycle_length says; no shuffle), and renamed
  * to OUTPUT at the end after an fsync: a stopped run leaves nothing under
  * OUTPUT.  Memory is the graph's at one batch and the pipeline's buffers,
- * whatever the number of records.  A feature that only the loss reads
+ * whatever the number of records (and the pages of the files being read,
+ * which the reader maps: data/tfrecord.h).  A feature that only the loss reads
  * (the labels) may be missing from the records (read as 0).
  *
  * Lines (floats with 9 significant digits, float32's round trip):
