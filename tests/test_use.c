@@ -34,7 +34,8 @@
  *    missing directory exits 2 before loading anything; a predict that
  *    fails on a bad record exits 3 and leaves neither the output nor its
  *    temporary file, and an earlier output under that name as it was;
- *    predict under mpirun -np 2 exits 2.
+ *    predict under mpirun -np 2 exits 2; a predict killed (SIGKILL)
+ *    while it writes leaves nothing under the output name.
  */
 #include <check.h>
 #include <jansson.h>
@@ -518,6 +519,24 @@ START_TEST(errors)
 }
 END_TEST
 
+/* SIGKILL in the middle of a predict: nothing under the output name */
+START_TEST(predict_killed)
+{
+	tu_synth(tmpdir, "big", 200000, 20, "8,8,1", 4);
+	int rc = tu_run(
+		"cd %s && { %s/dtf-train predict --threads 1 one.yaml --data 'big-*' "
+		"--output killed.jsonl 2>kill.log & pid=$!; n=0; "
+		"until grep -q 'predicting with' kill.log || [ $n -gt 600 ]; do "
+		"sleep 0.05; n=$((n+1)); done; kill -9 $pid; wait $pid; "
+		"echo $? >kill.rc; }",
+		tmpdir, tu_build_root());
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(tu_slurp(tmpdir, "kill.rc"), "137\n");
+	ck_assert(!tu_exists(tmpdir, "killed.jsonl"));
+	ck_assert(tu_exists(tmpdir, "killed.jsonl.tmp"));
+}
+END_TEST
+
 static Suite *use_suite(void)
 {
 	Suite *s = suite_create("use");
@@ -530,6 +549,7 @@ static Suite *use_suite(void)
 	tcase_add_test(tc, predict_logits);
 	tcase_add_test(tc, predict_bounded_memory);
 	tcase_add_test(tc, errors);
+	tcase_add_test(tc, predict_killed);
 	suite_add_tcase(s, tc);
 	return s;
 }
