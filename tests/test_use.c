@@ -23,7 +23,8 @@
  *    argmax matches the labels kept here exactly as often as evaluate
  *    counts correct; --top-k changes the number of classes written (and
  *    keeps the first); CSV by the extension, with the same values as the
- *    JSON Lines; --outputs logits differ from log(probabilities) by one
+ *    JSON Lines; records without the label feature give the same lines;
+ *    --outputs logits differ from log(probabilities) by one
  *    constant per record;
  *  - predict's peak memory over 60000 records is within 2 MiB of its
  *    peak over 3000, files of 3000 records each (the records would need
@@ -92,16 +93,22 @@ static void write_job(const char *name, int batch_norm)
 		      tmpdir, name);
 }
 
-/* `n` records into DIR/NAME; label r of them into lab[r] (may be NULL). */
-static void write_records(const char *name, int n, int *lab)
+/* `n` records into DIR/NAME; label r of them into lab[r] (may be NULL);
+ * with `bare`, the same records without the label into DIR/BARE too. */
+static void write_records(const char *name, int n, int *lab, const char *bare)
 {
 	char path[512];
-	struct dtf_tfrecord_writer *w;
+	struct dtf_tfrecord_writer *w, *wb = NULL;
 	struct dtf_example_builder b;
 	ck_assert_int_eq(dtf_tfrecord_writer_open(tu_path(path, sizeof(path),
 							  tmpdir, name),
 						  &w),
 			 0);
+	if (bare)
+		ck_assert_int_eq(dtf_tfrecord_writer_open(
+					 tu_path(path, sizeof(path), tmpdir, bare),
+					 &wb),
+				 0);
 	dtf_example_builder_init(&b);
 	for (int r = 0; r < n; r++) {
 		uint8_t img[64];
@@ -116,6 +123,12 @@ static void write_records(const char *name, int n, int *lab)
 			lab[r] = (int)label;
 		const uint8_t *data;
 		size_t len;
+		if (wb) {
+			dtf_example_builder_reset(&b);
+			ck_assert_int_eq(dtf_example_builder_add_bytes(&b, "image", img, 64), 0);
+			ck_assert_int_eq(dtf_example_builder_finish(&b, &data, &len), 0);
+			ck_assert_int_eq(dtf_tfrecord_writer_write(wb, data, len), 0);
+		}
 		dtf_example_builder_reset(&b);
 		ck_assert_int_eq(dtf_example_builder_add_bytes(&b, "image", img, 64), 0);
 		ck_assert_int_eq(dtf_example_builder_add_int64s(&b, "label", &label, 1), 0);
@@ -124,6 +137,7 @@ static void write_records(const char *name, int n, int *lab)
 	}
 	dtf_example_builder_deinit(&b);
 	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
+	ck_assert_int_eq(dtf_tfrecord_writer_close(wb), 0);
 }
 
 static int dtf(const char *args, const char *log)
@@ -176,11 +190,12 @@ static void setup(void)
 {
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-use-test");
 	tu_rng_seed(2024);
-	write_records("train-0.tfrecord", 256, NULL);
+	write_records("train-0.tfrecord", 256, NULL, NULL);
 	for (int f = 0; f < NFILES; f++) {
-		char name[64];
+		char name[64], bare[64];
 		snprintf(name, sizeof(name), "test-%d.tfrecord", f);
-		write_records(name, per_file[f], labels[f]);
+		snprintf(bare, sizeof(bare), "bare-%d.tfrecord", f);
+		write_records(name, per_file[f], labels[f], bare);
 	}
 	write_job("one", 1);
 	write_job("two", 0);
@@ -272,7 +287,7 @@ END_TEST
 /* predict into NAME with `args`; the exit status */
 static int predict(const char *name, const char *args)
 {
-	char cmd[1024];
+	char cmd[2048];
 	snprintf(cmd, sizeof(cmd),
 		 "predict --threads 1 one.yaml --data '%s/test-*.tfrecord' --output %s %s",
 		 tmpdir, name, args);
@@ -324,6 +339,7 @@ static double item(const json_t *o, const char *key, int i)
 
 START_TEST(predict_classes)
 {
+	char want[1024];
 	json_t *ev = evaluate(0, "one", "");
 	ck_assert_int_eq(predict("all.jsonl", "--top-k 4"), 0);
 	tu_assert_log(tmpdir, "predict.log", "predict: 101 records in ");
@@ -364,6 +380,17 @@ START_TEST(predict_classes)
 				    item(rows[i], "probabilities", 0));
 	}
 
+	/* records without the labels: the same lines */
+	snprintf(want, sizeof(want), "--top-k 4 --data '%s/bare-*.tfrecord'", tmpdir);
+	ck_assert_int_eq(predict("bare.jsonl", want), 0);
+	char *with = tu_read_file(tmpdir, "all.jsonl", NULL);
+	char *without = tu_read_file(tmpdir, "bare.jsonl", NULL);
+	for (char *p = strstr(without, "/bare-"); p; p = strstr(p, "/bare-"))
+		memcpy(p, "/test-", 6);
+	ck_assert_str_eq(without, with);
+	free(with);
+	free(without);
+
 	/* CSV by the extension: a header, then the same values */
 	ck_assert_int_eq(predict("two.csv", "--top-k 2"), 0);
 	char *csv = tu_read_file(tmpdir, "two.csv", NULL);
@@ -372,7 +399,6 @@ START_TEST(predict_classes)
 	for (int i = 0; i < NTEST; i++) {
 		line = strtok_r(NULL, "\n", &save);
 		ck_assert_ptr_nonnull(line);
-		char want[1024];
 		snprintf(want, sizeof(want), "%s,%lld,%d,%.9g,%d,%.9g",
 			 json_string_value(json_object_get(two[i], "file")),
 			 (long long)json_integer_value(json_object_get(two[i], "record")),

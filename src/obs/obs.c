@@ -158,9 +158,9 @@ static void jnum(FILE *f, const char *key, double v)
 		fprintf(f, "\"%s\":null", key);
 }
 
-static void jstr(FILE *f, const char *key, const char *s)
+void dtf_obs_put_json_string(FILE *f, const char *s)
 {
-	fprintf(f, "\"%s\":\"", key);
+	fputc('"', f);
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
 		if (c == '"' || c == '\\')
@@ -171,6 +171,12 @@ static void jstr(FILE *f, const char *key, const char *s)
 			fputc(c, f);
 	}
 	fputc('"', f);
+}
+
+static void jstr(FILE *f, const char *key, const char *s)
+{
+	fprintf(f, "\"%s\":", key);
+	dtf_obs_put_json_string(f, s);
 }
 
 /* End a metrics line: newline, flush; a failure warns once and stops the

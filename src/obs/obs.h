@@ -44,6 +44,7 @@
 #define DTF_OBS_OBS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 struct dtf_comm;
 struct dtf_obs;
@@ -166,6 +167,10 @@ void dtf_obs_step(struct dtf_obs *o, const struct dtf_obs_step *s);
 void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 		  double accuracy, double top_k_accuracy, double count,
 		  double t0, double t1);
+
+/* s as a JSON string (RFC 8259): in quotes, '"' and '\' escaped,
+ * control characters as \u00XX; other bytes as they are (UTF-8). */
+void dtf_obs_put_json_string(FILE *f, const char *s);
 
 /* The result of `dtf-train evaluate` (train/infer.h). */
 struct dtf_obs_evaluate {

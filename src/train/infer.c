@@ -235,22 +235,6 @@ static int output_format(const char *path, enum format *fmt)
 			 path);
 }
 
-/* A JSON string (RFC 8259: '"', '\' and control characters escaped). */
-static void put_json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 /* A CSV field (RFC 4180: quoted when it holds a comma, quote or line
  * break, quotes doubled). */
 static void put_csv_string(FILE *f, const char *s)
@@ -333,7 +317,7 @@ static void write_row(struct writer *w, const char *file, uint64_t record,
 	int json = w->fmt == FORMAT_JSONL;
 	if (json) {
 		fputs("{\"file\":", f);
-		put_json_string(f, file);
+		dtf_obs_put_json_string(f, file);
 		fprintf(f, ",\"record\":%llu,", (unsigned long long)record);
 	} else {
 		put_csv_string(f, file);
@@ -423,13 +407,6 @@ static int setup_writer(const struct dtf_job *job, const struct dtf_graph *g,
 	return 0;
 }
 
-/* dtf_pipeline_next as the backend's read function (ops/backend.h). */
-static int read_batch(void *arg, void *const *feed, uint64_t *ids,
-		      int *count)
-{
-	return dtf_pipeline_next(arg, feed, ids, count);
-}
-
 /* Every record of p through the forward pass into w. */
 static int predict_all(const struct dtf_job *job, struct replica *r,
 		       struct dtf_pipeline *p, struct writer *w,
@@ -445,7 +422,7 @@ static int predict_all(const struct dtf_job *job, struct replica *r,
 	write_header(w);
 	while (rc == 0) {
 		int count = 0;
-		rc = be->i->load(be->ctx, read_batch, p, r->ids, &count);
+		rc = be->i->load(be->ctx, dtf_train_read_batch, p, r->ids, &count);
 		if (rc == 0)
 			rc = dtf_train_check_labels(r, p, count,
 						    job->model.loss_logits);

@@ -297,9 +297,8 @@ static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
 	return 0;
 }
 
-/* dtf_pipeline_next as the backends' read function (ops/backend.h). */
-static int read_batch(void *arg, void *const *feed, uint64_t *ids,
-		      int *count)
+int dtf_train_read_batch(void *arg, void *const *feed, uint64_t *ids,
+			 int *count)
 {
 	return dtf_pipeline_next(arg, feed, ids, count);
 }
@@ -324,7 +323,7 @@ int dtf_train_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	int rc = dtf_pipeline_begin_epoch(eval, 0);
 	while (rc == 0) {
 		int count = 0;
-		rc = be->i->load(be->ctx, read_batch, eval, r->ids, &count);
+		rc = be->i->load(be->ctx, dtf_train_read_batch, eval, r->ids, &count);
 		if (rc == 0)
 			rc = dtf_train_check_labels(r, eval, count, job->model.loss_logits);
 		if (rc < 0 || count == 0)
@@ -733,7 +732,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	for (int micro = 0; micro < k; micro++) {
 		t0 = now_seconds();
 		if (rc == 0)
-			rc = be->i->load(be->ctx, read_batch, train, r->ids,
+			rc = be->i->load(be->ctx, dtf_train_read_batch, train, r->ids,
 					 &count);
 		if (rc == 0 && count < batch)
 			rc = dtf_error(DTF_ERR_DATA,
@@ -750,7 +749,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		t2 = now_seconds();
 		be->i->forward(be->ctx, ctx);
 		if (read_ahead && micro == k - 1 && be->i->prefetch)
-			be->i->prefetch(be->ctx, read_batch, train);
+			be->i->prefetch(be->ctx, dtf_train_read_batch, train);
 		t3 = now_seconds();
 		int hook = dtf_strategy_backward_begin(strat, micro, k, lr) &&
 			   !checked;

@@ -118,6 +118,11 @@ int dtf_train_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		       int64_t step, struct eval_totals *tot,
 		       struct dtf_train_result *result);
 
+/* dtf_pipeline_next(arg, ...) as the backends' read function
+ * (ops/backend.h dtf_backend_read_fn); arg is the pipeline. */
+int dtf_train_read_batch(void *arg, void *const *feed, uint64_t *ids,
+			 int *count);
+
 /* Agree on rc over comm (NULL: returns rc): 0 when every rank succeeded;
  * a rank that failed returns its rc, the others an error of the failing
  * rank's kind ("stopping: rank R failed WHEN step S").  A collective. */
