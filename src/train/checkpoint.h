@@ -162,7 +162,8 @@ struct dtf_checkpointer;
  * owned by the caller and alive until dtf_checkpointer_free.  On the chief
  * (`chief` != 0) this creates checkpoint.dir (one level) and allocates the
  * staging buffer, one whole file image, so saving allocates nothing.
- * `fault` (may be NULL) injects kill-in-checkpoint-write.
+ * `fault` (may be NULL) injects kill-in-checkpoint-write.  A reader that
+ * only loads named files (not the chief) may have no checkpoint.dir.
  * Errors: DTF_ERR_CHECKPOINT (directory), DTF_ERR_NOMEM.
  */
 int dtf_checkpointer_new(const struct dtf_job *job, const struct dtf_graph *g,

@@ -133,6 +133,19 @@ static int checkpoint_source(const struct dtf_job *job,
 
 /* ---- evaluate ------------------------------------------------------------ */
 
+/* The training's per-replica batch on `world` ranks; a global batch that
+ * the ranks do not divide (which training refuses) is rounded up: the
+ * batch changes nothing but the order of the sums. */
+static int eval_batch(const struct dtf_job *job, int world, int *batch)
+{
+	int64_t global = job->train.batch_size;
+	if (job->train.per_replica_batch_size > 0 || global % world == 0)
+		return dtf_train_per_replica_batch(job, world, batch);
+	int rc = dtf_train_per_replica_batch(job, 1, batch);
+	*batch = (int)((global + world - 1) / world);
+	return rc;
+}
+
 int dtf_infer_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		       const struct dtf_infer_source *src,
 		       struct dtf_evaluate_result *out)
@@ -158,7 +171,7 @@ int dtf_infer_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 			       "HINT: --data PATTERN",
 			       job->path);
 	if (rc == 0)
-		rc = dtf_train_per_replica_batch(job, world, &batch);
+		rc = eval_batch(job, world, &batch);
 	if (rc < 0)
 		return rc;
 	if ((rc = model_open(job, comm, where, src->threads, batch, &m,
