@@ -18,6 +18,7 @@
 #include "distribute/comm.h"
 #include "dtf_config.h"
 #include "export/export.h"
+#include "main.h"
 #include "obs/obs.h"
 #include "train/threads.h"
 #include "train/train.h"
@@ -26,9 +27,13 @@ static const char usage[] =
 	"Usage: dtf-train [OPTION]... JOB.yaml\n"
 	"       mpirun -np N dtf-train [OPTION]... JOB.yaml\n"
 	"       dtf-train --merge-trace TRACE.json\n"
+	"       dtf-train evaluate JOB.yaml [--checkpoint PATH] [--data GLOB]\n"
+	"       dtf-train predict JOB.yaml --data GLOB --output FILE [OPTION]...\n"
 	"       dtf-train export JOB.yaml [--checkpoint PATH] [--format onnx|safetensors]\n"
 	"                        --output FILE\n"
-	"Train the model described by the job file, data parallel over MPI ranks.\n"
+	"Train the model described by the job file, data parallel over MPI ranks;\n"
+	"evaluate, predict or export with a checkpoint of it (dtf-train evaluate\n"
+	"--help, and so on).\n"
 	"\n"
 	"Options:\n"
 	"  -n, --dry-run            build and check the graph, print the layer table, exit\n"
@@ -293,11 +298,55 @@ out:
 	return status;
 }
 
+/* `dtf-train NAME ...`: the subcommands besides training (main.h). */
+static const struct subcommand {
+	const char *name;
+	int (*main)(int argc, char **argv); /* argv[0] is the name */
+} subcommands[] = {
+	{"evaluate", dtf_main_evaluate},
+	{"predict", dtf_main_predict},
+	{"export", export_main},
+};
+
+int dtf_main_start_mpi(int *argc, char ***argv, struct dtf_comm **comm)
+{
+	int rc = dtf_comm_init(argc, argv, comm);
+	if (rc < 0) {
+		fprintf(stderr, "dtf-train: %s\n", dtf_error_msg());
+		return dtf_error_exit_status(rc);
+	}
+	int rank = dtf_comm_rank(*comm);
+	dtf_log_set_identity(rank, dtf_comm_size(*comm), dtf_comm_host(*comm));
+	/* the same verdict on every rank: rank 0 says it */
+	if ((rc = dtf_comm_check_launch(*comm)) < 0) {
+		if (rank == 0)
+			dtf_errlog("%s", dtf_error_msg());
+		dtf_comm_finalize(*comm);
+		*comm = NULL;
+		return dtf_error_exit_status(rc);
+	}
+	return 0;
+}
+
+int dtf_main_load_job(const char *path, const char **sets, int nsets,
+		      struct dtf_job **job)
+{
+	int rc = dtf_job_load(path, sets, nsets, job);
+	if (rc == -DTF_ERR_IO) { /* the job file itself: a usage error */
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
+		rc = dtf_error(DTF_ERR_USAGE, "%s", msg);
+	}
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	dtf_threads_fix_blas_core(argv); /* may re-exec with a better BLAS */
-	if (argc > 1 && !strcmp(argv[1], "export"))
-		return export_main(argc - 1, argv + 1);
+	for (size_t i = 0; argc > 1 && i < sizeof(subcommands) /
+						sizeof(subcommands[0]); i++)
+		if (!strcmp(argv[1], subcommands[i].name))
+			return subcommands[i].main(argc - 1, argv + 1);
 	struct dtf_train_opts opts = {0};
 	int print_cluster = 0;
 	const char **sets = dtf_calloc((size_t)argc + 1, sizeof(char *));
@@ -313,22 +362,9 @@ int main(int argc, char **argv)
 	struct dtf_comm *comm = NULL;
 	int rc = 0, rank = 0;
 	if (!opts.dry_run) {
-		if ((rc = dtf_comm_init(&argc, &argv, &comm)) < 0) {
-			fprintf(stderr, "dtf-train: %s\n", dtf_error_msg());
-			status = dtf_error_exit_status(rc);
+		if ((status = dtf_main_start_mpi(&argc, &argv, &comm)) != 0)
 			goto out;
-		}
 		rank = dtf_comm_rank(comm);
-		dtf_log_set_identity(rank, dtf_comm_size(comm),
-				     dtf_comm_host(comm));
-		/* the same verdict on every rank: rank 0 says it */
-		if ((rc = dtf_comm_check_launch(comm)) < 0) {
-			if (rank == 0)
-				dtf_errlog("%s", dtf_error_msg());
-			status = dtf_error_exit_status(rc);
-			dtf_comm_finalize(comm);
-			goto out;
-		}
 	}
 
 	struct dtf_job *job = NULL;
@@ -337,12 +373,7 @@ int main(int argc, char **argv)
 	int own_cluster_error = 0;
 	memset(&result, 0, sizeof(result));
 	memset(&cluster, 0, sizeof(cluster));
-	rc = dtf_job_load(path, sets, nsets, &job);
-	if (rc == -DTF_ERR_IO) { /* the job file itself: a usage error */
-		char msg[1024];
-		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
-		rc = dtf_error(DTF_ERR_USAGE, "%s", msg);
-	}
+	rc = dtf_main_load_job(path, sets, nsets, &job);
 	if (!opts.dry_run || print_cluster)
 		rc = load_cluster(job, comm, rc, print_cluster, &cluster,
 				  &own_cluster_error);

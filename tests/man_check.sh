@@ -24,11 +24,20 @@ for tool in dtf-train dtf-records dtf-launch; do
 	done
 	echo "$tool: $(echo "$opts" | wc -l) options of --help checked against ${page##*/}"
 done
-# the export subcommand's options, in dtf-train.1 too
+# the subcommands of dtf-train (`dtf-train NAME --help`), in dtf-train.1
 text=$(sed 's/\\-/-/g' "$src/man/dtf-train.1")
-for o in $("$build/dtf-train" export --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
-	printf '%s\n' "$text" | grep -q -- "$o" ||
-		{ echo "dtf-train.1: option $o of 'dtf-train export --help' is missing"; fail=1; }
+for sub in evaluate predict export; do
+	opts=$("$build/dtf-train" "$sub" --help | grep -o -- '--[a-z][a-z-]*' | sort -u)
+	[ -n "$opts" ] || { echo "dtf-train $sub --help printed no options"; fail=1; }
+	printf '%s\n' "$text" | grep -q -- "dtf-train $sub" ||
+		{ echo "dtf-train.1: no section on dtf-train $sub"; fail=1; }
+	for o in $opts; do
+		if ! printf '%s\n' "$text" | grep -q -- "$o"; then
+			echo "dtf-train.1: option $o of 'dtf-train $sub --help' is missing"
+			fail=1
+		fi
+	done
+	echo "dtf-train $sub: $(echo "$opts" | wc -l) options of --help checked against dtf-train.1"
 done
 for page in "$src"/man/*.[1-9]; do
 	w=$(groff -ww -man -Tutf8 "$page" 2>&1 >/dev/null)

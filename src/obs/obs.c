@@ -18,6 +18,7 @@
 #include "obs/obs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <math.h>
 #include <stdio.h>
@@ -174,9 +175,9 @@ static void jnum(FILE *f, const char *key, double v)
 		fprintf(f, "\"%s\":null", key);
 }
 
-static void jstr(FILE *f, const char *key, const char *s)
+void dtf_obs_put_json_string(FILE *f, const char *s)
 {
-	fprintf(f, "\"%s\":\"", key);
+	fputc('"', f);
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
 		if (c == '"' || c == '\\')
@@ -187,6 +188,12 @@ static void jstr(FILE *f, const char *key, const char *s)
 			fputc(c, f);
 	}
 	fputc('"', f);
+}
+
+static void jstr(FILE *f, const char *key, const char *s)
+{
+	fprintf(f, "\"%s\":", key);
+	dtf_obs_put_json_string(f, s);
 }
 
 /* End a metrics line: newline, flush; a failure warns once and stops the
@@ -960,6 +967,67 @@ void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 			rc = dtf_tfevents_flush(o->ev_eval);
 		events_check(o, &o->ev_eval, rc);
 	}
+}
+
+/* ---- dtf-train evaluate ------------------------------------------------------ */
+
+int dtf_obs_append_evaluate(const struct dtf_obs_job *job,
+			    const struct dtf_obs_evaluate *e)
+{
+	if (!job->dir)
+		return 0;
+	char line[3 * PATH_SIZE];
+	FILE *f = fmemopen(line, sizeof(line), "w");
+	if (!f)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	fprintf(f, "{\"kind\":\"evaluate\",\"step\":%lld,\"wall_time\":%.3f,",
+		(long long)e->step, wall_now());
+	jstr(f, "checkpoint", e->checkpoint);
+	fputc(',', f);
+	jstr(f, "data", e->data);
+	fputc(',', f);
+	jnum(f, "loss", e->loss);
+	fputs(",\"metrics\":{", f);
+	if (job->metric_accuracy)
+		jnum(f, "accuracy", e->accuracy);
+	if (job->metric_top_k && e->top_k_accuracy >= 0) {
+		if (job->metric_accuracy)
+			fputc(',', f);
+		jnum(f, "top_k_accuracy", e->top_k_accuracy);
+	}
+	fputs("},", f);
+	jnum(f, "correct", e->correct);
+	fputc(',', f);
+	jnum(f, "examples", e->examples);
+	fputc(',', f);
+	jnum(f, "seconds", e->seconds);
+	fputs("}\n", f);
+	long len = ftell(f);
+	int full = ferror(f) || len <= 0 || (size_t)len >= sizeof(line) - 1;
+	fclose(f);
+	if (full)
+		return dtf_error(DTF_ERR_IO,
+				 "the evaluate line for metrics.jsonl is too long (paths of %zu and %zu bytes)",
+				 strlen(e->checkpoint), strlen(e->data));
+	int rc = make_dirs(job->dir);
+	char *path = rc == 0 ? join(job->dir, "metrics.jsonl") : NULL;
+	if (rc == 0 && !path)
+		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
+	int fd = path ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC,
+			     0644)
+		      : -1;
+	if (path && fd < 0)
+		rc = dtf_error(DTF_ERR_IO, "%s: cannot open for append: %s",
+			       path, strerror(errno));
+	/* one write: O_APPEND puts it whole at the end of the file */
+	if (fd >= 0 && write(fd, line, (size_t)len) != (ssize_t)len)
+		rc = dtf_error(DTF_ERR_IO, "%s: write failed: %s", path,
+			       strerror(errno));
+	if (fd >= 0 && close(fd) != 0 && rc == 0)
+		rc = dtf_error(DTF_ERR_IO, "%s: write failed: %s", path,
+			       strerror(errno));
+	dtf_free(path);
+	return rc;
 }
 
 /* ---- the end ------------------------------------------------------------------ */

@@ -51,6 +51,7 @@
 #define DTF_OBS_OBS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 struct dtf_comm;
 struct dtf_obs;
@@ -192,6 +193,34 @@ int dtf_obs_stragglers(struct dtf_obs *o, struct dtf_comm *comm,
 void dtf_obs_eval(struct dtf_obs *o, int64_t step, int epoch, double loss,
 		  double accuracy, double top_k_accuracy, double count,
 		  double t0, double t1);
+
+/* s as a JSON string (RFC 8259): in quotes, '"' and '\' escaped,
+ * control characters as \u00XX; other bytes as they are (UTF-8). */
+void dtf_obs_put_json_string(FILE *f, const char *s);
+
+/* The result of `dtf-train evaluate` (train/infer.h). */
+struct dtf_obs_evaluate {
+	const char *checkpoint; /* the file evaluated */
+	const char *data;       /* the glob pattern of the data */
+	int64_t step;           /* the checkpoint's global step */
+	double loss, accuracy;
+	double top_k_accuracy;  /* negative: not computed */
+	double correct, examples;
+	double seconds;         /* of the evaluation pass */
+};
+
+/*
+ * Append one line {"kind":"evaluate","step":S,"wall_time":T,
+ * "checkpoint":P,"data":D,"loss":L,"metrics":{"accuracy":A,
+ * "top_k_accuracy":K},"correct":C,"examples":N,"seconds":X} (the metrics
+ * the job asks for, as the "eval" lines) to <job->dir>/metrics.jsonl,
+ * making the directory if needed; nothing without job->dir.  One write(2)
+ * on a descriptor opened O_APPEND, so the line lands whole even beside a
+ * training appending to the same file, whose lock it does not take.
+ * Errors: DTF_ERR_IO naming the file, DTF_ERR_NOMEM.
+ */
+int dtf_obs_append_evaluate(const struct dtf_obs_job *job,
+			    const struct dtf_obs_evaluate *e);
 
 /* Where checkpoints go, for the summary (copied; NULL: none).  Hook for the
  * checkpoint writer, with dtf_obs_span(DTF_OBS_CHECKPOINT) around a save. */

@@ -515,7 +515,8 @@ int dtf_checkpointer_new(const struct dtf_job *job, const struct dtf_graph *g,
 	if (!ck)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	int rc;
-	if (snprintf(ck->dir, sizeof(ck->dir), "%s", job->checkpoint.dir) >=
+	const char *dir = job->checkpoint.dir ? job->checkpoint.dir : "";
+	if (snprintf(ck->dir, sizeof(ck->dir), "%s", dir) >=
 	    (int)sizeof(ck->dir) - 64) {
 		rc = dtf_error(DTF_ERR_CHECKPOINT,
 			       "checkpoint.dir: path too long");
@@ -1164,6 +1165,60 @@ int dtf_checkpoint_latest(const char *dir, int64_t *step)
 	return 0;
 }
 
+/*
+ * Load the first of the checkpoints steps[0..n-1] (newest first) of `dir`
+ * that verifies: 1 when one was loaded, 0 when none verifies (each that
+ * fails is a warning; with `set_aside` renamed to <name>.corrupt), or an
+ * error (DTF_ERR_NOMEM, the model's mismatch).
+ */
+static int load_newest(struct dtf_checkpointer *ck, const char *dir,
+		       const int64_t *steps, int n, int set_aside,
+		       struct dtf_ckpt_position *pos)
+{
+	char path[PATH_BYTES];
+	for (int i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "%s/ckpt-%lld.dtf", dir,
+			 (long long)steps[i]);
+		struct dtf_ckpt_file f;
+		int rc = dtf_ckpt_file_read(path, &f);
+		if (rc == -DTF_ERR_NOMEM)
+			return rc;
+		if (rc < 0) {
+			dtf_warn("%s; %s", dtf_error_msg(),
+				 i + 1 < n ? "trying the previous checkpoint"
+					   : "no older checkpoint");
+			char moved[PATH_BYTES + 16];
+			snprintf(moved, sizeof(moved), "%s.corrupt", path);
+			if (set_aside && rename(path, moved) == 0)
+				dtf_warn("renamed it to %s", moved);
+			continue;
+		}
+		rc = load_file(ck, path, &f, pos);
+		dtf_ckpt_file_deinit(&f);
+		return rc < 0 ? rc : 1;
+	}
+	return 0;
+}
+
+int dtf_checkpointer_load_newest(struct dtf_checkpointer *ck, const char *dir,
+				 struct dtf_ckpt_position *pos)
+{
+	int64_t steps[MAX_LISTED];
+	int n = list_steps(dir, steps, MAX_LISTED, NULL);
+	if (n < 0)
+		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s", dir,
+				 strerror(errno));
+	if (n == 0)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "%s: no checkpoint (ckpt-<step>.dtf) in this directory",
+				 dir);
+	int rc = load_newest(ck, dir, steps, n, 0, pos);
+	if (rc == 0)
+		rc = dtf_error(DTF_ERR_CHECKPOINT,
+			       "no checkpoint in %s verifies (%d tried)", dir, n);
+	return rc < 0 ? rc : 0;
+}
+
 int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
 			     struct dtf_ckpt_position *pos, int *found)
 {
@@ -1191,29 +1246,10 @@ int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
 		dtf_info("no checkpoint in %s: starting from step 0", ck->dir);
 		return 0;
 	}
-	char path[PATH_BYTES];
-	for (int i = 0; i < n; i++) {
-		snprintf(path, sizeof(path), "%s/ckpt-%lld.dtf", ck->dir,
-			 (long long)steps[i]);
-		struct dtf_ckpt_file f;
-		int rc = dtf_ckpt_file_read(path, &f);
-		if (rc == -DTF_ERR_NOMEM)
-			return rc;
-		if (rc < 0) {
-			dtf_warn("%s; %s", dtf_error_msg(),
-				 i + 1 < n ? "trying the previous checkpoint"
-					   : "no older checkpoint");
-			char moved[PATH_BYTES + 16];
-			snprintf(moved, sizeof(moved), "%s.corrupt", path);
-			if (rename(path, moved) == 0)
-				dtf_warn("renamed it to %s", moved);
-			continue;
-		}
-		rc = load_file(ck, path, &f, pos);
-		if (rc == 0)
-			*found = 1;
-		dtf_ckpt_file_deinit(&f);
-		return rc;
+	int rc = load_newest(ck, ck->dir, steps, n, 1, pos);
+	if (rc != 0) {
+		*found = rc > 0;
+		return rc > 0 ? 0 : rc;
 	}
 	if (allow_fresh) {
 		dtf_warn("no checkpoint in %s verifies: starting from step 0 (--allow-fresh-start)",

@@ -162,7 +162,8 @@ struct dtf_checkpointer;
  * owned by the caller and alive until dtf_checkpointer_free.  On the chief
  * (`chief` != 0) this creates checkpoint.dir (one level) and allocates the
  * staging buffer, one whole file image, so saving allocates nothing.
- * `fault` (may be NULL) injects kill-in-checkpoint-write.
+ * `fault` (may be NULL) injects kill-in-checkpoint-write.  A reader that
+ * only loads named files (not the chief) may have no checkpoint.dir.
  * Errors: DTF_ERR_CHECKPOINT (directory), DTF_ERR_NOMEM.
  */
 int dtf_checkpointer_new(const struct dtf_job *job, const struct dtf_graph *g,
@@ -220,6 +221,19 @@ int dtf_checkpointer_restore(struct dtf_checkpointer *ck, int allow_fresh,
  */
 int dtf_checkpointer_load(struct dtf_checkpointer *ck, const char *path,
 			  struct dtf_ckpt_position *pos, int *verified);
+
+/*
+ * Load the newest checkpoint file of `dir` that verifies, as restore
+ * does but changing nothing in the directory (one that fails is a
+ * warning naming it and what failed; the next older one is tried): for
+ * `dtf-train evaluate` and `predict`, which may run while a training
+ * writes there.  The path loaded is dtf_checkpointer_path's.
+ * Errors: DTF_ERR_CHECKPOINT naming `dir` (no checkpoint there, none
+ * verifies, cannot be listed) or the file (the model's mismatch),
+ * DTF_ERR_NOMEM.
+ */
+int dtf_checkpointer_load_newest(struct dtf_checkpointer *ck, const char *dir,
+				 struct dtf_ckpt_position *pos);
 
 /*
  * The step of the newest complete checkpoint in `dir`, as its index file

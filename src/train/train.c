@@ -56,8 +56,7 @@
 #include "train/schedule.h"
 #include "train/summary.h"
 #include "train/threads.h"
-
-#define NSTATS 3 /* loss sum, correct, examples: behind the gradients */
+#include "train/train_priv.h"
 
 static double now_seconds(void)
 {
@@ -66,28 +65,7 @@ static double now_seconds(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Everything one replica holds, set up once. */
-struct replica {
-	struct dtf_graph g;
-	struct dtf_plan plan;
-	int *layer_out;
-	float *params;   /* g.nparams */
-	float *grads;    /* g.nparams + NSTATS */
-	int grads_shared; /* grads is the strategy's (shared memory) */
-	int params_shared; /* params too: one copy for every replica */
-	void **feed;     /* per feature: destination buffer of a batch */
-	void *scratch;   /* for features the graph does not use */
-	float *own_stats; /* this replica's non-trainable variables, kept
-			     while a checkpoint saves their mean (or NULL) */
-	uint64_t *ids;   /* batch example ids */
-	struct dtf_optimizer opt;
-	struct dtf_backend *be;     /* where the step runs (ops/backend.h) */
-	size_t *feature_bytes;      /* per feature, bytes of one example */
-	struct dtf_pool *pool;      /* worker threads of the fast kernels */
-	int use_fast;
-};
-
-static void replica_deinit(struct replica *r)
+void dtf_replica_deinit(struct replica *r)
 {
 	dtf_backend_free(r->be);
 	dtf_optimizer_deinit(&r->opt);
@@ -106,8 +84,8 @@ static void replica_deinit(struct replica *r)
 	dtf_free(r->ids);
 }
 
-static int build(const struct dtf_job *job, int batch, int with_backward,
-		 struct replica *r)
+int dtf_replica_build(const struct dtf_job *job, int batch, int with_backward,
+		      struct replica *r)
 {
 	memset(r, 0, sizeof(*r));
 	int rc;
@@ -123,7 +101,7 @@ static int build(const struct dtf_job *job, int batch, int with_backward,
 	return 0;
 }
 
-static int setup_buffers(const struct dtf_job *job, struct replica *r)
+int dtf_replica_setup_buffers(const struct dtf_job *job, struct replica *r)
 {
 	struct dtf_graph *g = &r->g;
 	int rc;
@@ -197,8 +175,8 @@ static int plain_update(const struct dtf_optimizer *op)
  * it cannot), else the CPU.  Errors: those of the backends' open and
  * prepare (ops/backend.h).
  */
-static int open_backend(const struct dtf_job *job, struct dtf_comm *comm,
-			struct replica *r, int device_ok)
+int dtf_replica_open_backend(const struct dtf_job *job, struct dtf_comm *comm,
+			     struct replica *r, int device_ok)
 {
 	int rc = 0, required = job->device.kind == DTF_DEVICE_CUDA;
 	struct dtf_backend_graph bg = {
@@ -261,16 +239,16 @@ void dtf_train_obs_job(const struct dtf_job *job, struct dtf_obs_job *out)
 int dtf_train_summary(const struct dtf_job *job, int batch, FILE *out)
 {
 	struct replica r;
-	int rc = build(job, batch, 1, &r);
+	int rc = dtf_replica_build(job, batch, 1, &r);
 	if (rc == 0)
 		rc = dtf_summary_print(job, &r.g, r.layer_out, out);
-	replica_deinit(&r);
+	dtf_replica_deinit(&r);
 	return rc;
 }
 
 /* ---- batch sizes ------------------------------------------------------- */
 
-static int per_replica_batch(const struct dtf_job *job, int world, int *out)
+int dtf_train_per_replica_batch(const struct dtf_job *job, int world, int *out)
 {
 	if (job->train.per_replica_batch_size > DTF_BATCH_MAX)
 		return dtf_error(DTF_ERR_CONFIG,
@@ -322,30 +300,20 @@ static int average_nontrainable(struct dtf_comm *comm, struct replica *r)
 	return 0;
 }
 
-struct eval_totals {
-	double loss_sum, correct, count, top_k;
-	int has_top_k; /* top_k was counted (the backend counts top-k) */
-};
-
-/* dtf_pipeline_next as the backends' read function (ops/backend.h). */
-static int read_batch(void *arg, void *const *feed, uint64_t *ids,
-		      int *count)
+int dtf_train_read_batch(void *arg, void *const *feed, uint64_t *ids,
+			 int *count)
 {
 	return dtf_pipeline_next(arg, feed, ids, count);
 }
 
-static int agree(struct dtf_comm *comm, int rc, const char *when,
-		 int64_t step, struct dtf_train_result *result);
 static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 		      const char *when, int64_t step,
 		      struct dtf_train_result *result);
 
-static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
-			int count, const char *logits_layer);
-
-static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
-		    struct replica *r, struct dtf_pipeline *eval, int64_t step,
-		    struct eval_totals *tot, struct dtf_train_result *result)
+int dtf_train_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
+		       struct replica *r, struct dtf_pipeline *eval,
+		       int64_t step, struct eval_totals *tot,
+		       struct dtf_train_result *result)
 {
 	struct dtf_backend *be = r->be;
 	struct dtf_exec_ctx ctx = {.training = 0,
@@ -358,9 +326,9 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	int rc = dtf_pipeline_begin_epoch(eval, 0);
 	while (rc == 0) {
 		int count = 0;
-		rc = be->i->load(be->ctx, read_batch, eval, r->ids, &count);
+		rc = be->i->load(be->ctx, dtf_train_read_batch, eval, r->ids, &count);
 		if (rc == 0)
-			rc = check_labels(r, eval, count, job->model.loss_logits);
+			rc = dtf_train_check_labels(r, eval, count, job->model.loss_logits);
 		if (rc < 0 || count == 0)
 			break;
 		ctx.valid = count;
@@ -376,7 +344,7 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		local[1] = sums[1];
 		local[3] = tot->has_top_k ? sums[2] : 0;
 	}
-	crc = agree(comm, rc, "evaluating after", step, result);
+	crc = dtf_train_agree(comm, rc, "evaluating after", step, result);
 	if (crc < 0)
 		return crc;
 	if ((crc = dtf_comm_allreduce_sum_f64(comm, local, 4)) < 0)
@@ -398,8 +366,8 @@ static int evaluate(const struct dtf_job *job, struct dtf_comm *comm,
  * after loading a batch.  Errors: those of dtf_pipeline_next() and
  * check_labels().
  */
-static int check_eval_data(const struct dtf_job *job, struct replica *r,
-			   struct dtf_pipeline *eval)
+int dtf_train_check_eval_data(const struct dtf_job *job, struct replica *r,
+			      struct dtf_pipeline *eval)
 {
 	double t0 = now_seconds();
 	int64_t n = 0;
@@ -408,7 +376,7 @@ static int check_eval_data(const struct dtf_job *job, struct replica *r,
 	while (rc == 0 &&
 	       (rc = dtf_pipeline_next(eval, r->feed, r->ids, &count)) == 0 &&
 	       count > 0 &&
-	       (rc = check_labels(r, eval, count, job->model.loss_logits)) == 0)
+	       (rc = dtf_train_check_labels(r, eval, count, job->model.loss_logits)) == 0)
 		n += count;
 	if (rc == 0)
 		dtf_log(DTF_LOG_DEBUG, 1,
@@ -419,9 +387,10 @@ static int check_eval_data(const struct dtf_job *job, struct replica *r,
 
 /* ---- the loop ---------------------------------------------------------- */
 
-static int open_pipeline(const struct dtf_job *job, const char *pattern,
-			 int rank, int world, int batch, int training,
-			 struct dtf_pipeline **out)
+int dtf_train_open_pipeline(const struct dtf_job *job, const char *pattern,
+			    const char *label, int rank, int world,
+			    int batch, int training,
+			    struct dtf_pipeline **out)
 {
 	char **files = NULL;
 	int nfiles = 0;
@@ -430,9 +399,8 @@ static int open_pipeline(const struct dtf_job *job, const char *pattern,
 		char msg[1024];
 		snprintf(msg, sizeof(msg), "%s", dtf_error_msg());
 		return dtf_error(DTF_ERR_DATA,
-				 "data.%s.files: %s (relative patterns are read from the current directory)",
-				 pattern == job->data.train_files ? "train" : "eval",
-				 msg);
+				 "%s%s: %s (relative patterns are read from the current directory)",
+				 label, label[0] == '-' ? "" : ".files", msg);
 	}
 	/* data.compression, or the split's own */
 	struct dtf_read_spec rd = job->data.read;
@@ -448,7 +416,7 @@ static int open_pipeline(const struct dtf_job *job, const char *pattern,
 		.seed = job->seed, .read = &rd,
 		.drop_remainder = training ? job->data.drop_remainder : 0,
 		.augment = training ? &job->data.augment : NULL,
-		.label = training ? "data.train" : "data.eval"};
+		.label = label};
 	rc = dtf_pipeline_open(&po, out);
 	dtf_free(files);
 	return rc;
@@ -506,8 +474,8 @@ static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 			 when, (long long)step);
 }
 
-static int agree(struct dtf_comm *comm, int rc, const char *when,
-		 int64_t step, struct dtf_train_result *result)
+int dtf_train_agree(struct dtf_comm *comm, int rc, const char *when,
+		    int64_t step, struct dtf_train_result *result)
 {
 	int agreed;
 	return agree_vote(comm, rc, 0, &agreed, when, step, result);
@@ -600,7 +568,7 @@ static int signal_stop(struct dtf_comm *comm, const char *saved, int64_t step,
 	int32_t mine[2] = {dtf_log_rank(), dtf_fault_pending_signal()};
 	int32_t *all = root ? dtf_calloc((size_t)size * 2, sizeof(*all)) : NULL;
 	int rc = root && !all ? dtf_error(DTF_ERR_NOMEM, "out of memory") : 0;
-	if ((rc = agree(comm, rc, "gathering the signals after", step,
+	if ((rc = dtf_train_agree(comm, rc, "gathering the signals after", step,
 			result)) < 0)
 		return rc;
 	if ((rc = dtf_comm_gather_i32(comm, mine, 2, all, 0)) < 0) {
@@ -679,7 +647,7 @@ static int after_step(const struct dtf_job *job, struct dtf_comm *comm,
 			rc = dtf_checkpointer_wait(ck);
 		dtf_obs_span(obs, DTF_OBS_CHECKPOINT, pos->step, -1, t0,
 			     now_seconds());
-		if ((rc = agree(comm, rc, "saving the checkpoint after", pos->step,
+		if ((rc = dtf_train_agree(comm, rc, "saving the checkpoint after", pos->step,
 				result)) < 0)
 			return rc;
 		snprintf(path, sizeof(path), "%s/ckpt-%lld.dtf",
@@ -707,8 +675,9 @@ static void add_times(struct dtf_step_times *sum,
  * evaluation data alike.  The caller agrees on the status before the next
  * collective, so every rank stops.
  */
-static int check_labels(const struct replica *r, const struct dtf_pipeline *p,
-			int count, const char *logits_layer)
+int dtf_train_check_labels(const struct replica *r,
+			   const struct dtf_pipeline *p, int count,
+			   const char *logits_layer)
 {
 	const struct dtf_graph *g = &r->g;
 	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
@@ -766,7 +735,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	for (int micro = 0; micro < k; micro++) {
 		t0 = now_seconds();
 		if (rc == 0)
-			rc = be->i->load(be->ctx, read_batch, train, r->ids,
+			rc = be->i->load(be->ctx, dtf_train_read_batch, train, r->ids,
 					 &count);
 		if (rc == 0 && count < batch)
 			rc = dtf_error(DTF_ERR_DATA,
@@ -774,7 +743,7 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 				       job->data.train_files, count, batch,
 				       (long long)step);
 		if (rc == 0)
-			rc = check_labels(r, train, count, job->model.loss_logits);
+			rc = dtf_train_check_labels(r, train, count, job->model.loss_logits);
 		t1 = now_seconds();
 		t->data_wait += t1 - t0;
 		if ((rc = agree_vote(comm, rc, vote, agreed, "reading data for",
@@ -783,14 +752,14 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		t2 = now_seconds();
 		be->i->forward(be->ctx, ctx);
 		if (read_ahead && micro == k - 1 && be->i->prefetch)
-			be->i->prefetch(be->ctx, read_batch, train);
+			be->i->prefetch(be->ctx, dtf_train_read_batch, train);
 		t3 = now_seconds();
 		int hook = dtf_strategy_backward_begin(strat, micro, k, lr) &&
 			   !checked;
 		rc = be->i->backward(be->ctx, ctx,
 				     hook ? dtf_strategy_after_node : NULL, strat);
 		if (checked &&
-		    (rc = agree(comm, rc, "computing", step, result)) < 0)
+		    (rc = dtf_train_agree(comm, rc, "computing", step, result)) < 0)
 			return rc;
 		dtf_strategy_backward_end(strat, micro, k);
 		be->i->step_stats(be->ctx, ctx, batch, stats);
@@ -859,7 +828,7 @@ static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
 	if (rc == 0)
 		rc = dtf_elastic_start_epoch(st->el, train, st->epoch, r->feed,
 					     r->ids, &left);
-	if ((rc = agree(comm, rc, "re-sharding the data position before",
+	if ((rc = dtf_train_agree(comm, rc, "re-sharding the data position before",
 			st->step, result)) < 0)
 		return rc;
 	int64_t rest = left / batch;
@@ -901,7 +870,7 @@ static int evaluate_loaded(void *arg, int64_t step,
 {
 	struct eval_task *t = arg;
 	struct eval_totals tot;
-	int rc = evaluate(t->job, NULL, t->r, t->eval, step, &tot, t->result);
+	int rc = dtf_train_evaluate(t->job, NULL, t->r, t->eval, step, &tot, t->result);
 	out->loss_sum = tot.loss_sum;
 	out->correct = tot.correct;
 	out->count = tot.count;
@@ -925,22 +894,22 @@ static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
 	struct eval_task task = {job, r, NULL, result};
 	int threads = dtf_threads_choose(opts->threads,
 					 dtf_comm_local_size(world));
-	int rc = setup_buffers(job, r);
+	int rc = dtf_replica_setup_buffers(job, r);
 	dtf_threads_flush_denormals();
 	if (rc == 0)
 		rc = dtf_threads_setup_fast(threads, &r->use_fast, &r->pool);
 	if (rc == 0)
-		rc = open_backend(job, NULL, r, 0);
+		rc = dtf_replica_open_backend(job, NULL, r, 0);
 	if (rc == 0)
 		rc = dtf_fault_new(NULL, dtf_comm_rank(world), 0, &fault);
 	if (rc == 0)
 		rc = dtf_checkpointer_new(job, &r->g, r->params, &r->opt, 0,
 					  NULL, &ck);
 	if (rc == 0)
-		rc = open_pipeline(job, job->data.eval_files, 0, 1, batch, 0,
-				   &eval);
+		rc = dtf_train_open_pipeline(job, job->data.eval_files,
+					     "data.eval", 0, 1, batch, 0, &eval);
 	if (rc == 0)
-		rc = check_eval_data(job, r, eval);
+		rc = dtf_train_check_eval_data(job, r, eval);
 	task.eval = eval;
 	if (rc == 0)
 		rc = dtf_evaluator_new(&(struct dtf_evaluator_config){
@@ -950,7 +919,7 @@ static int run_evaluator(const struct dtf_job *job, struct dtf_comm *world,
 					       .arg = &task},
 				       &ev);
 	/* the set-up agreement of every rank (dtf_train_run) */
-	if ((rc = agree(world, rc, "setting up before", 0, result)) < 0)
+	if ((rc = dtf_train_agree(world, rc, "setting up before", 0, result)) < 0)
 		goto out;
 	dtf_log(DTF_LOG_INFO, 1, "evaluator: %lld eval example(s) in batches of %d, %d thread(s) (%s)",
 		(long long)dtf_pipeline_num_records(eval), batch, threads,
@@ -1028,7 +997,7 @@ static int check_options(struct run *R)
 		rc = dtf_error(DTF_ERR_CONFIG,
 			       "checkpoint.dir: checkpoints are not supported with strategy parameter_server yet (the ps ranks hold the variables and optimizer state)");
 	if (rc == 0)
-		rc = per_replica_batch(job, R->world, &R->batch);
+		rc = dtf_train_per_replica_batch(job, R->world, &R->batch);
 	int chief = !opts->dry_run && R->rank == 0 &&
 		    R->role != DTF_TASK_PS && R->role != DTF_TASK_EVALUATOR;
 	if (rc == 0 && chief && opts->export_variables) {
@@ -1056,7 +1025,7 @@ static int check_options(struct run *R)
 	/* rank 0 alone checked --export-variables and checkpoint.dir: every
 	 * rank, ps and evaluator included, learns of a failure before any
 	 * other collective */
-	return agree(R->world_comm, rc, "checking the options before", 0,
+	return dtf_train_agree(R->world_comm, rc, "checking the options before", 0,
 		     R->result);
 }
 
@@ -1068,12 +1037,12 @@ static int setup(struct run *R, int *done)
 {
 	const struct dtf_job *job = R->job;
 	struct replica *r = &R->r;
-	int rc = build(job, R->batch, 1, r);
+	int rc = dtf_replica_build(job, R->batch, 1, r);
 	*done = 1;
 	if (!R->opts->dry_run && dtf_strategy_wants_shared_grads(R->strat)) {
 		/* the gradient vector in the replicas' shared-memory window
 		 * (distribute/strategy.h): a collective, so agree first */
-		if ((rc = agree(R->comm, rc, "building the graph before", 0,
+		if ((rc = dtf_train_agree(R->comm, rc, "building the graph before", 0,
 				R->result)) == 0 &&
 		    (rc = dtf_strategy_share_grads(R->strat, &r->g,
 						   r->g.nparams + NSTATS,
@@ -1105,12 +1074,12 @@ static int setup(struct run *R, int *done)
 				     R->result);
 	/* the strategy applies the updates through r->opt (and takes upd) */
 	struct dtf_update_ops upd;
-	if ((rc = setup_buffers(job, r)) == 0 &&
+	if ((rc = dtf_replica_setup_buffers(job, r)) == 0 &&
 	    (rc = dtf_optimizer_ops(&r->opt, job, &upd)) == 0)
 		rc = dtf_strategy_setup(R->strat, &r->g, r->params, r->grads,
 					&upd);
 	/* every rank, ps and evaluator included, learns of a failed setup */
-	if ((rc = agree(R->world_comm, rc, "setting up before", 0,
+	if ((rc = dtf_train_agree(R->world_comm, rc, "setting up before", 0,
 			R->result)) < 0)
 		return rc;
 	/* from here the evaluator waits for the chief's notice */
@@ -1165,7 +1134,7 @@ static int open_all(struct run *R)
 {
 	const struct dtf_job *job = R->job;
 	struct replica *r = &R->r;
-	int rc = open_backend(job, R->comm, r, 1);
+	int rc = dtf_replica_open_backend(job, R->comm, r, 1);
 	if (rc == 0 && r->be->i->apply) {
 		/* the variables live on the device: the strategy's update
 		 * becomes the backend's */
@@ -1187,15 +1156,17 @@ static int open_all(struct run *R)
 		rc = dtf_checkpointer_new(job, &r->g, r->params, &r->opt,
 					  R->rank == 0, R->fault, &R->ck);
 	if (rc == 0)
-		rc = open_pipeline(job, job->data.train_files, R->rank,
-				   R->world, R->batch, 1, &R->train);
+		rc = dtf_train_open_pipeline(job, job->data.train_files,
+					     "data.train", R->rank, R->world,
+					     R->batch, 1, &R->train);
 	if (rc == 0 && job->data.eval_files && R->evaluator < 0)
 		/* with an evaluator task, it evaluates; the chief does not */
-		rc = open_pipeline(job, job->data.eval_files, R->rank,
-				   R->world, R->batch, 0, &R->eval);
+		rc = dtf_train_open_pipeline(job, job->data.eval_files,
+					     "data.eval", R->rank, R->world,
+					     R->batch, 0, &R->eval);
 	if (rc == 0 && R->eval)
-		rc = check_eval_data(job, r, R->eval);
-	return agree(R->comm, rc, "opening data before", 0, R->result);
+		rc = dtf_train_check_eval_data(job, r, R->eval);
+	return dtf_train_agree(R->comm, rc, "opening data before", 0, R->result);
 }
 
 /* All ranks agree on the steps per epoch (the fewest over the shards). */
@@ -1243,7 +1214,7 @@ static int resume(struct run *R)
 			rc = dtf_checkpointer_restore(R->ck,
 						      R->opts->allow_fresh_start,
 						      &pos, &found);
-		if ((rc = agree(R->comm, rc, "restoring a checkpoint before", 0,
+		if ((rc = dtf_train_agree(R->comm, rc, "restoring a checkpoint before", 0,
 				R->result)) < 0)
 			return rc;
 		if ((rc = dtf_checkpointer_share(R->ck, R->comm, &pos,
@@ -1311,7 +1282,7 @@ static int resume(struct run *R)
 		.sidecar_eval = R->evaluator >= 0};
 	dtf_train_obs_job(job, &oc.job);
 	rc = dtf_obs_open(R->comm, &oc, &R->obs);
-	if ((rc = agree(R->comm, rc, "opening logging files before", R->step,
+	if ((rc = dtf_train_agree(R->comm, rc, "opening logging files before", R->step,
 			R->result)) < 0)
 		return rc;
 	if (R->ck)
@@ -1344,7 +1315,7 @@ static int maybe_evaluate(struct run *R, int epoch, int epoch_end, int *stop)
 		return rc;
 	struct eval_totals tot;
 	double te = now_seconds();
-	if ((rc = evaluate(job, R->comm, &R->r, R->eval, step, &tot,
+	if ((rc = dtf_train_evaluate(job, R->comm, &R->r, R->eval, step, &tot,
 			   result)) < 0)
 		return rc;
 	result->eval_loss = tot.loss_sum / tot.count;
@@ -1512,7 +1483,7 @@ static int release(struct run *R, int rc)
 	dtf_pipeline_free(R->eval);
 	dtf_pipeline_free(R->train); /* joins its reader, which asks st.el */
 	dtf_elastic_free(R->st.el);
-	replica_deinit(&R->r);
+	dtf_replica_deinit(&R->r);
 	return rc;
 }
 
