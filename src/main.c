@@ -18,6 +18,7 @@
 #include "distribute/comm.h"
 #include "dtf_config.h"
 #include "obs/obs.h"
+#include "train/fault.h"
 #include "train/threads.h"
 #include "train/train.h"
 
@@ -212,6 +213,10 @@ int main(int argc, char **argv)
 	struct dtf_comm *comm = NULL;
 	int rc = 0, rank = 0;
 	if (!opts.dry_run) {
+		/* from here a signal stops the run with its notice (after
+		 * the first step when it comes during the start-up), not
+		 * the default death; MPI_Init leaves these signals alone */
+		dtf_fault_catch_signals();
 		if ((rc = dtf_comm_init(&argc, &argv, &comm)) < 0) {
 			fprintf(stderr, "dtf-train: %s\n", dtf_error_msg());
 			status = dtf_error_exit_status(rc);
