@@ -771,6 +771,34 @@ START_TEST(test_override_cannot_switch_choice)
 	ck_assert_int_eq(job->train.optimizer, DTF_OPT_ADAM);
 	ck_assert(job->train.learning_rate == 0.1);
 	dtf_job_free(job);
+	/* a setting's name where the kind goes is not a switch to an
+	 * optimizer of that name: the message names the kind the job has
+	 * and the key that sets it */
+	const char *lr[] = {"train.optimizer.learning_rate=0.5"};
+	for (int form = 0; form < 2; form++)
+		ck_assert_msg_is(
+			load_fail(form ? SKETCH
+				       : edit("{adam: {learning_rate: 0.001}}",
+					      "adam"),
+				  lr, 1, DTF_ERR_CONFIG),
+			"--set train.optimizer.learning_rate: train.optimizer: "
+			"'learning_rate' is not an optimizer but a setting of "
+			"one: the job's optimizer is 'adam'\n"
+			"HINT: --set train.optimizer.adam.learning_rate=0.5");
+	/* a name that is neither: the known kinds */
+	const char *typo[] = {"train.optimizer.lr=0.5"};
+	ck_assert_msg_is(
+		load_fail(SKETCH, typo, 1, DTF_ERR_CONFIG),
+		"--set train.optimizer.lr: train.optimizer: 'lr' is not an "
+		"optimizer (known: sgd, adam, adamw, rmsprop); the job's "
+		"optimizer is 'adam'\n"
+		"HINT: for a setting of it: --set train.optimizer.adam.lr=0.5");
+	/* inside a list too, in the override's own spelling */
+	const char *units[] = {"model.layers.7.units=8"};
+	ck_assert_has(load_fail(SKETCH, units, 1, DTF_ERR_CONFIG),
+		      "'units' is not a layer kind but a setting of one: the "
+		      "job's layer kind is 'dense'\n"
+		      "HINT: --set model.layers.7.dense.units=8");
 	/* any choice, an earlier override's included */
 	const char *sched[] = {"train.schedule={cosine_decay: {alpha: 0.1}}",
 			       "train.schedule.exponential_decay.decay_rate=0.5"};
