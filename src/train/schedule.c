@@ -57,6 +57,11 @@ double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step)
 	return decayed(s, step - (w > 0 ? w : 0));
 }
 
+double dtf_schedule_initial_lr(const struct dtf_schedule *s)
+{
+	return decayed(s, 0);
+}
+
 void dtf_schedule_describe(const struct dtf_schedule *s, char *buf,
 			   size_t size)
 {

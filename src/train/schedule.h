@@ -37,6 +37,11 @@ void dtf_schedule_init(struct dtf_schedule *s, const struct dtf_job *job,
 /* The learning rate of the update after `step` updates. */
 double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step);
 
+/* The schedule's rate at its own step 0: that of the first update without
+ * a warmup, the one the warmup ramps up to with one (for piecewise_constant
+ * its first value, not the optimizer's learning_rate). */
+double dtf_schedule_initial_lr(const struct dtf_schedule *s);
+
 /*
  * The schedule in force in one phrase for the start-up line (NUL-
  * terminated, cut to `size`), with its resolved settings, e.g.

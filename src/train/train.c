@@ -1137,6 +1137,52 @@ static int setup(struct run *R, int *done)
 }
 
 /* Threads, then the start-up lines: replicas, batch, strategy. */
+/*
+ * The start-up line's learning rate: train.schedule's rate at its step 0
+ * (what its warmup ramps up to), where it comes from when it is not the
+ * optimizer's learning_rate, and the rate after learning_rate_scaling
+ * ("effective", on `nrep` replicas) with its ramp.
+ */
+static void describe_rate(const struct dtf_job *job,
+			  const struct dtf_strategy *strat, int nrep,
+			  char *buf, size_t size)
+{
+	struct dtf_schedule sched;
+	dtf_schedule_init(&sched, job, INT64_MAX);
+	double lr = dtf_schedule_initial_lr(&sched);
+	const struct dtf_schedule_spec *sp = &job->train.schedule;
+	size_t at = 0;
+	dtf_log_append(buf, size, &at, "learning rate %g", lr);
+	if (sp->kind == DTF_SCHED_PIECEWISE_CONSTANT)
+		dtf_log_append(buf, size, &at,
+			       " (train.schedule piecewise_constant's first value; "
+			       "the optimizer's learning_rate %g is not used%s",
+			       job->train.learning_rate,
+			       sp->warmup_steps > 0 ? "; " : ")");
+	else if (sp->warmup_steps > 0)
+		dtf_log_append(buf, size, &at, " (");
+	if (sp->warmup_steps > 0)
+		dtf_log_append(buf, size, &at,
+			       "reached after train.schedule's %lld warmup "
+			       "steps from 0)",
+			       (long long)sp->warmup_steps);
+	dtf_log_append(buf, size, &at, ", effective %g",
+		       strat ? dtf_strategy_learning_rate(strat, lr, INT64_MAX)
+			     : lr);
+	if (job->train.lr_scaling == DTF_LR_SCALING_LINEAR) {
+		dtf_log_append(buf, size, &at,
+			       " (linear scaling by the %d replica(s)", nrep);
+		if (job->train.lr_warmup_steps > 0)
+			dtf_log_append(buf, size, &at,
+				       ", ramped from %g over the first %lld "
+				       "updates",
+				       lr, (long long)job->train.lr_warmup_steps);
+		dtf_log_append(buf, size, &at, ")");
+	}
+	if (size > 0 && at >= size)
+		buf[size - 1] = '\0';
+}
+
 static int setup_threads(struct run *R)
 {
 	const struct dtf_job *job = R->job;
@@ -1156,16 +1202,13 @@ static int setup_threads(struct run *R)
 		 r->use_fast ? "fast kernels, 1 BLAS thread each"
 			     : "reference kernels, all BLAS threads",
 		 dtf_threads_blas_core());
-	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
+	char rate[512];
+	describe_rate(job, R->strat, R->world, rate, sizeof(rate));
+	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; %s",
 		 (long long)R->global_batch, R->batch,
 		 job->train.accumulate_steps,
 		 (long long)R->global_batch * job->train.accumulate_steps,
-		 R->result->num_params, job->train.learning_rate,
-		 dtf_strategy_learning_rate(R->strat, job->train.learning_rate,
-					    INT64_MAX),
-		 job->train.lr_scaling == DTF_LR_SCALING_LINEAR
-			 ? " (linear scaling by the replicas)"
-			 : "");
+		 R->result->num_params, rate);
 	char desc[256];
 	dtf_strategy_describe(R->strat, desc, sizeof(desc));
 	dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type), desc);
