@@ -935,6 +935,44 @@ START_TEST(second_sigterm_ends_at_once_saying_so)
 }
 END_TEST
 
+/* ---- resume: what the start-up says ---------------------------------------- */
+
+START_TEST(resume_lines_after_a_batch_change_and_past_max_steps)
+{
+	/* 34 steps on 1 rank at global batch 16: epoch 2, 4 batches in */
+	ck_assert_int_eq(train(1, "", "rb", "--set train.max_steps=34", "rba.log"), 0);
+	ck_assert(tu_exists(tmp, "rb/ckpt-34.dtf"));
+	ck_assert_int_eq(tu_run("cp -r %s/rb %s/rb2 && cp -r %s/rb %s/rb3", tmp,
+				tmp, tmp, tmp), 0);
+	/* at global batch 32 (15 steps per epoch), the 4 batches done are
+	 * the checkpoint's; 480 - 64 records left make 13 of this run's */
+	ck_assert_int_eq(train(1, "", "rb", "--resume --set train.batch_size=32",
+			       "rbb.log"), 0);
+	tu_assert_log(tmp, "rbb.log", "/rb/ckpt-34.dtf: step 34, epoch 2, after 4 batch(es) of it at the checkpoint's global batch 16\n");
+	tu_assert_log(tmp, "rbb.log", "the 64 records of epoch 2 read before are left out, 13 steps remain in it");
+	tu_assert_not_log(tmp, "rbb.log", " of 15");
+	/* max_steps below (and at) the checkpoint's step: exit 0 with a
+	 * notice, even under --quiet, and the checkpoint left alone */
+	ck_assert_int_eq(train(1, "", "rb2", "--resume --quiet --set train.max_steps=20",
+			       "rbc.log"), 0);
+	tu_assert_log(tmp, "rbc.log", "notice: the checkpoint's step 34 is past train.max_steps 20: nothing to train; exit status 0\n"
+		      "HINT: raise train.max_steps (e.g. --set train.max_steps=64) to train on");
+	ck_assert_int_eq(train(1, "", "rb3", "--resume --set train.max_steps=34", "rbd.log"), 0);
+	tu_assert_log(tmp, "rbd.log", "notice: the checkpoint's step 34 is already at train.max_steps 34: nothing to train");
+	ck_assert(tu_exists(tmp, "rb2/ckpt-34.dtf"));
+	/* the end of train.epochs (60 steps: 2 of 30): the same, for epochs */
+	ck_assert_int_eq(train(1, "", "rb3", "--resume --set train.max_steps=0 --set train.epochs=2",
+			       "rbe.log"), 0);
+	ck_assert(tu_exists(tmp, "rb3/ckpt-60.dtf"));
+	ck_assert_int_eq(train(1, "", "rb3", "--resume --set train.max_steps=0 --set train.epochs=2",
+			       "rbf.log"), 0);
+	tu_assert_log(tmp, "rbf.log", "notice: the checkpoint's step 60 is the end of train.epochs 2 (30 steps per epoch): nothing to train; exit status 0\n"
+		      "HINT: raise train.epochs (e.g. --set train.epochs=3) to train on");
+	/* a resume that trains says nothing of the kind */
+	tu_assert_not_log(tmp, "rbe.log", "nothing to train");
+}
+END_TEST
+
 /* ---- the directory: checked at start, owned by one run ------------------- */
 
 /* How TMP/<name> was made a directory this process cannot create files
@@ -1243,6 +1281,11 @@ static Suite *checkpoint_suite(void)
 	tcase_set_timeout(tc, 180);
 	tcase_add_test(tc, sigterm_while_starting_stops_with_the_notice);
 	tcase_add_test(tc, second_sigterm_ends_at_once_saying_so);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("resume_lines");
+	tcase_add_unchecked_fixture(tc, light_setup, light_teardown);
+	tcase_set_timeout(tc, 180);
+	tcase_add_test(tc, resume_lines_after_a_batch_change_and_past_max_steps);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -855,11 +855,18 @@ static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
 	st->step = pos->step;
 	st->epoch = (int)pos->epoch;
 	st->in_epoch = pos->step_in_epoch;
-	dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
-		 dtf_checkpointer_path(ck), (long long)st->step, st->epoch + 1,
-		 (long long)st->in_epoch, (long long)steps_per_epoch);
-	if (!dtf_elastic_needed(pos, world, batch))
+	if (!dtf_elastic_needed(pos, world, batch)) {
+		dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
+			 dtf_checkpointer_path(ck), (long long)st->step,
+			 st->epoch + 1, (long long)st->in_epoch,
+			 (long long)steps_per_epoch);
 		return 0;
+	}
+	/* the epoch's batches so far were the checkpoint's, not this run's
+	 * (the notice below says what is left at this run's) */
+	dtf_info("resuming from %s: step %lld, epoch %d, after %lld batch(es) of it at the checkpoint's global batch %lld",
+		 dtf_checkpointer_path(ck), (long long)st->step, st->epoch + 1,
+		 (long long)st->in_epoch, (long long)pos->global_batch);
 	int64_t left = 0;
 	int rc = 0;
 	if (pos->nprev >= DTF_CKPT_MAX_SEGMENTS)
@@ -1342,6 +1349,25 @@ static int resume(struct run *R)
 	if (R->st.elastic) { /* the parts of this epoch run before */
 		R->pos.nprev = R->st.nprev;
 		memcpy(R->pos.prev, R->st.prev, sizeof(R->st.prev));
+	}
+	/* a checkpoint at or past this run's end: nothing to train, which
+	 * is not an error (as Keras's fit with initial_epoch >= epochs) */
+	if (found && R->rank == 0 && R->step >= R->total_steps) {
+		int by_max = job->train.max_steps > 0 &&
+			     job->train.max_steps <= spe * job->train.epochs;
+		if (by_max)
+			dtf_log_notice("the checkpoint's step %lld is %s train.max_steps %lld: nothing to train; exit status 0\n"
+				       "HINT: raise train.max_steps (e.g. --set train.max_steps=%lld) to train on",
+				       (long long)R->step,
+				       R->step == job->train.max_steps ? "already at"
+								       : "past",
+				       (long long)job->train.max_steps,
+				       (long long)R->step + spe);
+		else
+			dtf_log_notice("the checkpoint's step %lld is the end of train.epochs %d (%lld steps per epoch): nothing to train; exit status 0\n"
+				       "HINT: raise train.epochs (e.g. --set train.epochs=%d) to train on",
+				       (long long)R->step, job->train.epochs,
+				       (long long)spe, job->train.epochs + 1);
 	}
 	dtf_schedule_init(&R->sched, job, R->total_steps);
 	/* what the update is: optimizer and schedule in force */
