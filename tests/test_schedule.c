@@ -387,6 +387,31 @@ START_TEST(start_line_names_the_schedule_rate_and_scaling)
 		 decayed(&scheds[0], 0, STEPS));
 	tu_assert_log(tmpdir, "line-pw.log", want);
 	ck_assert(strstr(want, "learning rate 0.02 (") && strstr(want, "effective 0.04 ("));
+	/* a warmup of 4 in a 1-step run: the rate of its one step is
+	 * 0 (4 * 0 / 4), and the start says so */
+	tu_assert_log(tmpdir, "line-pw.log",
+		      "warning: train.schedule.piecewise_constant.warmup_steps 4 "
+		      "is not below the run's 1 steps: the rate ramps up from 0 "
+		      "for the whole run, to 0 at its last step, and the schedule "
+		      "never starts\n"
+		      "HINT: fewer warmup_steps, or more steps (train.max_steps, "
+		      "train.epochs)");
+	/* cosine_decay's warmup of 30 over 24 steps: 0.01 * 23 / 30 last */
+	snprintf(sets, sizeof(sets),
+		 "--set 'train.schedule={cosine_decay: {warmup_steps: 30}}'");
+	ck_assert_int_eq(run(&paths[0], NULL, "line-cos", sets), 0);
+	snprintf(want, sizeof(want),
+		 "warning: train.schedule.cosine_decay.warmup_steps 30 is not "
+		 "below the run's %d steps: the rate ramps up from 0 for the "
+		 "whole run, to %g at its last step",
+		 STEPS, 0.01 * (STEPS - 1) / 30);
+	tu_assert_log(tmpdir, "line-cos.log", want);
+	/* one step shorter than the run: no warning */
+	snprintf(sets, sizeof(sets),
+		 "--set 'train.schedule={cosine_decay: {warmup_steps: %d}}'",
+		 STEPS - 1);
+	ck_assert_int_eq(run(&paths[0], NULL, "line-cos2", sets), 0);
+	tu_assert_not_log(tmpdir, "line-cos2.log", "warmup_steps");
 	/* no schedule, no scaling: the optimizer's rate, as it is */
 	ck_assert_int_eq(run(p, NULL, "line-const", "--set train.max_steps=1"), 0);
 	tu_assert_log(tmpdir, "line-const.log", "parameters; learning rate 0.01, effective 0.01\n");

@@ -1370,6 +1370,19 @@ static int resume(struct run *R)
 				       (long long)spe, job->train.epochs + 1);
 	}
 	dtf_schedule_init(&R->sched, job, R->total_steps);
+	/* a warmup as long as the run: the rate only ramps up (not an
+	 * error: a short trial run of a long job's schedule is one) */
+	int64_t warm = job->train.schedule.warmup_steps;
+	if (R->rank == 0 && warm > 0 && warm >= R->total_steps &&
+	    R->step < R->total_steps)
+		dtf_warn("train.schedule.%s.warmup_steps %lld is not below the run's %lld steps: the rate ramps up from 0 for the whole run, to %g at its last step, and the schedule never %s\n"
+			 "HINT: fewer warmup_steps, or more steps (train.max_steps, train.epochs)",
+			 dtf_schedule_kind_name(job->train.schedule.kind),
+			 (long long)warm, (long long)R->total_steps,
+			 dtf_schedule_lr(&R->sched, R->total_steps - 1),
+			 job->train.schedule.kind == DTF_SCHED_CONSTANT
+				 ? "reaches its rate"
+				 : "starts");
 	/* what the update is: optimizer and schedule in force */
 	char od[256], sd[512];
 	dtf_optimizer_describe(job, od, sizeof(od));
