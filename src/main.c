@@ -195,6 +195,24 @@ static int parse_args(int argc, char **argv, struct dtf_train_opts *opts,
 	return -1;
 }
 
+/*
+ * This process's rank as the launcher gave it, without MPI (for
+ * --dry-run, which does not start MPI): Open MPI's OMPI_COMM_WORLD_RANK,
+ * PMIx's PMIX_RANK, PMI's PMI_RANK, Slurm's SLURM_PROCID; 0 when none is
+ * set (a plain run).
+ */
+static int launcher_rank(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+					   "PMI_RANK", "SLURM_PROCID"};
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v)
+			return atoi(v);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	dtf_threads_fix_blas_core(argv); /* may re-exec with a better BLAS */
@@ -212,6 +230,14 @@ int main(int argc, char **argv)
 
 	struct dtf_comm *comm = NULL;
 	int rc = 0, rank = 0;
+	if (opts.dry_run && (rank = launcher_rank()) > 0) {
+		/* under mpirun or srun every rank checks the job alike (no
+		 * MPI, no data): rank 0 alone prints the table and the
+		 * warnings and errors, every rank exits with the status */
+		if (!freopen("/dev/null", "w", stdout))
+			return 1;
+		dtf_log_set_level(DTF_LOG_ERROR);
+	}
 	if (!opts.dry_run) {
 		/* from here a signal stops the run with its notice (after
 		 * the first step when it comes during the start-up), not
@@ -267,6 +293,10 @@ int main(int argc, char **argv)
 				      rc == -DTF_ERR_GRAPH;
 		if (own_cluster_error)
 			same_everywhere = 0;
+		/* every rank failed with the same message (no file matches,
+		 * too few records for a batch), or a dry run (no MPI) */
+		if (result.same_error || opts.dry_run)
+			same_everywhere = 1;
 		/* A stop on a signal was asked for: a notice, not an error;
 		 * the training's replica 0 printed it already for them all
 		 * (an evaluator task says its own). */

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "data/crc32c.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "distribute/comm.h"
@@ -496,6 +497,17 @@ static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 	worst >>= 16;
 	if (!worst)
 		return 0;
+	/* did every rank fail with the same message?  (a collective of
+	 * every rank: each saw worst) */
+	const char *msg = dtf_error_msg();
+	int64_t mine = status ? (int64_t)status << 32 |
+					dtf_crc32c(0, msg, strlen(msg))
+			      : -1;
+	int64_t range[2] = {mine, -mine};
+	if ((crc = dtf_comm_allreduce_min_i64(comm, range, 2)) < 0)
+		return crc;
+	if (range[0] >= 0 && range[0] == -range[1])
+		result->same_error = 1;
 	if (status)
 		return rc;
 	result->remote_failure = 1;
@@ -1271,6 +1283,8 @@ static int agree_steps_per_epoch(struct run *R)
 	if (rc < 0)
 		return rc;
 	int64_t most = -spe[1];
+	/* from the allreduce: the same on every rank */
+	R->result->same_error = spe[0] == 0;
 	if (spe[0] == 0)
 		return dtf_error(DTF_ERR_DATA,
 				 "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
