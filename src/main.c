@@ -3,7 +3,7 @@
  *
  * Exit statuses (DESIGN.md section 5): 0 done, 1 runtime failure, 2 usage
  * or job-file error, 3 input data error, 4 checkpoint error, 75 stopped by
- * a signal after a checkpoint.
+ * a signal (after a checkpoint when checkpoint.dir is set).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -32,7 +32,8 @@ static const char usage[] =
 	"  -n, --dry-run            build and check the graph, print the layer table, exit\n"
 	"  -s, --set KEY=VALUE      override a job key (e.g. train.epochs=1; KEY= unsets\n"
 	"                           it, so its default applies); repeatable\n"
-	"  -t, --threads N          BLAS threads per rank (default: cores / ranks per node)\n"
+	"  -t, --threads N          compute threads per rank, each calling OpenBLAS\n"
+	"                           single-threaded (default: cores / ranks per node)\n"
 	"      --export-variables FILE  write the final parameter vector (float32) to FILE\n"
 	"      --print-cluster      print the role of every rank (TF_CONFIG or the job), exit\n"
 	"      --resume             continue from the newest checkpoint in checkpoint.dir\n"
@@ -52,7 +53,8 @@ static const char usage[] =
 	"  -V, --version            show the version and exit\n"
 	"\n"
 	"Exit status: 0 done, 1 runtime failure, 2 usage or job-file error,\n"
-	"3 input data error, 4 checkpoint error, 75 stopped by a signal.\n"
+	"3 input data error, 4 checkpoint error, 75 stopped by a signal (with a\n"
+	"checkpoint when checkpoint.dir is set, else nothing saved).\n"
 	"See dtf-train(1) and dtf-train-job(5).\n";
 
 enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH, OPT_MERGE_TRACE,
