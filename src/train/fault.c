@@ -145,6 +145,18 @@ void dtf_fault_catch_signals(void)
 	install_handlers(NULL);
 }
 
+void dtf_fault_default_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	for (int i = 0; i < NCAUGHT; i++)
+		sigaction(caught[i], &sa, NULL);
+	if (pending_signal)
+		raise(pending_signal);
+}
+
 int dtf_fault_pending_signal(void) { return pending_signal; }
 
 const char *dtf_fault_signal_name(int sig)

@@ -52,6 +52,14 @@ struct dtf_fault;
 void dtf_fault_catch_signals(void);
 
 /*
+ * Back to the default actions (the process ends on each of the three), for
+ * a process that has no step boundary to stop at (a parameter server
+ * rank, which serves until the workers end); a signal caught since
+ * dtf_fault_catch_signals is raised again, so it ends the process now.
+ */
+void dtf_fault_default_signals(void);
+
+/*
  * Parse DTF_FAULT, install the signal handlers and, when timeout_seconds
  * > 0, start the watchdog (disarmed until the first dtf_fault_progress).
  * comm may be NULL (no watchdog abort possible: the watchdog is not

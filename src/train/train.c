@@ -1148,6 +1148,8 @@ static int setup(struct run *R, int *done)
 	/* from here the evaluator waits for the chief's notice */
 	R->notify = R->evaluator >= 0 && dtf_comm_rank(R->world_comm) == 0;
 	if (R->role == DTF_TASK_PS) {
+		/* no step to stop at: a signal ends a ps rank at once */
+		dtf_fault_default_signals();
 		dtf_graph_init_params(&r->g, job->seed, r->params);
 		return dtf_strategy_serve(R->strat);
 	}
