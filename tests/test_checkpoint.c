@@ -935,6 +935,72 @@ START_TEST(second_sigterm_ends_at_once_saying_so)
 }
 END_TEST
 
+/* The PID of the dtf-train of world rank `rank` whose command line holds
+ * `tag`, or -1 (read from /proc: cmdline and OMPI_COMM_WORLD_RANK). */
+static pid_t rank_pid(const char *tag, int rank)
+{
+	char want[64];
+	snprintf(want, sizeof(want), "OMPI_COMM_WORLD_RANK=%d", rank);
+	for (int pid = 2; pid < 4194304; pid++) {
+		char path[64], buf[8192];
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		int has_tag = 0, is_train = 0;
+		for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+			buf[n] = 0;
+			has_tag |= strstr(buf + i, tag) != NULL;
+			is_train |= strstr(buf + i, "/dtf-train") != NULL && i == 0;
+		}
+		if (!has_tag || !is_train)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+			if (!strcmp(buf + i, want))
+				return pid;
+	}
+	return -1;
+}
+
+START_TEST(sigterm_to_a_ps_rank_ends_the_job)
+{
+	/* a parameter server has no step boundary to stop at: SIGTERM ends
+	 * it at once (its default action), and mpirun the job */
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "exec timeout 120 mpirun -np 3 %s/dtf-train -t 1 --set "
+		 "strategy.type=parameter_server --set train.max_steps=0 --set "
+		 "train.epochs=100000 --set logging.every_steps=10 %s/job.yaml "
+		 ">/dev/null 2>%s/ps.log",
+		 tu_build_root(), tmp, tmp);
+	tu_write_file(tmp, "ps.log", "%s", "");
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 600 && !strstr(tu_slurp(tmp, "ps.log"), "step 20/"); i++)
+		usleep(100000);
+	pid_t ps = rank_pid(tmp, 2); /* the ps: the last rank */
+	ck_assert_msg(ps > 0, "no rank 2:\n%s", tu_slurp(tmp, "ps.log"));
+	ck_assert_int_eq(kill(ps, SIGTERM), 0);
+	int st = wait_for(pid, 60);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124,
+		      "status 0x%x:\n%s", st, tu_slurp(tmp, "ps.log"));
+	tu_assert_log(tmp, "ps.log", "rank 2 with PID");
+	tu_assert_log(tmp, "ps.log", "exited on signal 15 (Terminated)");
+}
+END_TEST
+
 /* ---- resume: what the start-up says ---------------------------------------- */
 
 START_TEST(resume_lines_after_a_batch_change_and_past_max_steps)
@@ -1281,6 +1347,7 @@ static Suite *checkpoint_suite(void)
 	tcase_set_timeout(tc, 180);
 	tcase_add_test(tc, sigterm_while_starting_stops_with_the_notice);
 	tcase_add_test(tc, second_sigterm_ends_at_once_saying_so);
+	tcase_add_test(tc, sigterm_to_a_ps_rank_ends_the_job);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("resume_lines");
 	tcase_add_unchecked_fixture(tc, light_setup, light_teardown);
