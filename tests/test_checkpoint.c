@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -941,8 +942,13 @@ static pid_t rank_pid(const char *tag, int rank)
 {
 	char want[64];
 	snprintf(want, sizeof(want), "OMPI_COMM_WORLD_RANK=%d", rank);
-	for (int pid = 2; pid < 4194304; pid++) {
-		char path[64], buf[8192];
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+	while (proc && (de = readdir(proc))) {
+		int pid = atoi(de->d_name);
+		char path[300], buf[8192];
+		if (pid <= 0)
+			continue;
 		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
 		FILE *f = fopen(path, "r");
 		if (!f)
@@ -964,9 +970,13 @@ static pid_t rank_pid(const char *tag, int rank)
 		fclose(f);
 		buf[n] = 0;
 		for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-			if (!strcmp(buf + i, want))
+			if (!strcmp(buf + i, want)) {
+				closedir(proc);
 				return pid;
+			}
 	}
+	if (proc)
+		closedir(proc);
 	return -1;
 }
 
