@@ -3,7 +3,7 @@
  *
  * Exit statuses (DESIGN.md section 5): 0 done, 1 runtime failure, 2 usage
  * or job-file error, 3 input data error, 4 checkpoint error, 75 stopped by
- * a signal after a checkpoint.
+ * a signal (after a checkpoint when checkpoint.dir is set).
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -20,6 +20,7 @@
 #include "export/export.h"
 #include "main.h"
 #include "obs/obs.h"
+#include "train/fault.h"
 #include "train/threads.h"
 #include "train/train.h"
 
@@ -39,7 +40,8 @@ static const char usage[] =
 	"  -n, --dry-run            build and check the graph, print the layer table, exit\n"
 	"  -s, --set KEY=VALUE      override a job key (e.g. train.epochs=1; KEY= unsets\n"
 	"                           it, so its default applies); repeatable\n"
-	"  -t, --threads N          BLAS threads per rank (default: cores / ranks per node)\n"
+	"  -t, --threads N          compute threads per rank, each calling OpenBLAS\n"
+	"                           single-threaded (default: cores / ranks per node)\n"
 	"      --export-variables FILE  write the final parameter vector (float32) to FILE\n"
 	"      --print-cluster      print the role of every rank (TF_CONFIG or the job), exit\n"
 	"      --resume             continue from the newest checkpoint in checkpoint.dir\n"
@@ -59,7 +61,8 @@ static const char usage[] =
 	"  -V, --version            show the version and exit\n"
 	"\n"
 	"Exit status: 0 done, 1 runtime failure, 2 usage or job-file error,\n"
-	"3 input data error, 4 checkpoint error, 75 stopped by a signal.\n"
+	"3 input data error, 4 checkpoint error, 75 stopped by a signal (with a\n"
+	"checkpoint when checkpoint.dir is set, else nothing saved).\n"
 	"See dtf-train(1) and dtf-train-job(5).\n";
 
 enum { OPT_EXPORT = 256, OPT_RESUME, OPT_FRESH, OPT_MERGE_TRACE,
@@ -328,6 +331,24 @@ int dtf_main_start_mpi(int *argc, char ***argv, struct dtf_comm **comm)
 	return 0;
 }
 
+/*
+ * This process's rank as the launcher gave it, without MPI (for
+ * --dry-run, which does not start MPI): Open MPI's OMPI_COMM_WORLD_RANK,
+ * PMIx's PMIX_RANK, PMI's PMI_RANK, Slurm's SLURM_PROCID; 0 when none is
+ * set (a plain run).
+ */
+static int launcher_rank(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+					   "PMI_RANK", "SLURM_PROCID"};
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v)
+			return atoi(v);
+	}
+	return 0;
+}
+
 int dtf_main_load_job(const char *path, const char **sets, int nsets,
 		      struct dtf_job **job)
 {
@@ -361,7 +382,19 @@ int main(int argc, char **argv)
 
 	struct dtf_comm *comm = NULL;
 	int rc = 0, rank = 0;
+	if (opts.dry_run && (rank = launcher_rank()) > 0) {
+		/* under mpirun or srun every rank checks the job alike (no
+		 * MPI, no data): rank 0 alone prints the table and the
+		 * warnings and errors, every rank exits with the status */
+		if (!freopen("/dev/null", "w", stdout))
+			return 1;
+		dtf_log_set_level(DTF_LOG_ERROR);
+	}
 	if (!opts.dry_run) {
+		/* from here a signal stops the run with its notice (after
+		 * the first step when it comes during the start-up), not
+		 * the default death; MPI_Init leaves these signals alone */
+		dtf_fault_catch_signals();
 		if ((status = dtf_main_start_mpi(&argc, &argv, &comm)) != 0)
 			goto out;
 		rank = dtf_comm_rank(comm);
@@ -394,6 +427,10 @@ int main(int argc, char **argv)
 				      rc == -DTF_ERR_GRAPH;
 		if (own_cluster_error)
 			same_everywhere = 0;
+		/* every rank failed with the same message (no file matches,
+		 * too few records for a batch), or a dry run (no MPI) */
+		if (result.same_error || opts.dry_run)
+			same_everywhere = 1;
 		/* A stop on a signal was asked for: a notice, not an error;
 		 * the training's replica 0 printed it already for them all
 		 * (an evaluator task says its own). */

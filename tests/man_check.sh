@@ -39,6 +39,19 @@ for sub in evaluate predict export; do
 	done
 	echo "dtf-train $sub: $(echo "$opts" | wc -l) options of --help checked against dtf-train.1"
 done
+# what --threads counts is said alike in --help and the page: the kernels'
+# compute threads (each calls OpenBLAS single-threaded), not BLAS threads
+help_t=$("$build/dtf-train" --help | sed -n '/--threads/,/^  -/p')
+page_t=$(sed 's/\\-/-/g' "$src/man/dtf-train.1" | sed -n '/^\.BR -t ", " --threads/,/^\.TP/p')
+for what in help page; do
+	eval "t=\$${what}_t"
+	if ! printf '%s\n' "$t" | grep -qi "compute threads per rank" ||
+	   printf '%s\n' "$t" | grep -qi "^[^(]*BLAS threads"; then
+		echo "dtf-train $what: -t/--threads is not described as compute threads per rank:"
+		printf '%s\n' "$t"
+		fail=1
+	fi
+done
 for page in "$src"/man/*.[1-9]; do
 	w=$(groff -ww -man -Tutf8 "$page" 2>&1 >/dev/null)
 	if [ -n "$w" ]; then

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -793,6 +795,260 @@ START_TEST(dtf_launch_forwards_sigterm_as_usr1_and_exits_75)
 }
 END_TEST
 
+/* ---- signals while the job starts ----------------------------------------- */
+
+static void light_setup(void)
+{
+	tu_tmpdir_create(tmp, sizeof(tmp), "dtf-ckpt-sig");
+	signal(SIGPIPE, SIG_IGN); /* a dead reader fails the write, not us */
+	tu_synth(tmp, "train", 480, 2, "8,8,1", 1);
+	tu_write_file(tmp, "job.yaml", job_text, tmp, 16);
+}
+
+static void light_teardown(void) { tu_tmpdir_remove(tmp); }
+
+/* 1 while `sig` is pending for process `pid` (not yet delivered). */
+static int signal_pending(pid_t pid, int sig)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	int pending = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long long mask;
+		if ((sscanf(line, "SigPnd: %llx", &mask) == 1 ||
+		     sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+		    (mask >> (sig - 1) & 1))
+			pending = 1;
+	}
+	if (f)
+		fclose(f);
+	return pending;
+}
+
+/*
+ * Starts plain dtf-train on the job file TMP/fifo.yaml, a FIFO, its stderr
+ * in TMP/<log>, and returns its PID once it is reading the job (past
+ * MPI_Init, blocked in read); *wfd: the FIFO's writing end.
+ */
+static pid_t start_on_fifo(const char *log, int *wfd)
+{
+	char fifo[512], logp[512], exe[512];
+	tu_path(fifo, sizeof(fifo), tmp, "fifo.yaml");
+	tu_path(logp, sizeof(logp), tmp, log);
+	snprintf(exe, sizeof(exe), "%s/dtf-train", tu_build_root());
+	unlink(fifo);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int nul = open("/dev/null", O_WRONLY);
+		if (fd < 0 || nul < 0)
+			_exit(127);
+		dup2(fd, 2);
+		dup2(nul, 1);
+		execl(exe, "dtf-train", "-t", "1", fifo, (char *)NULL);
+		_exit(127);
+	}
+	/* a writer can open the FIFO without blocking once the reader has */
+	int fd = -1;
+	for (int i = 0; i < 600 && fd < 0; i++) {
+		fd = open(fifo, O_WRONLY | O_NONBLOCK);
+		if (fd < 0)
+			usleep(50000);
+	}
+	if (fd < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		ck_abort_msg("dtf-train did not open its job file within 30 s");
+	}
+	*wfd = fd;
+	return pid;
+}
+
+/* Sends `sig` to pid and waits until it is delivered. */
+static void send_and_wait(pid_t pid, int sig)
+{
+	ck_assert_int_eq(kill(pid, sig), 0);
+	for (int i = 0; i < 200 && signal_pending(pid, sig); i++)
+		usleep(10000);
+	usleep(50000); /* the handler has run */
+}
+
+static int wait_for(pid_t pid, int seconds)
+{
+	int st = 0, i;
+	for (i = 0; i < seconds * 10 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(100000);
+	if (i == seconds * 10) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		ck_abort_msg("dtf-train did not end within %d s", seconds);
+	}
+	return st;
+}
+
+START_TEST(sigterm_while_starting_stops_with_the_notice)
+{
+	/* SIGTERM arrives while dtf-train reads its job file (after
+	 * MPI_Init, before any handler of the training's own) */
+	int wfd;
+	pid_t pid = start_on_fifo("early.log", &wfd);
+	send_and_wait(pid, SIGTERM);
+	const char *text = tu_slurp(tmp, "job.yaml");
+	/* (fails when the signal killed it: the status below says so) */
+	ssize_t w = write(wfd, text, strlen(text));
+	(void)w;
+	close(wfd);
+	int st = wait_for(pid, 60);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 75,
+		      "status 0x%x:\n%s", st, tu_slurp(tmp, "early.log"));
+	/* stopped at the first step boundary, as a later signal would be */
+	ck_assert_log("early.log", "notice: stop requested by SIGTERM on rank 0 at step 1: nothing saved (no checkpoint.dir); exit status 75");
+	tu_assert_not_log(tmp, "early.log", "error:");
+}
+END_TEST
+
+START_TEST(second_sigterm_ends_at_once_saying_so)
+{
+	int wfd;
+	pid_t pid = start_on_fifo("twice.log", &wfd);
+	send_and_wait(pid, SIGTERM);
+	send_and_wait(pid, SIGTERM);
+	int st = wait_for(pid, 30);
+	close(wfd);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
+		      "status 0x%x:\n%s", st, tu_slurp(tmp, "twice.log"));
+	ck_assert_log("twice.log", "warning: second SIGTERM: ending at once, without waiting for the stop's checkpoint (killed by SIGTERM: exit status 143 in a shell)");
+	/* SIGINT counts on its own: one SIGINT after a SIGTERM is the
+	 * first SIGINT, a second one ends it */
+	pid = start_on_fifo("int.log", &wfd);
+	send_and_wait(pid, SIGTERM);
+	send_and_wait(pid, SIGINT);
+	ck_assert_int_eq(waitpid(pid, &st, WNOHANG), 0);
+	send_and_wait(pid, SIGINT);
+	st = wait_for(pid, 30);
+	close(wfd);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT,
+		      "status 0x%x:\n%s", st, tu_slurp(tmp, "int.log"));
+	ck_assert_log("int.log", "warning: second SIGINT: ending at once");
+}
+END_TEST
+
+/* The PID of the dtf-train of world rank `rank` whose command line holds
+ * `tag`, or -1 (read from /proc: cmdline and OMPI_COMM_WORLD_RANK). */
+static pid_t rank_pid(const char *tag, int rank)
+{
+	char want[64];
+	snprintf(want, sizeof(want), "OMPI_COMM_WORLD_RANK=%d", rank);
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+	while (proc && (de = readdir(proc))) {
+		int pid = atoi(de->d_name);
+		char path[300], buf[8192];
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		int has_tag = 0, is_train = 0;
+		for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+			buf[n] = 0;
+			has_tag |= strstr(buf + i, tag) != NULL;
+			is_train |= strstr(buf + i, "/dtf-train") != NULL && i == 0;
+		}
+		if (!has_tag || !is_train)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+			if (!strcmp(buf + i, want)) {
+				closedir(proc);
+				return pid;
+			}
+	}
+	if (proc)
+		closedir(proc);
+	return -1;
+}
+
+START_TEST(sigterm_to_a_ps_rank_ends_the_job)
+{
+	/* a parameter server has no step boundary to stop at: SIGTERM ends
+	 * it at once (its default action), and mpirun the job */
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "exec timeout 120 mpirun -np 3 %s/dtf-train -t 1 --set "
+		 "strategy.type=parameter_server --set train.max_steps=0 --set "
+		 "train.epochs=100000 --set logging.every_steps=10 %s/job.yaml "
+		 ">/dev/null 2>%s/ps.log",
+		 tu_build_root(), tmp, tmp);
+	tu_write_file(tmp, "ps.log", "%s", "");
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 600 && !strstr(tu_slurp(tmp, "ps.log"), "step 20/"); i++)
+		usleep(100000);
+	pid_t ps = rank_pid(tmp, 2); /* the ps: the last rank */
+	ck_assert_msg(ps > 0, "no rank 2:\n%s", tu_slurp(tmp, "ps.log"));
+	ck_assert_int_eq(kill(ps, SIGTERM), 0);
+	int st = wait_for(pid, 60);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 124,
+		      "status 0x%x:\n%s", st, tu_slurp(tmp, "ps.log"));
+	tu_assert_log(tmp, "ps.log", "rank 2 with PID");
+	tu_assert_log(tmp, "ps.log", "exited on signal 15 (Terminated)");
+}
+END_TEST
+
+/* ---- resume: what the start-up says ---------------------------------------- */
+
+START_TEST(resume_lines_after_a_batch_change_and_past_max_steps)
+{
+	/* 34 steps on 1 rank at global batch 16: epoch 2, 4 batches in */
+	ck_assert_int_eq(train(1, "", "rb", "--set train.max_steps=34", "rba.log"), 0);
+	ck_assert(tu_exists(tmp, "rb/ckpt-34.dtf"));
+	ck_assert_int_eq(tu_run("cp -r %s/rb %s/rb2 && cp -r %s/rb %s/rb3", tmp,
+				tmp, tmp, tmp), 0);
+	/* at global batch 32 (15 steps per epoch), the 4 batches done are
+	 * the checkpoint's; 480 - 64 records left make 13 of this run's */
+	ck_assert_int_eq(train(1, "", "rb", "--resume --set train.batch_size=32",
+			       "rbb.log"), 0);
+	tu_assert_log(tmp, "rbb.log", "/rb/ckpt-34.dtf: step 34, epoch 2, after 4 batch(es) of it at the checkpoint's global batch 16\n");
+	tu_assert_log(tmp, "rbb.log", "the 64 records of epoch 2 read before are left out, 13 steps remain in it");
+	tu_assert_not_log(tmp, "rbb.log", " of 15");
+	/* max_steps below (and at) the checkpoint's step: exit 0 with a
+	 * notice, even under --quiet, and the checkpoint left alone */
+	ck_assert_int_eq(train(1, "", "rb2", "--resume --quiet --set train.max_steps=20",
+			       "rbc.log"), 0);
+	tu_assert_log(tmp, "rbc.log", "notice: the checkpoint's step 34 is past train.max_steps 20: nothing to train; exit status 0\n"
+		      "HINT: raise train.max_steps (e.g. --set train.max_steps=64) to train on");
+	ck_assert_int_eq(train(1, "", "rb3", "--resume --set train.max_steps=34", "rbd.log"), 0);
+	tu_assert_log(tmp, "rbd.log", "notice: the checkpoint's step 34 is already at train.max_steps 34: nothing to train");
+	ck_assert(tu_exists(tmp, "rb2/ckpt-34.dtf"));
+	/* the end of train.epochs (60 steps: 2 of 30): the same, for epochs */
+	ck_assert_int_eq(train(1, "", "rb3", "--resume --set train.max_steps=0 --set train.epochs=2",
+			       "rbe.log"), 0);
+	ck_assert(tu_exists(tmp, "rb3/ckpt-60.dtf"));
+	ck_assert_int_eq(train(1, "", "rb3", "--resume --set train.max_steps=0 --set train.epochs=2",
+			       "rbf.log"), 0);
+	tu_assert_log(tmp, "rbf.log", "notice: the checkpoint's step 60 is the end of train.epochs 2 (30 steps per epoch): nothing to train; exit status 0\n"
+		      "HINT: raise train.epochs (e.g. --set train.epochs=3) to train on");
+	/* a resume that trains says nothing of the kind */
+	tu_assert_not_log(tmp, "rbe.log", "nothing to train");
+}
+END_TEST
+
 /* ---- the directory: checked at start, owned by one run ------------------- */
 
 /* How TMP/<name> was made a directory this process cannot create files
@@ -1094,6 +1350,19 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, overwrite_checkpoints_starts_over);
 	tcase_add_test(tc, second_run_on_a_locked_dir_is_refused);
 	tcase_add_test(tc, dtf_launch_overwrites_once_then_resumes);
+	suite_add_tcase(s, tc);
+	/* signals in the start-up, and a second one */
+	tc = tcase_create("signals");
+	tcase_add_unchecked_fixture(tc, light_setup, light_teardown);
+	tcase_set_timeout(tc, 180);
+	tcase_add_test(tc, sigterm_while_starting_stops_with_the_notice);
+	tcase_add_test(tc, second_sigterm_ends_at_once_saying_so);
+	tcase_add_test(tc, sigterm_to_a_ps_rank_ends_the_job);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("resume_lines");
+	tcase_add_unchecked_fixture(tc, light_setup, light_teardown);
+	tcase_set_timeout(tc, 180);
+	tcase_add_test(tc, resume_lines_after_a_batch_change_and_past_max_steps);
 	suite_add_tcase(s, tc);
 	return s;
 }

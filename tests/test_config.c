@@ -18,6 +18,8 @@
 #include "core/alloc.h"
 #include "core/error.h"
 
+#include "testutil.h"
+
 /* The DESIGN.md section 4 sketch, minus the sections not in the language
  * yet (graph, schedule, communication, checkpoint). */
 static const char SKETCH[] =
@@ -557,17 +559,49 @@ START_TEST(test_yaml_syntax)
 {
 	ck_assert_msg_is(load_fail(edit("  epochs: 5\n", "  epochs: [5\n"),
 				   NULL, 0, DTF_ERR_CONFIG),
-			 "graphs/x.yaml:25:12: did not find expected ',' or "
-			 "']' (while parsing a flow sequence)");
+			 "graphs/x.yaml:25:12: train.epochs: did not find "
+			 "expected ',' or ']' (while parsing a flow sequence)");
+	/* the nearest key: the one whose value holds the error, or the
+	 * last complete one before it ("after") */
 	ck_assert_msg_is(load_fail(edit("  input: image\n",
 					"  input: image\n   bad: 1\n"),
 				   NULL, 0, DTF_ERR_CONFIG),
-			 "graphs/x.yaml:11:7: mapping values are not allowed "
-			 "in this context");
+			 "graphs/x.yaml:11:7: model.input: mapping values are "
+			 "not allowed in this context");
+	ck_assert_msg_is(load_fail(edit("{adam: {learning_rate: 0.001}}",
+					"{adam: {learning_rate: 0.001}"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:26:1: after train.optimizer.adam: did "
+			 "not find expected ',' or '}' (while parsing a flow "
+			 "mapping)");
+	ck_assert_has(load_fail(edit("  epochs: 5\n", "  epochs: 5\n\tx: 1\n"),
+				NULL, 0, DTF_ERR_CONFIG),
+		      ": after train.epochs: found a tab character that "
+		      "violates indentation");
+	/* in a list item, by its index as --set names it */
+	ck_assert_has(load_fail(edit("{dense: {units: 1024, activation: relu}}",
+				     "{dense: {units: [1024, activation: relu}}"),
+				NULL, 0, DTF_ERR_CONFIG),
+		      ":17:46: model.layers.5.dense.units.1.activation: did not find expected");
 	ck_assert_msg_is(load_fail("a: 1\n---\nb: 2\n", NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:3:1: a job file holds one YAML "
 			 "document; found a second one");
+	/* a NUL byte (libyaml gives only its offset): line, column, key */
+	char dir[256], path[512];
+	tu_tmpdir_create(dir, sizeof(dir), "dtf-config-nul");
+	static const char nul[] = "name: t\ntrain:\n  batch_size: 1\0006\n";
+	tu_write_bytes(dir, "nul.yaml", nul, sizeof(nul) - 1);
+	struct dtf_job *job = NULL;
+	ck_assert_int_eq(dtf_job_load(tu_path(path, sizeof(path), dir, "nul.yaml"),
+				      NULL, 0, &job),
+			 -DTF_ERR_CONFIG);
+	char want[1024];
+	snprintf(want, sizeof(want),
+		 "%s:3:16: train.batch_size: byte 0x00 (NUL) (byte offset 30): "
+		 "control characters are not allowed", path);
+	ck_assert_msg_is(dtf_error_msg(), want);
+	tu_tmpdir_remove(dir);
 	/* deep nesting is refused at once (libyaml is quadratic in depth) */
 	static char deep[7 + 50000 + 1];
 	memcpy(deep, "model: ", 7);
@@ -852,6 +886,34 @@ START_TEST(test_override_cannot_switch_choice)
 	ck_assert_int_eq(job->train.optimizer, DTF_OPT_ADAM);
 	ck_assert(job->train.learning_rate == 0.1);
 	dtf_job_free(job);
+	/* a setting's name where the kind goes is not a switch to an
+	 * optimizer of that name: the message names the kind the job has
+	 * and the key that sets it */
+	const char *lr[] = {"train.optimizer.learning_rate=0.5"};
+	for (int form = 0; form < 2; form++)
+		ck_assert_msg_is(
+			load_fail(form ? SKETCH
+				       : edit("{adam: {learning_rate: 0.001}}",
+					      "adam"),
+				  lr, 1, DTF_ERR_CONFIG),
+			"--set train.optimizer.learning_rate: train.optimizer: "
+			"'learning_rate' is not an optimizer but a setting of "
+			"one: the job's optimizer is 'adam'\n"
+			"HINT: --set train.optimizer.adam.learning_rate=0.5");
+	/* a name that is neither: the known kinds */
+	const char *typo[] = {"train.optimizer.lr=0.5"};
+	ck_assert_msg_is(
+		load_fail(SKETCH, typo, 1, DTF_ERR_CONFIG),
+		"--set train.optimizer.lr: train.optimizer: 'lr' is not an "
+		"optimizer (known: sgd, adam, adamw, rmsprop); the job's "
+		"optimizer is 'adam'\n"
+		"HINT: for a setting of it: --set train.optimizer.adam.lr=0.5");
+	/* inside a list too, in the override's own spelling */
+	const char *units[] = {"model.layers.7.units=8"};
+	ck_assert_has(load_fail(SKETCH, units, 1, DTF_ERR_CONFIG),
+		      "'units' is not a layer kind but a setting of one: the "
+		      "job's layer kind is 'dense'\n"
+		      "HINT: --set model.layers.7.dense.units=8");
 	/* any choice, an earlier override's included */
 	const char *sched[] = {"train.schedule={cosine_decay: {alpha: 0.1}}",
 			       "train.schedule.exponential_decay.decay_rate=0.5"};

@@ -344,9 +344,46 @@ START_TEST(glob_matches_nothing)
 		 "error: data.train.files: no files match '%s/train-*.tfrecord' "
 		 "(relative patterns are read from the current directory)\n",
 		 dir);
-	/* every rank finds it by itself, before any collective */
-	ck_assert_msg(count_of(log, want) == 2, "not twice '%s' in:\n%s",
+	/* every rank finds it by itself, before any collective, and the
+	 * ranks that found the same say it once (rank 0) */
+	ck_assert_msg(count_of(log, want) == 1, "not once '%s' in:\n%s",
 		      want, log);
+	ck_assert_msg(count_of(log, "[rank 0 ") == 1, "%s", log);
+	/* fewer records than one batch (the ranks' allreduce): once too */
+	case_dir("onebatch", dir, sizeof(dir));
+	write_job(dir, 64); /* 32 per replica, 20 records a shard */
+	st = train2(dir, "", log, sizeof(log));
+	ck_assert_msg(st == 3, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(count_of(log, "error: data.train.files: the smallest of "
+				    "the 2 shards has 20 record(s), fewer than "
+				    "one per-replica batch of 32\n") == 1,
+		      "%s", log);
+}
+END_TEST
+
+/* --dry-run under mpirun: the table once (rank 0), a job error once, the
+ * status on every rank (mpirun reports it) */
+START_TEST(dry_run_under_mpirun_prints_once)
+{
+	char dir[1024];
+	case_dir("dry", dir, sizeof(dir));
+	int st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run %s/job.yaml "
+			">%s/out 2>%s/err",
+			TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
+	ck_assert_msg(st == 0, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	ck_assert_int_eq(tu_count_lines(dir, "out", "Model: \"bad-data\""), 1);
+	/* flatten 8x8x1 into dense 4: 64 * 4 + 4 */
+	ck_assert_int_eq(tu_count_lines(dir, "out", "Total params: 260 "), 1);
+	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run --set "
+		    "train.epochs=0 %s/job.yaml >%s/out 2>%s/err",
+		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
+	ck_assert_msg(st == 2, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	ck_assert_int_eq(tu_count_lines(dir, "err", "error: --set train.epochs: "
+					"train.epochs: expected a positive "
+					"integer, got '0'"),
+			 1);
+	/* each rank exits 2: mpirun names the first, whichever it is */
+	tu_assert_log(dir, "err", "Exit code:    2");
 }
 END_TEST
 
@@ -435,6 +472,16 @@ START_TEST(skip_bad_records)
 	/* 14 good records on rank 1: 3 steps of 4; rank 0 has 5 */
 	ck_assert_msg(strstr(log, "shards are uneven: 3 to 5 steps per rank"),
 		      "%s", log);
+	/* a bad record and no file cut short: no "the rest of 0 files" */
+	case_dir("skip1", dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/train-00001-of-00002.tfrecord", dir);
+	tu_patch_bytes(path, 2 * rec + 12 + 9, &c, 1);
+	st = train2(dir, "--set data.on_error=skip", log, sizeof(log));
+	ck_assert_msg(st == 0, "exit status %d, log:\n%s", st, log);
+	ck_assert_msg(strstr(log, "epoch 1: data.train: 1 bad record skipped "
+				  "(data.on_error: skip)\n"),
+		      "%s", log);
+	ck_assert_msg(!strstr(log, "the rest of 0"), "%s", log);
 }
 END_TEST
 
@@ -741,6 +788,7 @@ static Suite *errors_suite(void)
 	tcase_add_test(tc, glob_matches_nothing);
 	tcase_add_test(tc, float_list_declared_int64);
 	tcase_add_test(tc, file_policy_too_few_files);
+	tcase_add_test(tc, dry_run_under_mpirun_prints_once);
 	tcase_add_test(tc, gzip_read_as_none);
 	tcase_add_test(tc, gzip_eval_beside_plain_train);
 	suite_add_tcase(s, tc);

@@ -386,10 +386,71 @@ START_TEST(schedules_match_keras_formulas)
 		&rc);
 	ck_assert_int_eq(rc, -DTF_ERR_CONFIG);
 	ck_assert_msg_is(dtf_error_msg(),
-			 "job.yaml:12:61: train.schedule.piecewise_constant: 3 "
-			 "values for 1 boundaries (give one more value than "
+			 "job.yaml:12:61: train.schedule.piecewise_constant.values: "
+			 "3 values for 1 boundary: give 2 (one more value than "
 			 "boundaries)");
 	dtf_job_free(job);
+}
+END_TEST
+
+/* The error of train.schedule `spec` (after "job.yaml:L:C: "). */
+static const char *sched_error(const char *spec)
+{
+	char train[512];
+	int rc;
+	snprintf(train, sizeof(train), "\n  batch_size: 4\n  schedule: %s", spec);
+	struct dtf_job *job = load(
+		"  input: image\n  layers: [flatten, {dense: {units: 2, name: l}}]\n"
+		"  loss: {sparse_softmax_cross_entropy: {logits: l, labels: label}}\n",
+		train, &rc);
+	ck_assert_msg(rc == -DTF_ERR_CONFIG, "%s: rc %d", spec, rc);
+	dtf_job_free(job);
+	const char *m = dtf_error_msg();
+	const char *p = strstr(m, ": train.schedule");
+	ck_assert_msg(p != NULL, "%s", m);
+	return p + 2;
+}
+
+/* Each key of a schedule out of its range is an error naming the key,
+ * with the lengths of the lists; the ranges are dtf-train-job(5)'s. */
+START_TEST(schedule_errors_name_the_key)
+{
+	ck_assert_msg_is(sched_error("{piecewise_constant: {boundaries: [5, 12], values: [0.1, 0.01]}}"),
+			 "train.schedule.piecewise_constant.values: 2 values for 2 "
+			 "boundaries: give 3 (one more value than boundaries)");
+	ck_assert_msg_is(sched_error("{piecewise_constant: {boundaries: [5, 12], values: [0.1]}}"),
+			 "train.schedule.piecewise_constant.values: expected a list "
+			 "of 2 to 33 learning rates (one more than boundaries), got "
+			 "a list of 1 item");
+	ck_assert_msg_is(sched_error("{piecewise_constant: {boundaries: [], values: [0.1]}}"),
+			 "train.schedule.piecewise_constant.boundaries: expected a "
+			 "list of 1 to 32 increasing steps, got an empty list");
+	ck_assert_msg_is(sched_error("{piecewise_constant: {values: [0.1, 0.01, 0.001]}}"),
+			 "train.schedule.piecewise_constant: missing required key "
+			 "'boundaries' (the steps where the rate changes: 2 for the "
+			 "3 values)");
+	ck_assert_msg_is(sched_error("{piecewise_constant: {boundaries: [5]}}"),
+			 "train.schedule.piecewise_constant: missing required key "
+			 "'values' (the learning rates: 2 for the 1 boundary)");
+	ck_assert_msg_is(sched_error("piecewise_constant"),
+			 "train.schedule.piecewise_constant: missing required keys "
+			 "'boundaries' (the steps where the rate changes) and "
+			 "'values' (one more learning rate than boundaries)");
+	ck_assert_msg_is(sched_error("{cosine_decay: {decay_steps: 0}}"),
+			 "train.schedule.cosine_decay.decay_steps: expected a "
+			 "positive number of steps, got 0\n"
+			 "HINT: leave decay_steps out to decay over the run's steps "
+			 "less the warmup");
+	ck_assert_msg_is(sched_error("{cosine_decay: {alpha: 1.5}}"),
+			 "train.schedule.cosine_decay.alpha: expected a number from "
+			 "0 to 1 (the final rate as a fraction of learning_rate), "
+			 "got '1.5'");
+	const char *neg = sched_error("{cosine_decay: {alpha: -0.1}}");
+	ck_assert_msg(strstr(neg, "train.schedule.cosine_decay.alpha: expected a "
+			     "non-negative number") == neg, "%s", neg);
+	/* the ends of the ranges are in them */
+	ck_close(sched_at("{cosine_decay: {decay_steps: 5, alpha: 1}}", 100, 3), 0.1);
+	ck_close(sched_at("{cosine_decay: {decay_steps: 1, alpha: 0}}", 100, 1), 0.0);
 }
 END_TEST
 
@@ -1020,6 +1081,7 @@ static Suite *lang_suite(void)
 	tcase_add_test(tc, weight_decay_groups_and_clipnorm);
 	tcase_add_test(tc, decay_groups_from_graph);
 	tcase_add_test(tc, schedules_match_keras_formulas);
+	tcase_add_test(tc, schedule_errors_name_the_key);
 	tcase_add_test(tc, metrics_parse);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("two_forms");

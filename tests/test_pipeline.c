@@ -292,6 +292,9 @@ END_TEST
 START_TEST(gzip_corrupt_and_cut)
 {
 	static const int counts[] = {50};
+	/* the 50 records are alike in size (labels 0..49: one varint byte) */
+	write_files(1, counts, DTF_COMPRESSION_NONE);
+	long rec = tu_file_size(NULL, paths[0]) / 50;
 	write_files(1, counts, DTF_COMPRESSION_GZIP);
 	FILE *f = fopen(paths[0], "rb");
 	fseek(f, 0, SEEK_END);
@@ -304,6 +307,16 @@ START_TEST(gzip_corrupt_and_cut)
 					     &st),
 			 -DTF_ERR_DATA);
 	ck_assert_ptr_nonnull(strstr(dtf_error_msg(), ": truncated record "));
+	/* the offset is the record's in the decompressed stream (as
+	 * dtf-train(1) says), past the file's bytes before the cut */
+	long k = -1, off = -1;
+	const char *at = strstr(dtf_error_msg(), ": record ");
+	ck_assert_ptr_nonnull(at);
+	ck_assert_int_eq(sscanf(at, ": record %ld at byte offset %ld", &k, &off), 2);
+	ck_assert_msg(k > 0 && off == k * rec && off > size / 2,
+		      "record %ld at %ld (records of %ld bytes, %ld compressed "
+		      "bytes before the cut): %s",
+		      k, off, rec, size / 2, dtf_error_msg());
 	/* a corrupt deflate block names zlib's complaint */
 	write_files(1, counts, DTF_COMPRESSION_GZIP);
 	tu_patch_xor(paths[0], 12, 0xff);

@@ -361,12 +361,74 @@ START_TEST(optimizer_uses_the_schedule)
 }
 END_TEST
 
+/* The start-up line names the rate the first updates ramp up to (the
+ * schedule's, not the optimizer's unused one for piecewise_constant) and
+ * the scaling with its ramp; every value in it is the closed form's. */
+START_TEST(start_line_names_the_schedule_rate_and_scaling)
+{
+	const struct path *p = &paths[1]; /* 2 replicas over MPI */
+	/* scheds[0]: piecewise [0.02, 0.01, 0.005] after 4 warmup steps,
+	 * the optimizer's learning_rate 0.01 */
+	char sets[512];
+	snprintf(sets, sizeof(sets),
+		 "--set 'train.schedule=%s' --set 'train.learning_rate_scaling="
+		 "{linear: {warmup_steps: 6}}' --set train.max_steps=1",
+		 scheds[0].set);
+	ck_assert_int_eq(run(p, NULL, "line-pw", sets), 0);
+	char want[512];
+	snprintf(want, sizeof(want),
+		 "learning rate %g (train.schedule piecewise_constant's first "
+		 "value; the optimizer's learning_rate %g is not used; reached "
+		 "after train.schedule's %d warmup steps from 0), effective %g "
+		 "(linear scaling by the 2 replica(s), ramped from %g over the "
+		 "first 6 updates)",
+		 decayed(&scheds[0], 0, STEPS), scheds[0].lr, scheds[0].W,
+		 2 * decayed(&scheds[0], 0, STEPS), /* Goyal's factor n */
+		 decayed(&scheds[0], 0, STEPS));
+	tu_assert_log(tmpdir, "line-pw.log", want);
+	ck_assert(strstr(want, "learning rate 0.02 (") && strstr(want, "effective 0.04 ("));
+	/* a warmup of 4 in a 1-step run: the rate of its one step is
+	 * 0 (4 * 0 / 4), and the start says so */
+	tu_assert_log(tmpdir, "line-pw.log",
+		      "warning: train.schedule.piecewise_constant.warmup_steps 4 "
+		      "is not below the run's 1 steps: the rate ramps up from 0 "
+		      "for the whole run, to 0 at its last step, and the schedule "
+		      "never starts\n"
+		      "HINT: fewer warmup_steps, or more steps (train.max_steps, "
+		      "train.epochs)");
+	/* cosine_decay's warmup of 30 over 24 steps: 0.01 * 23 / 30 last */
+	snprintf(sets, sizeof(sets),
+		 "--set 'train.schedule={cosine_decay: {warmup_steps: 30}}'");
+	ck_assert_int_eq(run(&paths[0], NULL, "line-cos", sets), 0);
+	snprintf(want, sizeof(want),
+		 "warning: train.schedule.cosine_decay.warmup_steps 30 is not "
+		 "below the run's %d steps: the rate ramps up from 0 for the "
+		 "whole run, to %g at its last step",
+		 STEPS, 0.01 * (STEPS - 1) / 30);
+	tu_assert_log(tmpdir, "line-cos.log", want);
+	/* one step shorter than the run: no warning */
+	snprintf(sets, sizeof(sets),
+		 "--set 'train.schedule={cosine_decay: {warmup_steps: %d}}'",
+		 STEPS - 1);
+	ck_assert_int_eq(run(&paths[0], NULL, "line-cos2", sets), 0);
+	tu_assert_not_log(tmpdir, "line-cos2.log", "warmup_steps");
+	/* no schedule, no scaling: the optimizer's rate, as it is */
+	ck_assert_int_eq(run(p, NULL, "line-const", "--set train.max_steps=1"), 0);
+	tu_assert_log(tmpdir, "line-const.log", "parameters; learning rate 0.01, effective 0.01\n");
+}
+END_TEST
+
 static Suite *schedule_suite(void)
 {
 	Suite *s = suite_create("schedule");
 	TCase *tc = tcase_create("unit");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, schedule_lr_is_the_closed_form);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("start_line");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, start_line_names_the_schedule_rate_and_scaling);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("end_to_end");
 	tcase_add_checked_fixture(tc, setup, teardown);

@@ -448,6 +448,21 @@ static int read_optimizer(struct ctx *c, void *base, const yaml_node_t *key,
 
 #define SCHED(m) JOB(train.schedule.m)
 
+/* What `val` is, a list by its length ("a list of 3 items"). */
+static const char *describe_len(const yaml_node_t *val, char *buf,
+				size_t size)
+{
+	if (val->type != YAML_SEQUENCE_NODE)
+		return dtf_cfg_describe(val, buf, size);
+	long len = val->data.sequence.items.top - val->data.sequence.items.start;
+	if (len == 0)
+		snprintf(buf, size, "an empty list");
+	else
+		snprintf(buf, size, "a list of %ld item%s", len,
+			 len == 1 ? "" : "s");
+	return buf;
+}
+
 static int read_i64_list(struct ctx *c, const yaml_node_t *val,
 			 const char *path, int max, int64_t *out, int *n)
 {
@@ -458,8 +473,8 @@ static int read_i64_list(struct ctx *c, const yaml_node_t *val,
 			   : -1;
 	if (len < 1 || len > max)
 		return dtf_cfg_fail(c, val, path,
-				    "expected a list of 1 to %d integers, got %s", max,
-				    dtf_cfg_describe(val, buf, sizeof(buf)));
+				    "expected a list of 1 to %d increasing steps, got %s",
+				    max, describe_len(val, buf, sizeof(buf)));
 	for (long i = 0; i < len; i++) {
 		dtf_cfg_path_fmt(ipath, "%s[%ld]", path, i);
 		const yaml_node_t *it = yaml_document_get_node(
@@ -499,9 +514,10 @@ static int read_sched_values(struct ctx *c, void *base,
 			   : -1;
 	if (len < 2 || len > DTF_SCHED_MAX_PIECES + 1)
 		return dtf_cfg_fail(c, val, path,
-				    "expected a list of 2 to %d learning rates, got %s",
+				    "expected a list of 2 to %d learning rates (one more "
+				    "than boundaries), got %s",
 				    DTF_SCHED_MAX_PIECES + 1,
-				    dtf_cfg_describe(val, buf, sizeof(buf)));
+				    describe_len(val, buf, sizeof(buf)));
 	for (long i = 0; i < len; i++) {
 		dtf_cfg_path_fmt(ipath, "%s[%ld]", path, i);
 		const yaml_node_t *it = yaml_document_get_node(
@@ -518,11 +534,11 @@ static int read_sched_values(struct ctx *c, void *base,
 #define WARMUP_FIELD                                                   	{.key = "warmup_steps", .type = T_I64, .flags = F_NONNEG,      	 .off = SCHED(warmup_steps), .def = 0}
 
 static const struct field sched_constant_fields[] = {WARMUP_FIELD};
+/* boundaries and values are required: check_piecewise says so, with
+ * what the other one asks for */
 static const struct field sched_piecewise_fields[] = {
-	{.key = "boundaries", .type = T_CUSTOM, .flags = F_REQUIRED,
-	 .read = read_boundaries},
-	{.key = "values", .type = T_CUSTOM, .flags = F_REQUIRED,
-	 .read = read_sched_values},
+	{.key = "boundaries", .type = T_CUSTOM, .read = read_boundaries},
+	{.key = "values", .type = T_CUSTOM, .read = read_sched_values},
 	WARMUP_FIELD,
 };
 static const struct field sched_exponential_fields[] = {
@@ -534,11 +550,45 @@ static const struct field sched_exponential_fields[] = {
 	 .def = 0},
 	WARMUP_FIELD,
 };
+/* cosine_decay's decay_steps: positive; left out (0 inside), the run's
+ * steps less the warmup */
+static int read_cosine_decay_steps(struct ctx *c, void *base,
+				   const yaml_node_t *key,
+				   const yaml_node_t *val, const char *path)
+{
+	struct dtf_schedule_spec *s = &((struct dtf_job *)base)->train.schedule;
+	int rc = dtf_cfg_read_int(c, val, path, F_NONNEG, 0, INT64_MAX,
+				  &s->decay_steps);
+	if (rc == 0 && s->decay_steps == 0)
+		return dtf_cfg_fail(c, val, path,
+				    "expected a positive number of steps, got 0\n"
+				    "HINT: leave decay_steps out to decay over the "
+				    "run's steps less the warmup");
+	return rc;
+}
+
+/* cosine_decay's alpha, the final rate as a fraction of learning_rate */
+static int read_cosine_alpha(struct ctx *c, void *base, const yaml_node_t *key,
+			     const yaml_node_t *val, const char *path)
+{
+	struct dtf_schedule_spec *s = &((struct dtf_job *)base)->train.schedule;
+	char buf[80];
+	double a;
+	int rc = dtf_cfg_read_num(c, val, path, F_NONNEG, 0, &a);
+	if (rc == 0 && a > 1)
+		return dtf_cfg_fail(c, val, path,
+				    "expected a number from 0 to 1 (the final rate "
+				    "as a fraction of learning_rate), got %s",
+				    dtf_cfg_describe(val, buf, sizeof(buf)));
+	if (rc == 0)
+		s->alpha = a;
+	return rc;
+}
+
 static const struct field sched_cosine_fields[] = {
-	{.key = "decay_steps", .type = T_I64, .flags = F_NONNEG,
-	 .off = SCHED(decay_steps), .def = 0},
-	{.key = "alpha", .type = T_DOUBLE, .flags = F_NONNEG,
-	 .off = SCHED(alpha), .def = 0},
+	{.key = "decay_steps", .type = T_CUSTOM,
+	 .read = read_cosine_decay_steps},
+	{.key = "alpha", .type = T_CUSTOM, .read = read_cosine_alpha},
 	WARMUP_FIELD,
 };
 
@@ -548,11 +598,33 @@ static int check_piecewise(struct ctx *c, void *base, const yaml_node_t *key,
 	struct dtf_schedule_spec *s = &((struct dtf_job *)base)->train.schedule;
 	int nvalues = (int)s->values[DTF_SCHED_MAX_PIECES];
 	s->values[DTF_SCHED_MAX_PIECES] = 0;
+	char vpath[PATH_MAX_];
+	const yaml_node_t *at = key ? key : map;
+	/* neither list is empty when given: 0 is a missing key */
+	if (!s->nboundaries && !nvalues)
+		return dtf_cfg_fail(c, at, path,
+				    "missing required keys 'boundaries' (the steps "
+				    "where the rate changes) and 'values' (one more "
+				    "learning rate than boundaries)");
+	if (!s->nboundaries)
+		return dtf_cfg_fail(c, at, path,
+				    "missing required key 'boundaries' (the steps "
+				    "where the rate changes: %d for the %d values)",
+				    nvalues - 1, nvalues);
+	if (!nvalues)
+		return dtf_cfg_fail(c, at, path,
+				    "missing required key 'values' (the learning "
+				    "rates: %d for the %d boundar%s)",
+				    s->nboundaries + 1, s->nboundaries,
+				    s->nboundaries == 1 ? "y" : "ies");
+	dtf_cfg_join_path(vpath, path, "values");
 	if (nvalues != s->nboundaries + 1)
-		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "values"), path,
-				    "%d values for %d boundaries (give one more value "
-				    "than boundaries)",
-				    nvalues, s->nboundaries);
+		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "values"), vpath,
+				    "%d values for %d boundar%s: give %d (one more "
+				    "value than boundaries)",
+				    nvalues, s->nboundaries,
+				    s->nboundaries == 1 ? "y" : "ies",
+				    s->nboundaries + 1);
 	return 0;
 }
 

@@ -685,16 +685,25 @@ static void whole_value(const char *ov, const char *kind, char *buf,
 	buf[at] = '\0';
 }
 
+/* "a" or "an" before `word`. */
+static const char *article(const char *word)
+{
+	return strchr("aeiou", word[0]) && word[0] ? "an" : "a";
+}
+
 /*
  * A --set inside a {kind: {attrs}} choice that names another kind than the
  * file's would switch it silently: with "optimizer: adam" (or {adam: {...}})
  * in the file, --set train.optimizer.sgd.learning_rate=0.1 grafts an sgd
  * key beside (or in place of) adam.  Refuse it, naming the override and the
  * file's choice; a value given whole (--set train.optimizer={sgd: {...}})
- * replaces the choice and is not caught here.
+ * replaces the choice and is not caught here.  A name that is no kind
+ * (--set train.optimizer.learning_rate=...) is said to be none, naming the
+ * key that sets it in the job's kind when it is one of its settings.
  */
 static int check_switch(struct ctx *c, const yaml_node_t *node,
-			const char *path, const char *what)
+			const char *path, const char *what,
+			const struct choice *table, int n)
 {
 	const yaml_node_t *old = dtf_ytree_replaced(c->t, node);
 	const char *old_name = old ? dtf_ytree_text(old) : NULL;
@@ -723,6 +732,46 @@ static int check_switch(struct ctx *c, const yaml_node_t *node,
 	const char *name = dtf_ytree_text(added);
 	const char *ov = dtf_ytree_override_text(c->t, added);
 	char where[DTF_WHERE_MAX], whole[512];
+	const struct choice *now = NULL, *to = NULL;
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(table[i].name, old_name))
+			now = &table[i];
+		if (!strcmp(table[i].name, name))
+			to = &table[i];
+	}
+	if (now && !to) {
+		/* not a kind at all: most likely a setting of the job's
+		 * kind, written without it (train.optimizer.learning_rate) */
+		int setting = 0;
+		for (int i = 0; now->attrs && i < now->attrs->nfields; i++)
+			setting |= !strcmp(now->attrs->fields[i].key, name);
+		/* the override with the job's kind put in before `name` */
+		char fixed[512] = "";
+		size_t nlen = strlen(name);
+		for (const char *k = ov; k && *k && *k != '='; k += strcspn(k, ".="),
+				k += *k == '.')
+			if (!strncmp(k, name, nlen) &&
+			    (k[nlen] == '.' || k[nlen] == '=')) {
+				snprintf(fixed, sizeof(fixed), "%.*s%s.%s",
+					 (int)(k - ov), ov, old_name, k);
+				break;
+			}
+		char all[256];
+		list_names(table, n, choice_name_at, all, sizeof(all));
+		if (setting)
+			return dtf_cfg_fail(c, added, path,
+					    "'%s' is not %s %s but a setting of one: "
+					    "the job's %s is '%s'%s%s",
+					    name, article(what), what, what, old_name,
+					    fixed[0] ? "\nHINT: --set " : "", fixed);
+		return dtf_cfg_fail(c, added, path,
+				    "'%s' is not %s %s (known: %s); the job's %s is "
+				    "'%s'%s%s",
+				    name, article(what), what, all, what, old_name,
+				    fixed[0] ? "\nHINT: for a setting of it: --set "
+					     : "",
+				    fixed);
+	}
 	dtf_ytree_where(c->t, old, where, sizeof(where));
 	whole_value(ov, name, whole, sizeof(whole));
 	return dtf_cfg_fail(c, added, path,
@@ -742,7 +791,7 @@ int dtf_cfg_read_choice(struct ctx *c, const yaml_node_t *node,
 
 	*attrs = NULL;
 	if (node->type == YAML_MAPPING_NODE) {
-		int rc = check_switch(c, node, path, what);
+		int rc = check_switch(c, node, path, what, table, n);
 		if (rc)
 			return rc;
 	}

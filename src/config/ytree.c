@@ -41,27 +41,175 @@ static int node_count(const struct dtf_ytree *t)
 	return (int)(t->doc.nodes.top - t->doc.nodes.start);
 }
 
-/* The syntax error libyaml left in p, as a DTF error. */
-static int parser_error(const yaml_parser_t *p, const char *file)
+/* Deepest nesting of collections a job file may use (a job needs about 6). */
+#define MAX_DEPTH 64
+
+/*
+ * The key nearest before a syntax error, for its message: the events of
+ * text[len] (the part before the error) are walked, keeping the key path
+ * of every open mapping ("model.layers.3.dense", sequence items by their
+ * index as --set names them).  Writes the path of the last key read into
+ * buf ("" when none) and returns 1 when that key's value was still being
+ * read (the error is in it: no value yet, or a scalar reaching the end of
+ * text[len]), 0 when it was complete (the error comes after it).
+ */
+struct key_frame {
+	int map;      /* a mapping (else a sequence) */
+	int want_key; /* mapping: the next node is a key */
+	long index;   /* sequence: the next item's index */
+	char key[64]; /* mapping: the current key */
+};
+
+/* The path of st[0..depth)'s current keys and items into buf[size]. */
+static void key_path(const struct key_frame *st, int depth, char *buf,
+		     size_t size)
+{
+	size_t at = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < depth && at < size; i++) {
+		const char *dot = i ? "." : "";
+		int n = st[i].map ? snprintf(buf + at, size - at, "%s%s", dot,
+					     st[i].key)
+				  : snprintf(buf + at, size - at, "%s%ld", dot,
+					     st[i].index - 1);
+		at += n > 0 ? (size_t)n : 0;
+	}
+}
+
+static int nearest_key(const char *text, size_t len, char *buf, size_t size)
+{
+	struct key_frame st[MAX_DEPTH + 2];
+	int depth = 0, in_value = 0, done = 0;
+	yaml_parser_t p;
+	yaml_event_t ev;
+	buf[0] = '\0';
+	if (!yaml_parser_initialize(&p))
+		return 0;
+	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+	while (!done && yaml_parser_parse(&p, &ev)) {
+		struct key_frame *top = depth ? &st[depth - 1] : NULL;
+		switch (ev.type) {
+		case YAML_SCALAR_EVENT:
+		case YAML_ALIAS_EVENT:
+			if (top && top->map && top->want_key) {
+				const char *k = ev.type == YAML_SCALAR_EVENT
+						? (const char *)ev.data.scalar.value
+						: "*alias";
+				snprintf(top->key, sizeof(top->key), "%s", k);
+				top->want_key = 0;
+				key_path(st, depth, buf, size);
+				in_value = 1;
+			} else if (top && top->map) {
+				top->want_key = 1; /* the value is read, */
+				/* unless it runs to the cut, where it may go on */
+				in_value = ev.end_mark.index >= len;
+			} else if (top) {
+				top->index++;
+			}
+			break;
+		case YAML_SEQUENCE_START_EVENT:
+		case YAML_MAPPING_START_EVENT:
+			if (top && !top->map)
+				top->index++; /* this item's index: index - 1 */
+			if (depth == MAX_DEPTH + 2) {
+				done = 1;
+				break;
+			}
+			st[depth++] = (struct key_frame){
+				.map = ev.type == YAML_MAPPING_START_EVENT,
+				.want_key = 1};
+			break;
+		case YAML_SEQUENCE_END_EVENT:
+		case YAML_MAPPING_END_EVENT:
+			if (depth)
+				depth--;
+			top = depth ? &st[depth - 1] : NULL;
+			if (top && top->map) {
+				top->want_key = 1;
+				/* an end the cut made up closes nothing read; a
+				 * real one completes the value of top's key */
+				if (ev.start_mark.index < len) {
+					in_value = 0;
+					key_path(st, depth, buf, size);
+				}
+			}
+			break;
+		case YAML_STREAM_END_EVENT:
+			done = 1;
+			break;
+		default:
+			break;
+		}
+		yaml_event_delete(&ev);
+	}
+	yaml_parser_delete(&p);
+	if (size > 0)
+		buf[size - 1] = '\0';
+	return buf[0] && in_value;
+}
+
+/* "KEY: " or "after KEY: " (nearest_key of text[len]) into buf[size]. */
+static const char *key_clause(const char *text, size_t len, char *buf,
+			      size_t size)
+{
+	char key[256];
+	int in = nearest_key(text, len, key, sizeof(key));
+	if (!key[0])
+		snprintf(buf, size, "%s", "");
+	else
+		snprintf(buf, size, "%s%s: ", in ? "" : "after ", key);
+	return buf;
+}
+
+/*
+ * The syntax error libyaml left in p, as a DTF error:
+ * "FILE:LINE:COL: KEY: problem (context)", KEY the nearest key before it
+ * (key_clause).  A reader error (a NUL or other control byte, bad UTF-8)
+ * comes with a byte offset only: its line and column are counted here.
+ */
+static int parser_error(const yaml_parser_t *p, const char *file,
+			const char *text, size_t len)
 {
 	if (p->error == YAML_MEMORY_ERROR)
 		return dtf_error(DTF_ERR_NOMEM, "%s: out of memory reading YAML",
 				 file);
 	const char *problem = p->problem ? p->problem : "invalid YAML";
-	if (p->error == YAML_READER_ERROR)
-		return dtf_error(DTF_ERR_CONFIG, "%s: byte %zu: %s", file,
-				 p->problem_offset, problem);
+	char clause[300];
+	if (p->error == YAML_READER_ERROR) {
+		size_t off = p->problem_offset < len ? p->problem_offset : len;
+		size_t line = 1, col = 1;
+		for (size_t i = 0; i < off; i++) {
+			unsigned char ch = (unsigned char)text[i];
+			if (ch == '\n') {
+				line++;
+				col = 1;
+			} else if ((ch & 0xc0) != 0x80) { /* a character's start */
+				col++;
+			}
+		}
+		key_clause(text, off, clause, sizeof(clause));
+		if (p->problem_value >= 0 && off < len)
+			return dtf_error(DTF_ERR_CONFIG,
+					 "%s:%zu:%zu: %sbyte 0x%02x%s (byte offset %zu): %s",
+					 file, line, col, clause,
+					 (unsigned)(unsigned char)text[off],
+					 text[off] == '\0' ? " (NUL)" : "", off,
+					 problem);
+		return dtf_error(DTF_ERR_CONFIG, "%s:%zu:%zu: %s%s (byte offset %zu)",
+				 file, line, col, clause, problem, off);
+	}
+	size_t at = p->problem_mark.index < len ? p->problem_mark.index : len;
+	key_clause(text, at, clause, sizeof(clause));
 	if (p->context)
-		return dtf_error(DTF_ERR_CONFIG, "%s:%zu:%zu: %s (%s)", file,
+		return dtf_error(DTF_ERR_CONFIG, "%s:%zu:%zu: %s%s (%s)", file,
 				 p->problem_mark.line + 1,
-				 p->problem_mark.column + 1, problem, p->context);
-	return dtf_error(DTF_ERR_CONFIG, "%s:%zu:%zu: %s", file,
+				 p->problem_mark.column + 1, clause, problem,
+				 p->context);
+	return dtf_error(DTF_ERR_CONFIG, "%s:%zu:%zu: %s%s", file,
 			 p->problem_mark.line + 1, p->problem_mark.column + 1,
-			 problem);
+			 clause, problem);
 }
 
-/* Deepest nesting of collections a job file may use (a job needs about 6). */
-#define MAX_DEPTH 64
 
 /*
  * Reject nesting deeper than MAX_DEPTH before building the document: libyaml
@@ -124,7 +272,7 @@ int dtf_ytree_load(struct dtf_ytree *t, const char *file, const char *text,
 	yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
 	if (!yaml_parser_load(&p, &t->doc)) {
 		/* libyaml has deleted the half-built document */
-		rc = parser_error(&p, file);
+		rc = parser_error(&p, file, text, len);
 		goto out_parser;
 	}
 	t->loaded = 1;
@@ -133,7 +281,7 @@ int dtf_ytree_load(struct dtf_ytree *t, const char *file, const char *text,
 	/* A second document in the file is a mistake, not something to drop
 	 * silently. */
 	if (!yaml_parser_load(&p, &extra)) {
-		rc = parser_error(&p, file);
+		rc = parser_error(&p, file, text, len);
 		goto out_parser;
 	}
 	yaml_node_t *root2 = yaml_document_get_root_node(&extra);

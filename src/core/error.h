@@ -10,7 +10,8 @@
  *
  * Exit statuses follow DESIGN.md section 5: 0 done, 1 runtime failure,
  * 2 usage or job-file error, 3 input data error, 4 checkpoint error,
- * 75 (EX_TEMPFAIL) stopped by a signal after writing a checkpoint.
+ * 75 (EX_TEMPFAIL) stopped by a signal (after writing a checkpoint when
+ * checkpoint.dir is set; without it nothing is saved).
  */
 #ifndef DTF_CORE_ERROR_H
 #define DTF_CORE_ERROR_H

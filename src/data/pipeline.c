@@ -921,13 +921,21 @@ void dtf_pipeline_log_skipped(const struct dtf_pipeline *p, int epoch)
 	const struct dtf_pipeline_stats *st = &p->stats;
 	if (!st->skipped_records && !st->cut_files)
 		return;
-	dtf_log(DTF_LOG_INFO, 1,
-		"epoch %d: %s: %" PRId64 " bad record%s skipped, the rest of "
-		"%" PRId64 " file%s (%" PRIu64 " bytes) skipped (data.on_error: "
-		"skip)",
-		epoch + 1, p->label, st->skipped_records,
-		st->skipped_records == 1 ? "" : "s", st->cut_files,
-		st->cut_files == 1 ? "" : "s", st->skipped_bytes);
+	char what[256];
+	size_t at = 0;
+	if (st->skipped_records)
+		dtf_log_append(what, sizeof(what), &at,
+			       "%" PRId64 " bad record%s skipped",
+			       st->skipped_records,
+			       st->skipped_records == 1 ? "" : "s");
+	if (st->cut_files)
+		dtf_log_append(what, sizeof(what), &at,
+			       "%sthe rest of %" PRId64 " file%s (%" PRIu64
+			       " bytes) skipped",
+			       at ? ", " : "", st->cut_files,
+			       st->cut_files == 1 ? "" : "s", st->skipped_bytes);
+	dtf_log(DTF_LOG_INFO, 1, "epoch %d: %s: %s (data.on_error: skip)",
+		epoch + 1, p->label, what);
 }
 
 /* ---- open ------------------------------------------------------------------------ */

@@ -124,7 +124,8 @@ void dtf_pipeline_get_stats(const struct dtf_pipeline *p,
 
 /* On every rank that left records out (on_error SKIP), one INFO line:
  * "epoch E: data.train: N bad records skipped, the rest of M files (B bytes)
- * skipped (data.on_error: skip)".  Nothing when nothing was skipped. */
+ * skipped (data.on_error: skip)", each part only when it is not 0.
+ * Nothing when nothing was skipped. */
 void dtf_pipeline_log_skipped(const struct dtf_pipeline *p, int epoch);
 
 /* Rewind to the start of `epoch` (0-based) and reseed the shuffle.

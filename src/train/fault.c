@@ -75,13 +75,88 @@ struct dtf_fault {
 	_Atomic(const char *) phase;
 };
 
+/* SIGTERM and SIGINT seen so far (each on its own): a second one of the
+ * same kind ends the process, after a line saying so. */
+static volatile sig_atomic_t seen_term, seen_int;
+/* dtf_fault_catch_signals ran: signals from the process's start count, so
+ * dtf_fault_new keeps a flag already set */
+static int caught_early;
+/* the line a second SIGTERM / SIGINT writes, formatted ahead (a handler
+ * may not format) by prepare_second() */
+static char second_line[2][256];
+static size_t second_len[2];
+
+static void prepare_second(void)
+{
+	for (int k = 0; k < 2; k++) {
+		char prefix[160];
+		dtf_log_prefix(DTF_LOG_WARN, prefix, sizeof(prefix));
+		int n = snprintf(second_line[k], sizeof(second_line[k]),
+				 "%ssecond %s: ending at once, without waiting for "
+				 "the stop's checkpoint (killed by %s: exit status "
+				 "%d in a shell)\n",
+				 prefix, k ? "SIGINT" : "SIGTERM",
+				 k ? "SIGINT" : "SIGTERM", k ? 130 : 143);
+		second_len[k] = n < 0 ? 0
+			       : (size_t)n < sizeof(second_line[k])
+				       ? (size_t)n
+				       : sizeof(second_line[k]) - 1;
+	}
+}
+
 static void on_signal(int sig)
 {
+	int saved_errno = errno;
+	if (sig == SIGTERM || sig == SIGINT) {
+		volatile sig_atomic_t *seen = sig == SIGTERM ? &seen_term
+							     : &seen_int;
+		if (*seen) {
+			/* the second of its kind: say so, then the default
+			 * action (delivered when the handler returns) */
+			int k = sig == SIGINT;
+			ssize_t w = write(STDERR_FILENO, second_line[k],
+					  second_len[k]);
+			(void)w;
+			signal(sig, SIG_DFL);
+			raise(sig);
+			errno = saved_errno;
+			return;
+		}
+		*seen = 1;
+	}
 	if (!pending_signal)
 		pending_signal = sig;
-	/* a second SIGTERM/SIGINT ends the process the default way */
-	if (sig != SIGUSR1)
-		signal(sig, SIG_DFL);
+	errno = saved_errno;
+}
+
+static void install_handlers(struct sigaction *old)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	for (int i = 0; i < NCAUGHT; i++)
+		sigaction(caught[i], &sa, old ? &old[i] : NULL);
+}
+
+void dtf_fault_catch_signals(void)
+{
+	prepare_second();
+	caught_early = 1;
+	install_handlers(NULL);
+}
+
+void dtf_fault_default_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_DFL;
+	sigemptyset(&sa.sa_mask);
+	for (int i = 0; i < NCAUGHT; i++)
+		sigaction(caught[i], &sa, NULL);
+	if (pending_signal)
+		raise(pending_signal);
 }
 
 int dtf_fault_pending_signal(void) { return pending_signal; }
@@ -280,15 +355,14 @@ int dtf_fault_new(struct dtf_comm *comm, int rank, double timeout_seconds,
 		dtf_free(f);
 		return rc;
 	}
-	pending_signal = 0;
+	if (!caught_early)
+		pending_signal = seen_term = seen_int = 0;
+	prepare_second(); /* now with this rank's prefix */
+	install_handlers(f->old);
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = SA_RESTART;
-	for (int i = 0; i < NCAUGHT; i++)
-		sigaction(caught[i], &sa, &f->old[i]);
 	sa.sa_handler = SIG_IGN;
+	sigemptyset(&sa.sa_mask);
 	sigaction(SIGXFSZ, &sa, &f->old_xfsz);
 
 	if (comm && timeout_seconds > 0) {

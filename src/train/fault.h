@@ -6,10 +6,14 @@
  * time ends, see srun --signal) only set a flag here.  The training loop
  * puts the flag into the per-step status agreement, so every rank learns at
  * the same step boundary that some rank was signalled; the chief then
- * writes a checkpoint and every rank exits 75 (EX_TEMPFAIL).  After the
- * first SIGTERM or SIGINT the default action is restored, so a second one
- * ends the process at once.  SIGXFSZ is ignored, so writing past
- * RLIMIT_FSIZE fails with EFBIG (an error we report) instead of killing.
+ * writes a checkpoint and every rank exits 75 (EX_TEMPFAIL).  A second
+ * SIGTERM (or SIGINT) ends the process at once by that signal's default
+ * action, after one line on stderr saying so.  main() catches the signals
+ * before MPI starts (dtf_fault_catch_signals; Open MPI's MPI_Init leaves
+ * SIGTERM, SIGINT and SIGUSR1 alone), so one that arrives while the job
+ * starts stops it after the first step like any other.  SIGXFSZ is
+ * ignored (from dtf_fault_new on), so writing past RLIMIT_FSIZE fails
+ * with EFBIG (an error we report) instead of killing.
  *
  * Watchdog: a thread that ends the whole job (MPI_Abort through distribute/)
  * when the main thread makes no progress for fault.timeout_seconds; the
@@ -42,6 +46,22 @@ struct dtf_comm;
 struct dtf_fault;
 
 /*
+ * Catch SIGTERM, SIGINT and SIGUSR1 from now on (the flag that
+ * dtf_fault_pending_signal reads), for the whole process: main() calls it
+ * before MPI_Init, so no signal in the start-up kills the process
+ * silently.  A flag set from here on stays set through dtf_fault_new.
+ */
+void dtf_fault_catch_signals(void);
+
+/*
+ * Back to the default actions (the process ends on each of the three), for
+ * a process that has no step boundary to stop at (a parameter server
+ * rank, which serves until the workers end); a signal caught since
+ * dtf_fault_catch_signals is raised again, so it ends the process now.
+ */
+void dtf_fault_default_signals(void);
+
+/*
  * Parse DTF_FAULT, install the signal handlers and, when timeout_seconds
  * > 0, start the watchdog (disarmed until the first dtf_fault_progress).
  * comm may be NULL (no watchdog abort possible: the watchdog is not
@@ -55,7 +75,8 @@ int dtf_fault_new(struct dtf_comm *comm, int rank, double timeout_seconds,
  * no-op.  A pending signal stays readable until the next dtf_fault_new. */
 void dtf_fault_free(struct dtf_fault *f);
 
-/* The first of SIGTERM/SIGINT/SIGUSR1 received since dtf_fault_new, or 0.
+/* The first of SIGTERM/SIGINT/SIGUSR1 received since dtf_fault_new (since
+ * dtf_fault_catch_signals when that was called), or 0.
  * Async-signal-safe to call. */
 int dtf_fault_pending_signal(void);
 

@@ -57,6 +57,26 @@ double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step)
 	return decayed(s, step - (w > 0 ? w : 0));
 }
 
+const char *dtf_schedule_kind_name(enum dtf_schedule_kind kind)
+{
+	switch (kind) {
+	case DTF_SCHED_CONSTANT:
+		return "constant";
+	case DTF_SCHED_PIECEWISE_CONSTANT:
+		return "piecewise_constant";
+	case DTF_SCHED_EXPONENTIAL_DECAY:
+		return "exponential_decay";
+	case DTF_SCHED_COSINE_DECAY:
+		return "cosine_decay";
+	}
+	return "?";
+}
+
+double dtf_schedule_initial_lr(const struct dtf_schedule *s)
+{
+	return decayed(s, 0);
+}
+
 void dtf_schedule_describe(const struct dtf_schedule *s, char *buf,
 			   size_t size)
 {

@@ -10,7 +10,8 @@
  *    lr * r^(s / D), with floor(s / D) when staircase (ExponentialDecay).
  *  - cosine_decay(decay_steps D, alpha a): s' = min(s, D),
  *    lr * ((1 - a) * 0.5 * (1 + cos(pi * s' / D)) + a) (CosineDecay).
- *    D = 0 means the run's total steps minus the warmup.
+ *    D left out (0 here) means the run's total steps minus the warmup;
+ *    the job reader refuses an explicit 0 and an alpha outside [0, 1].
  * Linear warmup (warmup_steps W > 0, any schedule): for s < W the rate is
  * peak * s / W, peak being the schedule's rate at its step 0; from s = W
  * the schedule runs on s - W.  For cosine_decay this is Keras's
@@ -36,6 +37,14 @@ void dtf_schedule_init(struct dtf_schedule *s, const struct dtf_job *job,
 
 /* The learning rate of the update after `step` updates. */
 double dtf_schedule_lr(const struct dtf_schedule *s, int64_t step);
+
+/* The job-file name of a schedule kind ("cosine_decay"). */
+const char *dtf_schedule_kind_name(enum dtf_schedule_kind kind);
+
+/* The schedule's rate at its own step 0: that of the first update without
+ * a warmup, the one the warmup ramps up to with one (for piecewise_constant
+ * its first value, not the optimizer's learning_rate). */
+double dtf_schedule_initial_lr(const struct dtf_schedule *s);
 
 /*
  * The schedule in force in one phrase for the start-up line (NUL-

@@ -1,5 +1,7 @@
 /*
- * threads.h - how many BLAS threads a rank uses.
+ * threads.h - how many compute threads a rank uses (the fast kernels' pool,
+ * each thread calling OpenBLAS single-threaded; OpenBLAS's own threads
+ * with DTF_CPU_KERNELS=reference).
  *
  * ranks x threads must not exceed the cores (DESIGN.md section 7): each
  * rank takes min(cores it may run on (its affinity mask, e.g. after

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "data/crc32c.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "distribute/comm.h"
@@ -461,6 +462,17 @@ static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 	worst >>= 16;
 	if (!worst)
 		return 0;
+	/* did every rank fail with the same message?  (a collective of
+	 * every rank: each saw worst) */
+	const char *msg = dtf_error_msg();
+	int64_t mine = status ? (int64_t)status << 32 |
+					dtf_crc32c(0, msg, strlen(msg))
+			      : -1;
+	int64_t range[2] = {mine, -mine};
+	if ((crc = dtf_comm_allreduce_min_i64(comm, range, 2)) < 0)
+		return crc;
+	if (range[0] >= 0 && range[0] == -range[1])
+		result->same_error = 1;
 	if (status)
 		return rc;
 	result->remote_failure = 1;
@@ -811,11 +823,18 @@ static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
 	st->step = pos->step;
 	st->epoch = (int)pos->epoch;
 	st->in_epoch = pos->step_in_epoch;
-	dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
-		 dtf_checkpointer_path(ck), (long long)st->step, st->epoch + 1,
-		 (long long)st->in_epoch, (long long)steps_per_epoch);
-	if (!dtf_elastic_needed(pos, world, batch))
+	if (!dtf_elastic_needed(pos, world, batch)) {
+		dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
+			 dtf_checkpointer_path(ck), (long long)st->step,
+			 st->epoch + 1, (long long)st->in_epoch,
+			 (long long)steps_per_epoch);
 		return 0;
+	}
+	/* the epoch's batches so far were the checkpoint's, not this run's
+	 * (the notice below says what is left at this run's) */
+	dtf_info("resuming from %s: step %lld, epoch %d, after %lld batch(es) of it at the checkpoint's global batch %lld",
+		 dtf_checkpointer_path(ck), (long long)st->step, st->epoch + 1,
+		 (long long)st->in_epoch, (long long)pos->global_batch);
 	int64_t left = 0;
 	int rc = 0;
 	if (pos->nprev >= DTF_CKPT_MAX_SEGMENTS)
@@ -1085,6 +1104,8 @@ static int setup(struct run *R, int *done)
 	/* from here the evaluator waits for the chief's notice */
 	R->notify = R->evaluator >= 0 && dtf_comm_rank(R->world_comm) == 0;
 	if (R->role == DTF_TASK_PS) {
+		/* no step to stop at: a signal ends a ps rank at once */
+		dtf_fault_default_signals();
 		dtf_graph_init_params(&r->g, job->seed, r->params);
 		return dtf_strategy_serve(R->strat);
 	}
@@ -1093,6 +1114,52 @@ static int setup(struct run *R, int *done)
 }
 
 /* Threads, then the start-up lines: replicas, batch, strategy. */
+/*
+ * The start-up line's learning rate: train.schedule's rate at its step 0
+ * (what its warmup ramps up to), where it comes from when it is not the
+ * optimizer's learning_rate, and the rate after learning_rate_scaling
+ * ("effective", on `nrep` replicas) with its ramp.
+ */
+static void describe_rate(const struct dtf_job *job,
+			  const struct dtf_strategy *strat, int nrep,
+			  char *buf, size_t size)
+{
+	struct dtf_schedule sched;
+	dtf_schedule_init(&sched, job, INT64_MAX);
+	double lr = dtf_schedule_initial_lr(&sched);
+	const struct dtf_schedule_spec *sp = &job->train.schedule;
+	size_t at = 0;
+	dtf_log_append(buf, size, &at, "learning rate %g", lr);
+	if (sp->kind == DTF_SCHED_PIECEWISE_CONSTANT)
+		dtf_log_append(buf, size, &at,
+			       " (train.schedule piecewise_constant's first value; "
+			       "the optimizer's learning_rate %g is not used%s",
+			       job->train.learning_rate,
+			       sp->warmup_steps > 0 ? "; " : ")");
+	else if (sp->warmup_steps > 0)
+		dtf_log_append(buf, size, &at, " (");
+	if (sp->warmup_steps > 0)
+		dtf_log_append(buf, size, &at,
+			       "reached after train.schedule's %lld warmup "
+			       "steps from 0)",
+			       (long long)sp->warmup_steps);
+	dtf_log_append(buf, size, &at, ", effective %g",
+		       strat ? dtf_strategy_learning_rate(strat, lr, INT64_MAX)
+			     : lr);
+	if (job->train.lr_scaling == DTF_LR_SCALING_LINEAR) {
+		dtf_log_append(buf, size, &at,
+			       " (linear scaling by the %d replica(s)", nrep);
+		if (job->train.lr_warmup_steps > 0)
+			dtf_log_append(buf, size, &at,
+				       ", ramped from %g over the first %lld "
+				       "updates",
+				       lr, (long long)job->train.lr_warmup_steps);
+		dtf_log_append(buf, size, &at, ")");
+	}
+	if (size > 0 && at >= size)
+		buf[size - 1] = '\0';
+}
+
 static int setup_threads(struct run *R)
 {
 	const struct dtf_job *job = R->job;
@@ -1112,16 +1179,13 @@ static int setup_threads(struct run *R)
 		 r->use_fast ? "fast kernels, 1 BLAS thread each"
 			     : "reference kernels, all BLAS threads",
 		 dtf_threads_blas_core());
-	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
+	char rate[512];
+	describe_rate(job, R->strat, R->world, rate, sizeof(rate));
+	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; %s",
 		 (long long)R->global_batch, R->batch,
 		 job->train.accumulate_steps,
 		 (long long)R->global_batch * job->train.accumulate_steps,
-		 R->result->num_params, job->train.learning_rate,
-		 dtf_strategy_learning_rate(R->strat, job->train.learning_rate,
-					    INT64_MAX),
-		 job->train.lr_scaling == DTF_LR_SCALING_LINEAR
-			 ? " (linear scaling by the replicas)"
-			 : "");
+		 R->result->num_params, rate);
 	char desc[256];
 	dtf_strategy_describe(R->strat, desc, sizeof(desc));
 	dtf_info("strategy %s: %s", dtf_strategy_name(job->strategy.type), desc);
@@ -1179,6 +1243,8 @@ static int agree_steps_per_epoch(struct run *R)
 	if (rc < 0)
 		return rc;
 	int64_t most = -spe[1];
+	/* from the allreduce: the same on every rank */
+	R->result->same_error = spe[0] == 0;
 	if (spe[0] == 0)
 		return dtf_error(DTF_ERR_DATA,
 				 "data.train.files: the smallest of the %d shards has %lld record(s), fewer than one per-replica batch of %d\n"
@@ -1258,7 +1324,39 @@ static int resume(struct run *R)
 		R->pos.nprev = R->st.nprev;
 		memcpy(R->pos.prev, R->st.prev, sizeof(R->st.prev));
 	}
+	/* a checkpoint at or past this run's end: nothing to train, which
+	 * is not an error (as Keras's fit with initial_epoch >= epochs) */
+	if (found && R->rank == 0 && R->step >= R->total_steps) {
+		int by_max = job->train.max_steps > 0 &&
+			     job->train.max_steps <= spe * job->train.epochs;
+		if (by_max)
+			dtf_log_notice("the checkpoint's step %lld is %s train.max_steps %lld: nothing to train; exit status 0\n"
+				       "HINT: raise train.max_steps (e.g. --set train.max_steps=%lld) to train on",
+				       (long long)R->step,
+				       R->step == job->train.max_steps ? "already at"
+								       : "past",
+				       (long long)job->train.max_steps,
+				       (long long)R->step + spe);
+		else
+			dtf_log_notice("the checkpoint's step %lld is the end of train.epochs %d (%lld steps per epoch): nothing to train; exit status 0\n"
+				       "HINT: raise train.epochs (e.g. --set train.epochs=%d) to train on",
+				       (long long)R->step, job->train.epochs,
+				       (long long)spe, job->train.epochs + 1);
+	}
 	dtf_schedule_init(&R->sched, job, R->total_steps);
+	/* a warmup as long as the run: the rate only ramps up (not an
+	 * error: a short trial run of a long job's schedule is one) */
+	int64_t warm = job->train.schedule.warmup_steps;
+	if (R->rank == 0 && warm > 0 && warm >= R->total_steps &&
+	    R->step < R->total_steps)
+		dtf_warn("train.schedule.%s.warmup_steps %lld is not below the run's %lld steps: the rate ramps up from 0 for the whole run, to %g at its last step, and the schedule never %s\n"
+			 "HINT: fewer warmup_steps, or more steps (train.max_steps, train.epochs)",
+			 dtf_schedule_kind_name(job->train.schedule.kind),
+			 (long long)warm, (long long)R->total_steps,
+			 dtf_schedule_lr(&R->sched, R->total_steps - 1),
+			 job->train.schedule.kind == DTF_SCHED_CONSTANT
+				 ? "reaches its rate"
+				 : "starts");
 	/* what the update is: optimizer and schedule in force */
 	char od[256], sd[512];
 	dtf_optimizer_describe(job, od, sizeof(od));

@@ -47,6 +47,8 @@ struct dtf_train_result {
 	double eval_top_k_accuracy; /* metrics top_k_accuracy; -1 if none */
 	size_t num_params;
 	int remote_failure; /* 1: stopped because another rank failed */
+	int same_error;     /* 1: every rank failed with this same error
+			       message, so one rank (0) says it */
 	int stop_announced; /* 1: a stop on a signal whose notice replica 0
 			     * printed (DTF_ERR_SIGNAL on every replica) */
 	struct dtf_step_times times; /* whole run */
