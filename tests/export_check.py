@@ -92,6 +92,18 @@ def check_model(d, job):
     ref = ref.reshape(out.shape)
     diff = float(np.max(np.abs(out.astype(np.float64) - ref)))
     assert n == 1000 and diff <= TOL, (job, n, diff)
+    # predict --outputs logits: file,record,logit_0,... per record, in the
+    # records' order; %.9g gives each float32 back exactly
+    rows = [line.rstrip("\n").split(",")
+            for line in open(f"{d}/{job}/predict.csv")][1:]
+    assert len(rows) == n, (job, len(rows))
+    assert [int(r[1]) for r in rows] == list(range(n)), job
+    pred = np.array([[float(v) for v in r[2:]] for r in rows], np.float32)
+    pred = pred.reshape(out.shape)
+    # (another batch size: OpenBLAS may block the products otherwise)
+    fdiff = float(np.max(np.abs(pred.astype(np.float64) - ref)))
+    pdiff = float(np.max(np.abs(out.astype(np.float64) - pred)))
+    assert fdiff <= TOL and pdiff <= TOL, (job, fdiff, pdiff)
     # records/s: the 1,000 records in batches of 100, best of 3 rounds
     best = None
     for _ in range(3):
@@ -112,7 +124,8 @@ def check_model(d, job):
             assert tuple(a.shape) == tuple(dims), (k, a.shape, dims)
             assert a.astype("<f4").tobytes() == raw, k
     print(f"{job}: onnx.checker ok (opset {opset[0]}), "
-          f"max |onnxruntime - dtf-train| {diff:.3g} over {n} records, "
+          f"max |onnxruntime - dtf-train| {diff:.3g} over {n} records "
+          f"(against dtf-train predict --outputs logits: {pdiff:.3g}), "
           f"onnxruntime {n / best:.0f} records/s (batch 100, "
           f"{sess.get_providers()[0]}), safetensors {len(variables)} "
           f"variables bit for bit")

@@ -5,7 +5,8 @@
 # exported as ONNX and safetensors, and tests/export_check.py then checks
 # that onnx.checker accepts each model, that onnxruntime's logits on 1,000
 # test records equal dtf-train's own forward on them (tests/export_forward,
-# the CPU backend's reference kernels) within 1e-5, and that the
+# the CPU backend's reference kernels, and `dtf-train predict --outputs
+# logits` on the same records) within 1e-5, and that the
 # safetensors file holds the checkpoint's variables bit for bit.  Then: a
 # checkpoint made on 2 ranks with the sharded update exports the same
 # bytes as one made on 1 rank holding the same variables (resumed from it
@@ -73,6 +74,11 @@ for j in "$src"/graphs/*.yaml "$src"/tests/fixtures/export-every-op*.yaml; do
 		--checkpoint "$tmp/$job/ckpt/ckpt-3.dtf"
 	"$build/tests/export_forward" "$(yaml "$job")" "$tmp/$job/ckpt" \
 		1000 "$tmp/$job" "$eval_data" >/dev/null || fail "export_forward $job failed"
+	# the same logits through the user's path: predict --outputs logits
+	DTF_CPU_KERNELS=reference "$build/dtf-train" predict -q -t 1 "$(yaml "$job")" \
+		--checkpoint "$tmp/$job/ckpt" --data "$tmp/test-*.tfrecord" \
+		--outputs logits --output "$tmp/$job/predict.csv" ||
+		fail "predict --outputs logits of $job failed"
 	jobs="$jobs $job"
 done
 # shellcheck disable=SC2086
