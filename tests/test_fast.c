@@ -1,7 +1,10 @@
 /*
  * test_fast.c - the fast CPU paths (ops/cpu/fast.h, ops/cpu/fast_exec.h)
  * against the reference kernels (ops/cpu/kernels.h), op by op, forward and
- * backward, on 1 and 3 threads, and whole graphs (fused plan vs reference
+ * backward, on 1 and 3 threads, on every vector ISA the CPU has (each test
+ * runs once per ISA of ops/cpu/isa.h: generic, AVX2, AVX-512, capped with
+ * dtf_cpu_isa_set(); an ISA the CPU lacks is skipped with a note), and
+ * whole graphs (fused plan vs reference
  * executor: loss, logits and every variable's gradient).  The reference
  * kernels' own gradient checks are in test_ops.c and test_graph.c; the
  * fused graph is checked against the reference executor rather than by
@@ -32,6 +35,7 @@
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "ops/cpu/fast.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/winograd.h"
 #include "train/optimizer.h"
@@ -101,6 +105,24 @@ static struct dtf_window_geom geom(int n, int h, int w, int c, int kh,
 }
 
 static const int thread_counts[] = {1, 3};
+
+/* Run the fast kernels on ISA `isa` (a loop test's _i): 1, or 0 with a
+ * note where the CPU lacks it (the test then checks nothing). */
+static int on_isa(int isa)
+{
+	if (isa > (int)dtf_cpu_isa_max()) {
+		fprintf(stderr, "test_fast: no %s on this CPU: skipped\n",
+			dtf_cpu_isa_name((enum dtf_cpu_isa)isa));
+		return 0;
+	}
+	ck_assert_int_eq(dtf_cpu_isa_set((enum dtf_cpu_isa)isa), isa);
+	return 1;
+}
+#define ON_ISA() \
+	do {                       \
+		if (!on_isa(_i))   \
+			return;    \
+	} while (0)
 
 /* ---- thread pool --------------------------------------------------------- */
 
@@ -201,6 +223,7 @@ static void conv_check(const struct dtf_window_geom *g, const char *what,
 
 START_TEST(conv2d_forward_matches_reference)
 {
+	ON_ISA();
 	int pooled = 0;
 	for (int ci = 0; ci < NCONV; ci++) {
 		struct dtf_window_geom g = conv_case(ci);
@@ -250,7 +273,7 @@ START_TEST(conv2d_forward_matches_reference)
 	ck_assert_int_ge(pooled, 5); /* AVX-512/direct and im2col geometries */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 	/* the Winograd cases above do reach it */
-	if (__builtin_cpu_supports("avx512f")) {
+	if (dtf_cpu_isa() == DTF_ISA_AVX512) {
 		int wino = 0;
 		for (int ci = 0; ci < NCONV; ci++) {
 			struct dtf_window_geom g = conv_case(ci);
@@ -269,6 +292,7 @@ END_TEST
  * relu on and off, 3x3, 4x4 and 5x5 filters. */
 START_TEST(conv2d_keeps_exact_zeros)
 {
+	ON_ISA();
 	for (int k = 3; k <= 5; k++) {
 		struct dtf_window_geom g = geom(3, 12, 13, 16, k, k, 32, 1, 1,
 						DTF_PAD_SAME);
@@ -316,6 +340,7 @@ END_TEST
 
 START_TEST(conv2d_backward_matches_reference)
 {
+	ON_ISA();
 	for (int ci = 0; ci < NCONV; ci++) {
 		struct dtf_window_geom g = conv_case(ci);
 		size_t nx = (size_t)g.n * g.h * g.w * g.c;
@@ -350,6 +375,7 @@ END_TEST
 
 START_TEST(matmul_matches_reference)
 {
+	ON_ISA();
 	/* the last five take the AVX-512 register-tile product (gemm512.h)
 	 * in every transposition it serves where the CPU has it: widths of
 	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
@@ -387,6 +413,7 @@ END_TEST
 
 START_TEST(bias_act_and_relu_grad_match_reference)
 {
+	ON_ISA();
 	const int shapes[][2] = {{300, 64}, {7, 1030}, {100000, 3}, {1, 1}};
 	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 		size_t rows = (size_t)shapes[s][0];
@@ -429,6 +456,7 @@ END_TEST
 
 START_TEST(max_pool_matches_reference)
 {
+	ON_ISA();
 	struct dtf_window_geom cases[] = {
 		geom(3, 8, 6, 32, 2, 2, 0, 2, 1, DTF_PAD_VALID),  /* tiles */
 		geom(2, 9, 9, 70, 3, 3, 0, 3, 1, DTF_PAD_VALID),  /* tiles, c > 64 */
@@ -485,6 +513,7 @@ END_TEST
  * chain MaxPoolGrad -> ReluGrad -> BiasAddGrad, Conv2DBackpropFilter. */
 START_TEST(pool_grad_conv_filter_matches_reference)
 {
+	ON_ISA();
 	struct {
 		struct dtf_window_geom cg, pg;
 	} cases[] = {
@@ -546,6 +575,7 @@ END_TEST
 
 START_TEST(dropout_is_bit_identical)
 {
+	ON_ISA();
 	/* 1007 columns: full 64-element vector steps, then a tail with a
 	 * partial Philox block; big enough to be split over threads */
 	const size_t rows = 300, cols = 1007, n = rows * cols;
@@ -590,6 +620,7 @@ END_TEST
 
 START_TEST(adam_is_bit_identical)
 {
+	ON_ISA();
 	size_t n = 1000 + 7; /* a vector tail */
 	struct dtf_optimizer ref = {.kind = DTF_OPT_ADAM, .beta_1 = 0.9,
 				    .beta_2 = 0.999, .epsilon = 1e-7, .n = n};
@@ -616,6 +647,7 @@ END_TEST
 
 START_TEST(nonfinite_finds_every_nan_and_inf)
 {
+	ON_ISA();
 	const size_t n = 200003; /* split over threads, with a vector tail */
 	float *x = tu_frandom(n, -1e30f, 1e30f);
 	x[17] = 3.4e38f; /* the largest finites are fine */
@@ -684,6 +716,7 @@ static void model_build(struct tu_model *m, const char *text)
  * and actually fuses (conv+bias+relu, pool+relu+bias grads, ...). */
 START_TEST(fused_graph_matches_reference)
 {
+	ON_ISA();
 	struct tu_model m;
 	model_build(&m, cnn_job);
 	size_t np = m.g.nparams;
@@ -784,8 +817,14 @@ static Suite *fast_suite(void)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		TCase *tc = tcase_create(cases[i].name);
 		tcase_set_timeout(tc, 300);
-		for (size_t j = 0; j < 3 && cases[i].tests[j]; j++)
-			tcase_add_test(tc, cases[i].tests[j]);
+		for (size_t j = 0; j < 3 && cases[i].tests[j]; j++) {
+			if (cases[i].tests[j] == pool_runs_every_thread_once)
+				tcase_add_test(tc, cases[i].tests[j]);
+			else /* _i: the ISA */
+				tcase_add_loop_test(tc, cases[i].tests[j],
+						    DTF_ISA_GENERIC,
+						    DTF_ISA_AVX512 + 1);
+		}
 		suite_add_tcase(s, tc);
 	}
 	return s;

@@ -45,6 +45,7 @@
 #include "ops/backend.h"
 #include "ops/cpu/exec.h"
 #include "ops/cpu/fast.h"
+#include "ops/cpu/isa.h"
 #include "ops/cuda/exec_cuda.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
@@ -1150,11 +1151,12 @@ static int setup_threads(struct run *R)
 	if (r->use_fast)
 		dtf_optimizer_set_pool(&r->opt, r->pool);
 	R->global_batch = (int64_t)R->batch * R->world;
-	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s, OpenBLAS %s)",
+	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s%s%s, OpenBLAS %s)",
 		 job->name, R->world, R->comm ? dtf_comm_num_nodes(R->comm) : 1,
 		 dtf_strategy_name(job->strategy.type), threads,
-		 r->use_fast ? "fast kernels, 1 BLAS thread each"
-			     : "reference kernels, all BLAS threads",
+		 r->use_fast ? "fast kernels " : "reference kernels",
+		 r->use_fast ? dtf_cpu_isa_name(dtf_cpu_isa()) : "",
+		 r->use_fast ? ", 1 BLAS thread each" : ", all BLAS threads",
 		 dtf_threads_blas_core());
 	dtf_info("batch: global %lld, per replica %d, %d micro-batch(es) per update (%lld examples); %zu parameters; learning rate %g, effective %g%s",
 		 (long long)R->global_batch, R->batch,

@@ -504,7 +504,7 @@ DTF_T512 static void conv_bwi_512(const struct dtf_window_geom *g,
 
 static int have512(void)
 {
-	return __builtin_cpu_supports("avx512f");
+	return dtf_cpu_isa() == DTF_ISA_AVX512;
 }
 #else
 static int have512(void) { return 0; }

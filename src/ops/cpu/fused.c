@@ -744,8 +744,7 @@ static void dropout_task(void *arg, int tid, int nt)
 		const float *x = j->x + r * j->cols;
 		float *y = j->y + r * j->cols;
 #if defined(DTF_T512)
-		if (__builtin_cpu_supports("avx512f") &&
-		    __builtin_cpu_supports("avx512dq")) {
+		if (dtf_cpu_isa() == DTF_ISA_AVX512) {
 			dropout_row_512(j->cols, j->ids[r], j->rate, scale,
 					j->key, j->salt, x, y);
 			continue;

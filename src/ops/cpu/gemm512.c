@@ -133,7 +133,7 @@ DTF_T512 void dtf_mm512(int rows, int K, int O, const float *a, size_t ars,
 
 int dtf_mm512_usable(void)
 {
-	return __builtin_cpu_supports("avx512f");
+	return dtf_cpu_isa() == DTF_ISA_AVX512;
 }
 
 #else

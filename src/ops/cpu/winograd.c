@@ -708,7 +708,7 @@ int dtf_wino_applies(const struct dtf_window_geom *g)
 	       g->dilation_w == 1 && g->c % 16 == 0 && g->o % 16 == 0 &&
 	       g->c > 0 && g->o > 0 && g->pad_top < g->kh &&
 	       g->pad_left < g->kw && g->pad_bottom < g->kh &&
-	       g->pad_right < g->kw && __builtin_cpu_supports("avx512f");
+	       g->pad_right < g->kw && dtf_cpu_isa() == DTF_ISA_AVX512;
 }
 
 size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads)
