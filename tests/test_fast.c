@@ -118,6 +118,15 @@ static int on_isa(int isa)
 	ck_assert_int_eq(dtf_cpu_isa_set((enum dtf_cpu_isa)isa), isa);
 	return 1;
 }
+/* 1 when the test runs AVX2 on a CPU with AVX-512: then the AVX2 kernels
+ * written over the vector width (vec.h) must also give the AVX-512
+ * kernels' bits, since both do the same float operations per output in
+ * the same order. */
+static int avx2_beside_avx512(int isa)
+{
+	return isa == DTF_ISA_AVX2 && dtf_cpu_isa_max() == DTF_ISA_AVX512;
+}
+
 #define ON_ISA() \
 	do {                       \
 		if (!on_isa(_i))   \
@@ -376,8 +385,8 @@ END_TEST
 START_TEST(matmul_matches_reference)
 {
 	ON_ISA();
-	/* the last five take the AVX-512 register-tile product (gemm512.h)
-	 * in every transposition it serves where the CPU has it: widths of
+	/* the last five take the register-tile product (gemm_tile.h) on
+	 * AVX-512 and AVX2, in every transposition it serves: widths of
 	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
 	 * (the last) slices of b copied to consecutive rows, K in three
 	 * slices */
@@ -401,6 +410,15 @@ START_TEST(matmul_matches_reference)
 				float *ws = nws ? tu_fnan(nws) : NULL;
 				dtf_fast_matmul(p, m, n, k, a, ta, b, tb, c, ws);
 				close_enough("matmul", ref, c, (size_t)m * n, 1e-4);
+				if (avx2_beside_avx512(_i)) {
+					dtf_cpu_isa_set(DTF_ISA_AVX512);
+					float *c5 = tu_fnan((size_t)m * n);
+					dtf_fast_matmul(p, m, n, k, a, ta, b, tb, c5, ws);
+					dtf_cpu_isa_set(DTF_ISA_AVX2);
+					exactly("matmul, AVX2 against AVX-512", c5, c,
+						(size_t)m * n);
+					free(c5);
+				}
 				free(c);
 				free(ws);
 				dtf_pool_free(p);

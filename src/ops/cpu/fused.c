@@ -15,7 +15,7 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "ops/cpu/gemm512.h"
+#include "ops/cpu/gemm_tile.h"
 #include "ops/cpu/simd.h"
 
 #if defined(DTF_T512)
@@ -61,7 +61,7 @@ static void mm_task(void *arg, int tid, int nt)
 	}
 }
 
-/* The AVX-512 register-tile product (gemm512.h) takes a dense layer's
+/* The register-tile product (gemm_tile.h; AVX-512 or AVX2) takes a dense layer's
  * three products when the batch is at most SMALL_BATCH rows:
  *  - the forward x w: x broadcast from the L2 cache against slices of w
  *    (bench_kernels, 1 thread, batch 64, 3136 x 1024: 138 against
@@ -82,7 +82,7 @@ enum { OWN_NONE, OWN_NN, OWN_NT, OWN_TN };
 
 static int own_kind(int m, int n, int k, int ta, int tb)
 {
-	if (k <= 0 || !dtf_mm512_usable())
+	if (k <= 0 || !dtf_mm_tile_usable())
 		return OWN_NONE;
 	if (!ta && tb && m % 16 == 0 && m <= SMALL_BATCH)
 		return OWN_NT;
@@ -126,7 +126,7 @@ static void own_tn_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->m, 16, tid, nt, &lo, &hi);
 	if (hi > lo)
-		dtf_mm512((int)(hi - lo), j->k, j->n, j->a + lo, 1, (size_t)j->m,
+		dtf_mm_tile((int)(hi - lo), j->k, j->n, j->a + lo, 1, (size_t)j->m,
 			  j->b, (size_t)j->n, j->c + lo * (size_t)j->n, (size_t)j->n, 0, 0);
 }
 
@@ -137,7 +137,7 @@ static void own_nn_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->n, 64, tid, nt, &lo, &hi);
 	if (hi > lo)
-		dtf_mm512(j->m, j->k, (int)(hi - lo), j->a, (size_t)j->k, 1,
+		dtf_mm_tile(j->m, j->k, (int)(hi - lo), j->a, (size_t)j->k, 1,
 			  j->b + lo, (size_t)j->n, j->c + lo, (size_t)j->n, 0, 0);
 }
 
@@ -148,7 +148,7 @@ static void own_nt_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->n, 16, tid, nt, &lo, &hi);
 	if (hi > lo)
-		dtf_mm512((int)(hi - lo), j->k, j->m, j->b + lo * (size_t)j->k,
+		dtf_mm_tile((int)(hi - lo), j->k, j->m, j->b + lo * (size_t)j->k,
 			  (size_t)j->k, 1, j->ws, (size_t)j->m, j->c + lo,
 			  (size_t)j->n, 0, 1);
 }

@@ -56,7 +56,7 @@
 #include <string.h>
 
 #include "ops/cpu/simd.h"
-#include "ops/cpu/gemm512.h"
+#include "ops/cpu/gemm_tile.h"
 
 #if defined(DTF_T512)
 #include <immintrin.h>
@@ -627,10 +627,10 @@ static DTF_T512 void filter_inverse(const float *part, size_t pstride,
 	}
 }
 
-/* ---- the products in the transformed domain: gemm512.h's dtf_mm512 ---- */
+/* ---- the products in the transformed domain: gemm_tile.h ---- */
 
 #define mm(rows, K, O, a, ars, aks, b, ldb, c, ldc, add) \
-	dtf_mm512(rows, K, O, a, ars, aks, b, ldb, c, ldc, add, 0)
+	dtf_mm_tile(rows, K, O, a, ars, aks, b, ldb, c, ldc, add, 0)
 
 /* ---- drivers ------------------------------------------------------------------- */
 
