@@ -206,7 +206,8 @@ static struct dtf_window_geom conv_case(int i)
 	case 8: return geom(2, 10, 12, 32, 3, 3, 32, 1, 2, DTF_PAD_VALID);
 	case 9: return geom(2, 5, 31, 32, 3, 3, 64, 1, 1, DTF_PAD_SAME);
 	case 10: return geom(2, 6, 7, 32, 4, 4, 32, 1, 1, DTF_PAD_SAME);
-	/* Winograd (stride 1, 3x3/4x4/5x5, c and o multiples of 16, AVX-512;
+	/* Winograd (stride 1, 3x3/4x4/5x5, c and o multiples of 16, AVX-512
+	 * or AVX2;
 	 * cases 6, 9 and 10 as well): the Fashion-MNIST conv2, output tiles
 	 * cut by the edge, o a multiple of 16 but not 32 (one-vector tiles),
 	 * valid padding, uneven same padding, 48 channels (tiles of 6 rows
@@ -219,7 +220,7 @@ static struct dtf_window_geom conv_case(int i)
 }
 #define NCONV 15
 
-/* Conv geometries the Winograd kernels take (where the CPU has AVX-512):
+/* Conv geometries the Winograd kernels take (on AVX-512 and AVX2):
  * compared norm-wise (close_scaled), the others elementwise. */
 static void conv_check(const struct dtf_window_geom *g, const char *what,
 		       const float *ref, const float *got, size_t n)
@@ -228,6 +229,33 @@ static void conv_check(const struct dtf_window_geom *g, const char *what,
 		close_scaled(what, ref, got, n, 1e-4);
 	else
 		close_enough(what, ref, got, n, 1e-4);
+}
+
+/* The kernels written over the vector width so far (vec.h): their AVX2
+ * results must be the AVX-512 results bit for bit. */
+static int one_source(const struct dtf_window_geom *g)
+{
+	return dtf_wino_applies(g);
+}
+
+/* which = 0: y = conv2d + bias + relu; 1: dx; 2: dw; run on AVX-512 (with
+ * its own workspace), then back to AVX2 */
+static float *conv_on_avx512(struct dtf_pool *p, const struct dtf_window_geom *g,
+			     int which, const float *x, const float *w,
+			     const float *b, const float *dy, size_t n)
+{
+	dtf_cpu_isa_set(DTF_ISA_AVX512);
+	float *ws = tu_fnan(dtf_fast_conv2d_workspace(g, dtf_pool_size(p)));
+	float *out = tu_fnan(n);
+	if (which == 0)
+		dtf_fast_conv2d(p, g, x, w, b, 1, out, ws);
+	else if (which == 1)
+		dtf_fast_conv2d_backprop_input(p, g, dy, w, out, ws);
+	else
+		dtf_fast_conv2d_backprop_filter(p, g, x, dy, out, ws);
+	free(ws);
+	dtf_cpu_isa_set(DTF_ISA_AVX2);
+	return out;
 }
 
 START_TEST(conv2d_forward_matches_reference)
@@ -258,6 +286,11 @@ START_TEST(conv2d_forward_matches_reference)
 			conv_check(&g, "conv2d+bias", refb, y, ny);
 			dtf_fast_conv2d(p, &g, x, w, b, 1, y, fws);
 			conv_check(&g, "conv2d+bias+relu", refr, y, ny);
+			if (avx2_beside_avx512(_i) && one_source(&g)) {
+				float *y5 = conv_on_avx512(p, &g, 0, x, w, b, NULL, ny);
+				exactly("conv2d+bias+relu, AVX2 against AVX-512", y5, y, ny);
+				free(y5);
+			}
 			/* with the pooling fused: 2x2 tiles where they fit */
 			if (g.oh % 2 == 0 && g.ow % 2 == 0) {
 				struct dtf_window_geom pg = geom(g.n, g.oh, g.ow, g.o, 2, 2,
@@ -282,7 +315,7 @@ START_TEST(conv2d_forward_matches_reference)
 	ck_assert_int_ge(pooled, 5); /* AVX-512/direct and im2col geometries */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 	/* the Winograd cases above do reach it */
-	if (dtf_cpu_isa() == DTF_ISA_AVX512) {
+	if (dtf_cpu_isa() >= DTF_ISA_AVX2) {
 		int wino = 0;
 		for (int ci = 0; ci < NCONV; ci++) {
 			struct dtf_window_geom g = conv_case(ci);
@@ -372,6 +405,14 @@ START_TEST(conv2d_backward_matches_reference)
 			dtf_fast_conv2d_backprop_filter(p, &g, x, dy, fdw, fws);
 			/* sums over n*oh*ow ~ 1000 products */
 			conv_check(&g, "backprop_filter", dw, fdw, nw);
+			if (avx2_beside_avx512(_i) && one_source(&g)) {
+				float *dx5 = conv_on_avx512(p, &g, 1, x, w, NULL, dy, nx);
+				float *dw5 = conv_on_avx512(p, &g, 2, x, w, NULL, dy, nw);
+				exactly("backprop_input, AVX2 against AVX-512", dx5, fdx, nx);
+				exactly("backprop_filter, AVX2 against AVX-512", dw5, fdw, nw);
+				free(dx5);
+				free(dw5);
+			}
 			free(fdx); free(fdw); free(fws);
 			dtf_pool_free(p);
 		}
