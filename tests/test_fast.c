@@ -186,7 +186,7 @@ END_TEST
 /* ---- conv2d ---------------------------------------------------------------- */
 
 /* Geometries: the direct kernel (few input channels, o multiple of 32),
- * im2col + sgemm and the AVX-512 direct kernels, with same/valid padding,
+ * im2col + sgemm and the register-tile direct kernels (AVX-512, AVX2), with same/valid padding,
  * stride 2, dilation 2. */
 static struct dtf_window_geom conv_case(int i)
 {
@@ -197,7 +197,7 @@ static struct dtf_window_geom conv_case(int i)
 	case 3: return geom(5, 14, 14, 8, 5, 5, 16, 1, 1, DTF_PAD_SAME);
 	case 4: return geom(3, 9, 11, 6, 3, 3, 20, 2, 1, DTF_PAD_SAME);
 	case 5: return geom(2, 8, 8, 12, 1, 1, 8, 1, 1, DTF_PAD_VALID);
-	/* the AVX-512 direct kernels (where the CPU has them): o a multiple
+	/* the register-tile direct kernels (AVX-512, AVX2): o a multiple
 	 * of 32 with a wide filter; c a multiple of 32 and stride 1 for the
 	 * input gradient; row tiles of 14 pixels with tails, channel tiles
 	 * of 12 with tails, stride 2, dilation 2, uneven SAME padding */
@@ -229,13 +229,6 @@ static void conv_check(const struct dtf_window_geom *g, const char *what,
 		close_scaled(what, ref, got, n, 1e-4);
 	else
 		close_enough(what, ref, got, n, 1e-4);
-}
-
-/* The kernels written over the vector width so far (vec.h): their AVX2
- * results must be the AVX-512 results bit for bit. */
-static int one_source(const struct dtf_window_geom *g)
-{
-	return dtf_wino_applies(g);
 }
 
 /* which = 0: y = conv2d + bias + relu; 1: dx; 2: dw; run on AVX-512 (with
@@ -286,7 +279,7 @@ START_TEST(conv2d_forward_matches_reference)
 			conv_check(&g, "conv2d+bias", refb, y, ny);
 			dtf_fast_conv2d(p, &g, x, w, b, 1, y, fws);
 			conv_check(&g, "conv2d+bias+relu", refr, y, ny);
-			if (avx2_beside_avx512(_i) && one_source(&g)) {
+			if (avx2_beside_avx512(_i)) {
 				float *y5 = conv_on_avx512(p, &g, 0, x, w, b, NULL, ny);
 				exactly("conv2d+bias+relu, AVX2 against AVX-512", y5, y, ny);
 				free(y5);
@@ -312,7 +305,7 @@ START_TEST(conv2d_forward_matches_reference)
 		free(x); free(w); free(b); free(ref); free(refb); free(refr);
 		free(ws);
 	}
-	ck_assert_int_ge(pooled, 5); /* AVX-512/direct and im2col geometries */
+	ck_assert_int_ge(pooled, 5); /* register-tile/direct and im2col geometries */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 	/* the Winograd cases above do reach it */
 	if (dtf_cpu_isa() >= DTF_ISA_AVX2) {
@@ -405,7 +398,7 @@ START_TEST(conv2d_backward_matches_reference)
 			dtf_fast_conv2d_backprop_filter(p, &g, x, dy, fdw, fws);
 			/* sums over n*oh*ow ~ 1000 products */
 			conv_check(&g, "backprop_filter", dw, fdw, nw);
-			if (avx2_beside_avx512(_i) && one_source(&g)) {
+			if (avx2_beside_avx512(_i)) {
 				float *dx5 = conv_on_avx512(p, &g, 1, x, w, NULL, dy, nx);
 				float *dw5 = conv_on_avx512(p, &g, 2, x, w, NULL, dy, nw);
 				exactly("backprop_input, AVX2 against AVX-512", dx5, fdx, nx);
@@ -615,6 +608,19 @@ START_TEST(pool_grad_conv_filter_matches_reference)
 								 &cg, cx, dw, ws);
 				close_enough("filter gradient", rdw, dw, nw, 1e-4);
 				close_enough("bias gradient", rdb, db, (size_t)pg.c, 1e-5);
+				if (avx2_beside_avx512(_i)) {
+					dtf_cpu_isa_set(DTF_ISA_AVX512);
+					float *ws5 = tu_falloc(dtf_fast_pool_grad_conv2d_filter_workspace(
+						&pg, &cg, nt));
+					float *dw5 = tu_falloc(nw), *db5 = tu_falloc((size_t)pg.c);
+					dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, db5,
+									 &cg, cx, dw5, ws5);
+					dtf_cpu_isa_set(DTF_ISA_AVX2);
+					exactly("filter gradient, AVX2 against AVX-512", dw5, dw, nw);
+					exactly("bias gradient, AVX2 against AVX-512", db5, db,
+						(size_t)pg.c);
+					free(ws5); free(dw5); free(db5);
+				}
 				/* without the bias gradient */
 				float *dw2 = tu_falloc(nw);
 				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, NULL,
