@@ -10,7 +10,12 @@
  *     VLOAD(p), VLOADA(p), VSTORE(p, v), VSTOREA(p, v)   (A: aligned)
  *     VZERO(), VSET1(s), VADD, VSUB, VMUL, VMAX, VFMA(a, b, c) = a * b + c
  * (each one instruction, so both widths do the same float operations per
- * lane).  A kernel source is a header of static functions over these,
+ * lane), and lane masks (a mask register on AVX-512, all-ones or all-zero
+ * lanes of a vector on AVX2):
+ *     VM            the mask type
+ *     VCMPGT(a, b)  a > b, ordered (false where either is NaN)
+ *     VSELM(m, a, b)  b where m, else a;   VMASKZ(m, a)  a where m, else +0
+ *     VMANDN(a, b) = ~a & b, VMOR(a, b), VMNOT(a), VMALL() (every lane)  A kernel source is a header of static functions over these,
  * included once per width from its .c file (the pattern of gemm_tile.c);
  * include this header again with the other DTF_VW before the second
  * inclusion.  Only where simd.h defines DTF_T512 (GCC on x86).
@@ -37,6 +42,14 @@
 #undef VMUL
 #undef VMAX
 #undef VFMA
+#undef VM
+#undef VCMPGT
+#undef VSELM
+#undef VMASKZ
+#undef VMANDN
+#undef VMOR
+#undef VMNOT
+#undef VMALL
 
 #if DTF_VW == 16
 #define VF __m512
@@ -53,6 +66,14 @@
 #define VMUL(a, b) _mm512_mul_ps(a, b)
 #define VMAX(a, b) _mm512_max_ps(a, b)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VM __mmask16
+#define VCMPGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+#define VSELM(m, a, b) _mm512_mask_mov_ps(a, m, b)
+#define VMASKZ(m, a) _mm512_maskz_mov_ps(m, a)
+#define VMANDN(a, b) ((__mmask16)(~(a) & (b)))
+#define VMOR(a, b) ((__mmask16)((a) | (b)))
+#define VMNOT(a) ((__mmask16)~(a))
+#define VMALL() ((__mmask16)0xffff)
 #elif DTF_VW == 8
 #define VF __m256
 #define VT DTF_T256
@@ -68,6 +89,14 @@
 #define VMUL(a, b) _mm256_mul_ps(a, b)
 #define VMAX(a, b) _mm256_max_ps(a, b)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VM __m256
+#define VCMPGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define VSELM(m, a, b) _mm256_blendv_ps(a, b, m)
+#define VMASKZ(m, a) _mm256_and_ps(m, a)
+#define VMANDN(a, b) _mm256_andnot_ps(a, b)
+#define VMOR(a, b) _mm256_or_ps(a, b)
+#define VMNOT(a) _mm256_xor_ps(a, VMALL())
+#define VMALL() _mm256_castsi256_ps(_mm256_set1_epi32(-1))
 #else
 #error "vec.h: DTF_VW must be 16 or 8"
 #endif
