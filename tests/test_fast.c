@@ -35,6 +35,7 @@
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "ops/cpu/fast.h"
+#include "ops/cpu/gemm_tile.h"
 #include "ops/cpu/isa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/winograd.h"
@@ -420,7 +421,7 @@ START_TEST(matmul_matches_reference)
 {
 	ON_ISA();
 	/* the last five take the register-tile product (gemm_tile.h) on
-	 * AVX-512 and AVX2, in every transposition it serves: widths of
+	 * AVX-512, in every transposition it serves: widths of
 	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
 	 * (the last) slices of b copied to consecutive rows, K in three
 	 * slices */
@@ -444,20 +445,82 @@ START_TEST(matmul_matches_reference)
 				float *ws = nws ? tu_fnan(nws) : NULL;
 				dtf_fast_matmul(p, m, n, k, a, ta, b, tb, c, ws);
 				close_enough("matmul", ref, c, (size_t)m * n, 1e-4);
-				if (avx2_beside_avx512(_i)) {
-					dtf_cpu_isa_set(DTF_ISA_AVX512);
-					float *c5 = tu_fnan((size_t)m * n);
-					dtf_fast_matmul(p, m, n, k, a, ta, b, tb, c5, ws);
-					dtf_cpu_isa_set(DTF_ISA_AVX2);
-					exactly("matmul, AVX2 against AVX-512", c5, c,
-						(size_t)m * n);
-					free(c5);
-				}
 				free(c);
 				free(ws);
 				dtf_pool_free(p);
 			}
 			free(a); free(b); free(ref);
+		}
+	}
+}
+END_TEST
+
+/* The register-tile product itself (gemm_tile.h), on each ISA that has
+ * it, in every mode (a or a^T through its strides, b's rows further apart
+ * than the tile is wide, c added to, c stored transposed), widths of 16
+ * to 128 columns, row tiles with tails, K = 0 and K over several slices
+ * of k, against sums in double.  Tolerance from the arithmetic: each
+ * output is a float FMA chain over k (with, for K > 128, a float add per
+ * further slice, and one more where c is added to), so its error is at
+ * most about (K + 2) u sum_k |a_ik b_kj| + u |c| with u = 2^-24 (Higham,
+ * Accuracy and Stability of Numerical Algorithms, 3.1); a wrong, missing
+ * or doubled term is of the size of one |a b| ~ 0.25, far above that.
+ * On AVX2 beside AVX-512 the bits must be AVX-512's as well. */
+START_TEST(gemm_tile_matches_double_sums)
+{
+	ON_ISA();
+	if (!dtf_mm_tile_usable()) {
+		fprintf(stderr, "test_fast: no register-tile product on %s\n",
+			dtf_cpu_isa_name(dtf_cpu_isa()));
+		return;
+	}
+	const int shapes[][3] = {{1, 1, 16}, {5, 7, 32}, {13, 130, 48},
+				 {49, 300, 64}, {12, 0, 16}, {7, 600, 128},
+				 {30, 64, 80}};
+	const double u = 0x1p-24;
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		const int R = shapes[s][0], K = shapes[s][1], O = shapes[s][2];
+		for (int mode = 0; mode < 16; mode++) {
+			const int at = mode & 1, wide_b = mode >> 1 & 1;
+			const int add = mode >> 2 & 1, ct = mode >> 3 & 1;
+			const size_t ldb = (size_t)O + (wide_b ? 24 : 0);
+			const size_t ldc = ct ? (size_t)R + 3 : (size_t)O + 5;
+			const size_t ars = at ? 1 : (size_t)K, aks = at ? (size_t)R : 1;
+			const size_t nc = ct ? (size_t)O * ldc : (size_t)R * ldc;
+			float *a = tu_frandom((size_t)R * (K ? K : 1), -1, 1);
+			float *b = tu_frandom((size_t)(K ? K : 1) * ldb, -1, 1);
+			float *c0 = tu_frandom(nc, -1, 1), *c = tu_falloc(nc);
+			memcpy(c, c0, nc * sizeof *c);
+			dtf_mm_tile(R, K, O, a, ars, aks, b, ldb, c, ldc, add, ct);
+			for (int i = 0; i < R; i++)
+				for (int j = 0; j < O; j++) {
+					size_t at_c = ct ? (size_t)j * ldc + i : (size_t)i * ldc + j;
+					double sum = add ? c0[at_c] : 0.0, mag = 0.0;
+					for (int k = 0; k < K; k++) {
+						double t = (double)a[i * ars + k * aks] * b[(size_t)k * ldb + j];
+						sum += t;
+						mag += fabs(t);
+					}
+					double lim = (K + 2) * u * mag + u * fabs(c0[at_c]) + 1e-30;
+					ck_assert_msg(fabs(c[at_c] - sum) <= lim,
+						      "%dx%dx%d mode %d (%d, %d): %.9g, double %.9g (limit %.3g)",
+						      R, K, O, mode, i, j, c[at_c], sum, lim);
+				}
+			/* what lies between c's rows is not written */
+			if (!ct)
+				for (int i = 0; i < R; i++)
+					exactly("c's row padding", c0 + (size_t)i * ldc + O,
+						c + (size_t)i * ldc + O, ldc - (size_t)O);
+			if (avx2_beside_avx512(_i)) {
+				float *c5 = tu_falloc(nc);
+				memcpy(c5, c0, nc * sizeof *c5);
+				dtf_cpu_isa_set(DTF_ISA_AVX512);
+				dtf_mm_tile(R, K, O, a, ars, aks, b, ldb, c5, ldc, add, ct);
+				dtf_cpu_isa_set(DTF_ISA_AVX2);
+				exactly("tile product, AVX2 against AVX-512", c5, c, nc);
+				free(c5);
+			}
+			free(a); free(b); free(c0); free(c);
 		}
 	}
 }
@@ -872,7 +935,8 @@ static Suite *fast_suite(void)
 			    conv2d_backward_matches_reference,
 			    conv2d_keeps_exact_zeros}},
 		{"dense", {matmul_matches_reference,
-			   bias_act_and_relu_grad_match_reference}},
+			   bias_act_and_relu_grad_match_reference,
+			   gemm_tile_matches_double_sums}},
 		{"max_pool2d", {max_pool_matches_reference,
 				pool_grad_conv_filter_matches_reference}},
 		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},

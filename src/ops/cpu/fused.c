@@ -61,7 +61,7 @@ static void mm_task(void *arg, int tid, int nt)
 	}
 }
 
-/* The register-tile product (gemm_tile.h; AVX-512 or AVX2) takes a dense layer's
+/* The register-tile product (gemm_tile.h), on AVX-512, takes a dense layer's
  * three products when the batch is at most SMALL_BATCH rows:
  *  - the forward x w: x broadcast from the L2 cache against slices of w
  *    (bench_kernels, 1 thread, batch 64, 3136 x 1024: 138 against
@@ -82,7 +82,13 @@ enum { OWN_NONE, OWN_NN, OWN_NT, OWN_TN };
 
 static int own_kind(int m, int n, int k, int ta, int tb)
 {
-	if (k <= 0 || !dtf_mm_tile_usable())
+	/* AVX-512 only: on AVX2 the 6 x 16 tile ran at about half the speed
+	 * of OpenBLAS's Haswell sgemm on these shapes (3136 x 1024 at batch
+	 * 64, 1 thread, best of 30: forward 4.5 against 2.2 ms, input
+	 * gradient 4.0 against 2.2, kernel gradient 3.7 against 2.3), so a
+	 * dense layer keeps OpenBLAS there; Winograd's small per-point
+	 * products still take the tile on AVX2 (winograd.c). */
+	if (k <= 0 || dtf_cpu_isa() != DTF_ISA_AVX512)
 		return OWN_NONE;
 	if (!ta && tb && m % 16 == 0 && m <= SMALL_BATCH)
 		return OWN_NT;
