@@ -286,8 +286,6 @@ static int have_vec(void)
 	return dtf_cpu_isa() >= DTF_ISA_AVX2;
 }
 #else
-
-
 /* The zero-padded dy of the input gradient: dy (oh, ow, o) placed at
  * ((kh-1)*dh, (kw-1)*dw) in a (bwi_h, bwi_w, o) buffer, so that every
  * input pixel reads kh x kw whole dy pixels without bounds checks. */
@@ -303,26 +301,14 @@ static int bwi_w(const struct dtf_window_geom *g)
 	return (a > b ? a : b) + (g->kw - 1) * g->dilation_w;
 }
 
-static void pad_dy(const struct dtf_window_geom *g, const float *dy,
-		   float *dyp)
-{
-	const int Hp = bwi_h(g), Wp = bwi_w(g), O = g->o;
-	const int y0 = (g->kh - 1) * g->dilation_h, x0 = (g->kw - 1) * g->dilation_w;
-	memset(dyp, 0, (size_t)Hp * Wp * O * sizeof *dyp);
-	for (int oy = 0; oy < g->oh; oy++)
-		memcpy(dyp + ((size_t)(oy + y0) * Wp + x0) * O,
-		       dy + (size_t)oy * g->ow * O,
-		       (size_t)g->ow * O * sizeof *dyp);
-}
-
 static int have_vec(void) { return 0; }
 #endif
 
 /* Where the direct register-tile kernels (AVX-512 or AVX2) run: the
- * forward whenever o is a multiple of 32 (narrow filters too: its tile does not depend on c); the
- * filter gradient when o is a multiple of 32 (tiles along c for wide
- * filters, across the window for narrow ones); the input gradient when c
- * is a multiple of 32 and strides are 1. */
+ * forward whenever o is a multiple of 32 (narrow filters too: its tile
+ * does not depend on c); the filter gradient when o is a multiple of 32
+ * (tiles along c for wide filters, across the window for narrow ones);
+ * the input gradient when c is a multiple of 32 and strides are 1. */
 static int use_fwd_vec(const struct dtf_window_geom *g)
 {
 	return g->o % 32 == 0 && have_vec();
