@@ -1,7 +1,10 @@
 /*
  * test_fast.c - the fast CPU paths (ops/cpu/fast.h, ops/cpu/fast_exec.h)
  * against the reference kernels (ops/cpu/kernels.h), op by op, forward and
- * backward, on 1 and 3 threads, and whole graphs (fused plan vs reference
+ * backward, on 1 and 3 threads, on every vector ISA the CPU has (each test
+ * runs once per ISA of ops/cpu/isa.h: generic, AVX2, AVX-512, capped with
+ * dtf_cpu_isa_set(); an ISA the CPU lacks is skipped with a note), and
+ * whole graphs (fused plan vs reference
  * executor: loss, logits and every variable's gradient).  The reference
  * kernels' own gradient checks are in test_ops.c and test_graph.c; the
  * fused graph is checked against the reference executor rather than by
@@ -11,7 +14,16 @@
  *
  * Tolerances: |fast - ref| <= 1e-4 + 1e-4 * |ref| for results of sums
  * (conv2d, matmul, bias gradients: the fast kernels add in a different
- * order and may use FMA); exact equality for pooling, relu, dropout and
+ * order and may use FMA; with inputs in [-1, 1] and up to ~1600 terms the
+ * rounding differences are of order sqrt(K) u |sum| ~ 1e-6 to 1e-5 of
+ * the values, while one wrong, missing or doubled term moves a result by
+ * ~0.1: the tolerance sits between the two, and holds for every ISA since
+ * each ISA's kernels round the same way up to the order of the terms);
+ * bit equality between AVX2 and AVX-512 for every kernel written once
+ * over the vector width (vec.h: the tile product, Winograd, the direct
+ * conv tiles, the 2x2 pool gradient), which do the same float operations
+ * per output in the same order on both; the tile product against double
+ * sums with the FMA chain's own error bound (gemm_tile_matches_double_sums); exact equality for pooling, relu, dropout and
  * the Adam update, which do the same float operations on the same values.  Whole
  * graphs: 1e-4 relative on the gradient vector (the sums of several layers
  * compound).  Outputs are poisoned with NaN first, so an element the fast
@@ -32,6 +44,8 @@
 #include "graph/lower.h"
 #include "mem/plan.h"
 #include "ops/cpu/fast.h"
+#include "ops/cpu/gemm_tile.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/kernels.h"
 #include "ops/cpu/winograd.h"
 #include "train/optimizer.h"
@@ -102,6 +116,33 @@ static struct dtf_window_geom geom(int n, int h, int w, int c, int kh,
 
 static const int thread_counts[] = {1, 3};
 
+/* Run the fast kernels on ISA `isa` (a loop test's _i): 1, or 0 with a
+ * note where the CPU lacks it (the test then checks nothing). */
+static int on_isa(int isa)
+{
+	if (isa > (int)dtf_cpu_isa_max()) {
+		fprintf(stderr, "test_fast: no %s on this CPU: skipped\n",
+			dtf_cpu_isa_name((enum dtf_cpu_isa)isa));
+		return 0;
+	}
+	ck_assert_int_eq(dtf_cpu_isa_set((enum dtf_cpu_isa)isa), isa);
+	return 1;
+}
+/* 1 when the test runs AVX2 on a CPU with AVX-512: then the AVX2 kernels
+ * written over the vector width (vec.h) must also give the AVX-512
+ * kernels' bits, since both do the same float operations per output in
+ * the same order. */
+static int avx2_beside_avx512(int isa)
+{
+	return isa == DTF_ISA_AVX2 && dtf_cpu_isa_max() == DTF_ISA_AVX512;
+}
+
+#define ON_ISA() \
+	do {                       \
+		if (!on_isa(_i))   \
+			return;    \
+	} while (0)
+
 /* ---- thread pool --------------------------------------------------------- */
 
 struct count_job {
@@ -155,7 +196,7 @@ END_TEST
 /* ---- conv2d ---------------------------------------------------------------- */
 
 /* Geometries: the direct kernel (few input channels, o multiple of 32),
- * im2col + sgemm and the AVX-512 direct kernels, with same/valid padding,
+ * im2col + sgemm and the register-tile direct kernels (AVX-512, AVX2), with same/valid padding,
  * stride 2, dilation 2. */
 static struct dtf_window_geom conv_case(int i)
 {
@@ -166,7 +207,7 @@ static struct dtf_window_geom conv_case(int i)
 	case 3: return geom(5, 14, 14, 8, 5, 5, 16, 1, 1, DTF_PAD_SAME);
 	case 4: return geom(3, 9, 11, 6, 3, 3, 20, 2, 1, DTF_PAD_SAME);
 	case 5: return geom(2, 8, 8, 12, 1, 1, 8, 1, 1, DTF_PAD_VALID);
-	/* the AVX-512 direct kernels (where the CPU has them): o a multiple
+	/* the register-tile direct kernels (AVX-512, AVX2): o a multiple
 	 * of 32 with a wide filter; c a multiple of 32 and stride 1 for the
 	 * input gradient; row tiles of 14 pixels with tails, channel tiles
 	 * of 12 with tails, stride 2, dilation 2, uneven SAME padding */
@@ -175,7 +216,8 @@ static struct dtf_window_geom conv_case(int i)
 	case 8: return geom(2, 10, 12, 32, 3, 3, 32, 1, 2, DTF_PAD_VALID);
 	case 9: return geom(2, 5, 31, 32, 3, 3, 64, 1, 1, DTF_PAD_SAME);
 	case 10: return geom(2, 6, 7, 32, 4, 4, 32, 1, 1, DTF_PAD_SAME);
-	/* Winograd (stride 1, 3x3/4x4/5x5, c and o multiples of 16, AVX-512;
+	/* Winograd (stride 1, 3x3/4x4/5x5, c and o multiples of 16, AVX-512
+	 * or AVX2;
 	 * cases 6, 9 and 10 as well): the Fashion-MNIST conv2, output tiles
 	 * cut by the edge, o a multiple of 16 but not 32 (one-vector tiles),
 	 * valid padding, uneven same padding, 48 channels (tiles of 6 rows
@@ -188,7 +230,7 @@ static struct dtf_window_geom conv_case(int i)
 }
 #define NCONV 15
 
-/* Conv geometries the Winograd kernels take (where the CPU has AVX-512):
+/* Conv geometries the Winograd kernels take (on AVX-512 and AVX2):
  * compared norm-wise (close_scaled), the others elementwise. */
 static void conv_check(const struct dtf_window_geom *g, const char *what,
 		       const float *ref, const float *got, size_t n)
@@ -199,8 +241,29 @@ static void conv_check(const struct dtf_window_geom *g, const char *what,
 		close_enough(what, ref, got, n, 1e-4);
 }
 
+/* which = 0: y = conv2d + bias + relu; 1: dx; 2: dw; run on AVX-512 (with
+ * its own workspace), then back to AVX2 */
+static float *conv_on_avx512(struct dtf_pool *p, const struct dtf_window_geom *g,
+			     int which, const float *x, const float *w,
+			     const float *b, const float *dy, size_t n)
+{
+	dtf_cpu_isa_set(DTF_ISA_AVX512);
+	float *ws = tu_fnan(dtf_fast_conv2d_workspace(g, dtf_pool_size(p)));
+	float *out = tu_fnan(n);
+	if (which == 0)
+		dtf_fast_conv2d(p, g, x, w, b, 1, out, ws);
+	else if (which == 1)
+		dtf_fast_conv2d_backprop_input(p, g, dy, w, out, ws);
+	else
+		dtf_fast_conv2d_backprop_filter(p, g, x, dy, out, ws);
+	free(ws);
+	dtf_cpu_isa_set(DTF_ISA_AVX2);
+	return out;
+}
+
 START_TEST(conv2d_forward_matches_reference)
 {
+	ON_ISA();
 	int pooled = 0;
 	for (int ci = 0; ci < NCONV; ci++) {
 		struct dtf_window_geom g = conv_case(ci);
@@ -226,6 +289,11 @@ START_TEST(conv2d_forward_matches_reference)
 			conv_check(&g, "conv2d+bias", refb, y, ny);
 			dtf_fast_conv2d(p, &g, x, w, b, 1, y, fws);
 			conv_check(&g, "conv2d+bias+relu", refr, y, ny);
+			if (avx2_beside_avx512(_i)) {
+				float *y5 = conv_on_avx512(p, &g, 0, x, w, b, NULL, ny);
+				exactly("conv2d+bias+relu, AVX2 against AVX-512", y5, y, ny);
+				free(y5);
+			}
 			/* with the pooling fused: 2x2 tiles where they fit */
 			if (g.oh % 2 == 0 && g.ow % 2 == 0) {
 				struct dtf_window_geom pg = geom(g.n, g.oh, g.ow, g.o, 2, 2,
@@ -247,10 +315,10 @@ START_TEST(conv2d_forward_matches_reference)
 		free(x); free(w); free(b); free(ref); free(refb); free(refr);
 		free(ws);
 	}
-	ck_assert_int_ge(pooled, 5); /* AVX-512/direct and im2col geometries */
+	ck_assert_int_ge(pooled, 5); /* register-tile/direct and im2col geometries */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 	/* the Winograd cases above do reach it */
-	if (__builtin_cpu_supports("avx512f")) {
+	if (dtf_cpu_isa() >= DTF_ISA_AVX2) {
 		int wino = 0;
 		for (int ci = 0; ci < NCONV; ci++) {
 			struct dtf_window_geom g = conv_case(ci);
@@ -269,6 +337,7 @@ END_TEST
  * relu on and off, 3x3, 4x4 and 5x5 filters. */
 START_TEST(conv2d_keeps_exact_zeros)
 {
+	ON_ISA();
 	for (int k = 3; k <= 5; k++) {
 		struct dtf_window_geom g = geom(3, 12, 13, 16, k, k, 32, 1, 1,
 						DTF_PAD_SAME);
@@ -316,6 +385,7 @@ END_TEST
 
 START_TEST(conv2d_backward_matches_reference)
 {
+	ON_ISA();
 	for (int ci = 0; ci < NCONV; ci++) {
 		struct dtf_window_geom g = conv_case(ci);
 		size_t nx = (size_t)g.n * g.h * g.w * g.c;
@@ -338,6 +408,14 @@ START_TEST(conv2d_backward_matches_reference)
 			dtf_fast_conv2d_backprop_filter(p, &g, x, dy, fdw, fws);
 			/* sums over n*oh*ow ~ 1000 products */
 			conv_check(&g, "backprop_filter", dw, fdw, nw);
+			if (avx2_beside_avx512(_i)) {
+				float *dx5 = conv_on_avx512(p, &g, 1, x, w, NULL, dy, nx);
+				float *dw5 = conv_on_avx512(p, &g, 2, x, w, NULL, dy, nw);
+				exactly("backprop_input, AVX2 against AVX-512", dx5, fdx, nx);
+				exactly("backprop_filter, AVX2 against AVX-512", dw5, fdw, nw);
+				free(dx5);
+				free(dw5);
+			}
 			free(fdx); free(fdw); free(fws);
 			dtf_pool_free(p);
 		}
@@ -350,8 +428,9 @@ END_TEST
 
 START_TEST(matmul_matches_reference)
 {
-	/* the last five take the AVX-512 register-tile product (gemm512.h)
-	 * in every transposition it serves where the CPU has it: widths of
+	ON_ISA();
+	/* the last five take the register-tile product (gemm_tile.h) on
+	 * AVX-512, in every transposition it serves: widths of
 	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
 	 * (the last) slices of b copied to consecutive rows, K in three
 	 * slices */
@@ -385,8 +464,80 @@ START_TEST(matmul_matches_reference)
 }
 END_TEST
 
+/* The register-tile product itself (gemm_tile.h), on each ISA that has
+ * it, in every mode (a or a^T through its strides, b's rows further apart
+ * than the tile is wide, c added to, c stored transposed), widths of 16
+ * to 128 columns, row tiles with tails, K = 0 and K over several slices
+ * of k, against sums in double.  Tolerance from the arithmetic: each
+ * output is a float FMA chain over k (with, for K > 128, a float add per
+ * further slice, and one more where c is added to), so its error is at
+ * most about (K + 2) u sum_k |a_ik b_kj| + u |c| with u = 2^-24 (Higham,
+ * Accuracy and Stability of Numerical Algorithms, 3.1); a wrong, missing
+ * or doubled term is of the size of one |a b| ~ 0.25, far above that.
+ * On AVX2 beside AVX-512 the bits must be AVX-512's as well. */
+START_TEST(gemm_tile_matches_double_sums)
+{
+	ON_ISA();
+	if (!dtf_mm_tile_usable()) {
+		fprintf(stderr, "test_fast: no register-tile product on %s\n",
+			dtf_cpu_isa_name(dtf_cpu_isa()));
+		return;
+	}
+	const int shapes[][3] = {{1, 1, 16}, {5, 7, 32}, {13, 130, 48},
+				 {49, 300, 64}, {12, 0, 16}, {7, 600, 128},
+				 {30, 64, 80}};
+	const double u = 0x1p-24;
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		const int R = shapes[s][0], K = shapes[s][1], O = shapes[s][2];
+		for (int mode = 0; mode < 16; mode++) {
+			const int at = mode & 1, wide_b = mode >> 1 & 1;
+			const int add = mode >> 2 & 1, ct = mode >> 3 & 1;
+			const size_t ldb = (size_t)O + (wide_b ? 24 : 0);
+			const size_t ldc = ct ? (size_t)R + 3 : (size_t)O + 5;
+			const size_t ars = at ? 1 : (size_t)K, aks = at ? (size_t)R : 1;
+			const size_t nc = ct ? (size_t)O * ldc : (size_t)R * ldc;
+			float *a = tu_frandom((size_t)R * (K ? K : 1), -1, 1);
+			float *b = tu_frandom((size_t)(K ? K : 1) * ldb, -1, 1);
+			float *c0 = tu_frandom(nc, -1, 1), *c = tu_falloc(nc);
+			memcpy(c, c0, nc * sizeof *c);
+			dtf_mm_tile(R, K, O, a, ars, aks, b, ldb, c, ldc, add, ct);
+			for (int i = 0; i < R; i++)
+				for (int j = 0; j < O; j++) {
+					size_t at_c = ct ? (size_t)j * ldc + i : (size_t)i * ldc + j;
+					double sum = add ? c0[at_c] : 0.0, mag = 0.0;
+					for (int k = 0; k < K; k++) {
+						double t = (double)a[i * ars + k * aks] * b[(size_t)k * ldb + j];
+						sum += t;
+						mag += fabs(t);
+					}
+					double lim = (K + 2) * u * mag + u * fabs(c0[at_c]) + 1e-30;
+					ck_assert_msg(fabs(c[at_c] - sum) <= lim,
+						      "%dx%dx%d mode %d (%d, %d): %.9g, double %.9g (limit %.3g)",
+						      R, K, O, mode, i, j, c[at_c], sum, lim);
+				}
+			/* what lies between c's rows is not written */
+			if (!ct)
+				for (int i = 0; i < R; i++)
+					exactly("c's row padding", c0 + (size_t)i * ldc + O,
+						c + (size_t)i * ldc + O, ldc - (size_t)O);
+			if (avx2_beside_avx512(_i)) {
+				float *c5 = tu_falloc(nc);
+				memcpy(c5, c0, nc * sizeof *c5);
+				dtf_cpu_isa_set(DTF_ISA_AVX512);
+				dtf_mm_tile(R, K, O, a, ars, aks, b, ldb, c5, ldc, add, ct);
+				dtf_cpu_isa_set(DTF_ISA_AVX2);
+				exactly("tile product, AVX2 against AVX-512", c5, c, nc);
+				free(c5);
+			}
+			free(a); free(b); free(c0); free(c);
+		}
+	}
+}
+END_TEST
+
 START_TEST(bias_act_and_relu_grad_match_reference)
 {
+	ON_ISA();
 	const int shapes[][2] = {{300, 64}, {7, 1030}, {100000, 3}, {1, 1}};
 	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 		size_t rows = (size_t)shapes[s][0];
@@ -429,6 +580,7 @@ END_TEST
 
 START_TEST(max_pool_matches_reference)
 {
+	ON_ISA();
 	struct dtf_window_geom cases[] = {
 		geom(3, 8, 6, 32, 2, 2, 0, 2, 1, DTF_PAD_VALID),  /* tiles */
 		geom(2, 9, 9, 70, 3, 3, 0, 3, 1, DTF_PAD_VALID),  /* tiles, c > 64 */
@@ -485,6 +637,7 @@ END_TEST
  * chain MaxPoolGrad -> ReluGrad -> BiasAddGrad, Conv2DBackpropFilter. */
 START_TEST(pool_grad_conv_filter_matches_reference)
 {
+	ON_ISA();
 	struct {
 		struct dtf_window_geom cg, pg;
 	} cases[] = {
@@ -527,6 +680,19 @@ START_TEST(pool_grad_conv_filter_matches_reference)
 								 &cg, cx, dw, ws);
 				close_enough("filter gradient", rdw, dw, nw, 1e-4);
 				close_enough("bias gradient", rdb, db, (size_t)pg.c, 1e-5);
+				if (avx2_beside_avx512(_i)) {
+					dtf_cpu_isa_set(DTF_ISA_AVX512);
+					float *ws5 = tu_falloc(dtf_fast_pool_grad_conv2d_filter_workspace(
+						&pg, &cg, nt));
+					float *dw5 = tu_falloc(nw), *db5 = tu_falloc((size_t)pg.c);
+					dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, db5,
+									 &cg, cx, dw5, ws5);
+					dtf_cpu_isa_set(DTF_ISA_AVX2);
+					exactly("filter gradient, AVX2 against AVX-512", dw5, dw, nw);
+					exactly("bias gradient, AVX2 against AVX-512", db5, db,
+						(size_t)pg.c);
+					free(ws5); free(dw5); free(db5);
+				}
 				/* without the bias gradient */
 				float *dw2 = tu_falloc(nw);
 				dtf_fast_pool_grad_conv2d_filter(p, &pg, x, dy, relu, NULL,
@@ -546,6 +712,7 @@ END_TEST
 
 START_TEST(dropout_is_bit_identical)
 {
+	ON_ISA();
 	/* 1007 columns: full 64-element vector steps, then a tail with a
 	 * partial Philox block; big enough to be split over threads */
 	const size_t rows = 300, cols = 1007, n = rows * cols;
@@ -590,6 +757,7 @@ END_TEST
 
 START_TEST(adam_is_bit_identical)
 {
+	ON_ISA();
 	size_t n = 1000 + 7; /* a vector tail */
 	struct dtf_optimizer ref = {.kind = DTF_OPT_ADAM, .beta_1 = 0.9,
 				    .beta_2 = 0.999, .epsilon = 1e-7, .n = n};
@@ -616,6 +784,7 @@ END_TEST
 
 START_TEST(nonfinite_finds_every_nan_and_inf)
 {
+	ON_ISA();
 	const size_t n = 200003; /* split over threads, with a vector tail */
 	float *x = tu_frandom(n, -1e30f, 1e30f);
 	x[17] = 3.4e38f; /* the largest finites are fine */
@@ -684,6 +853,7 @@ static void model_build(struct tu_model *m, const char *text)
  * and actually fuses (conv+bias+relu, pool+relu+bias grads, ...). */
 START_TEST(fused_graph_matches_reference)
 {
+	ON_ISA();
 	struct tu_model m;
 	model_build(&m, cnn_job);
 	size_t np = m.g.nparams;
@@ -774,7 +944,8 @@ static Suite *fast_suite(void)
 			    conv2d_backward_matches_reference,
 			    conv2d_keeps_exact_zeros}},
 		{"dense", {matmul_matches_reference,
-			   bias_act_and_relu_grad_match_reference}},
+			   bias_act_and_relu_grad_match_reference,
+			   gemm_tile_matches_double_sums}},
 		{"max_pool2d", {max_pool_matches_reference,
 				pool_grad_conv_filter_matches_reference}},
 		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
@@ -784,8 +955,14 @@ static Suite *fast_suite(void)
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		TCase *tc = tcase_create(cases[i].name);
 		tcase_set_timeout(tc, 300);
-		for (size_t j = 0; j < 3 && cases[i].tests[j]; j++)
-			tcase_add_test(tc, cases[i].tests[j]);
+		for (size_t j = 0; j < 3 && cases[i].tests[j]; j++) {
+			if (cases[i].tests[j] == pool_runs_every_thread_once)
+				tcase_add_test(tc, cases[i].tests[j]);
+			else /* _i: the ISA */
+				tcase_add_loop_test(tc, cases[i].tests[j],
+						    DTF_ISA_GENERIC,
+						    DTF_ISA_AVX512 + 1);
+		}
 		suite_add_tcase(s, tc);
 	}
 	return s;

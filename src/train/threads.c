@@ -13,6 +13,7 @@
 
 #include "core/log.h"
 #include "ops/cpu/fast.h"
+#include "ops/cpu/isa.h"
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -84,6 +85,15 @@ int dtf_threads_setup_fast(int threads, int *use_fast, struct dtf_pool **pool)
 	if (k && *k && strcmp(k, "reference") != 0 && strcmp(k, "fast") != 0)
 		dtf_warn("DTF_CPU_KERNELS=%s: unknown value (known: fast, reference); using the fast kernels",
 			 k);
+	const char *i = getenv("DTF_CPU_ISA");
+	enum dtf_cpu_isa isa = DTF_ISA_AVX512;
+	if (i && *i && dtf_cpu_isa_parse(i, &isa) != 0)
+		dtf_warn("DTF_CPU_ISA=%s: unknown value (known: avx512, avx2, generic); using %s, the widest this CPU has",
+			 i, dtf_cpu_isa_name(dtf_cpu_isa_max()));
+	else if (i && *i && isa > dtf_cpu_isa_max())
+		dtf_warn("DTF_CPU_ISA=%s: this CPU has %s at most; using that",
+			 i, dtf_cpu_isa_name(dtf_cpu_isa_max()));
+	dtf_cpu_isa_set(isa);
 	if (!*use_fast) {
 		dtf_threads_set(threads);
 		return 0;

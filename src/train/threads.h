@@ -47,7 +47,9 @@ struct dtf_pool;
  * (ops/cpu/fast.h) on a pool of `threads` threads (*pool; NULL when 1),
  * each calling OpenBLAS single-threaded.  With DTF_CPU_KERNELS=reference
  * in the environment: the reference kernels (*use_fast = 0, no pool) with
- * OpenBLAS using `threads` threads, the way to compare the two.  Call after
+ * OpenBLAS using `threads` threads, the way to compare the two.  Sets the
+ * fast kernels' ISA (ops/cpu/isa.h) from DTF_CPU_ISA, with a warning for
+ * an unknown value or one this CPU lacks.  Call after
  * dtf_threads_flush_denormals() so the workers inherit it.
  * Errors: those of dtf_pool_new().
  */

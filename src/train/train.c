@@ -46,6 +46,7 @@
 #include "ops/backend.h"
 #include "ops/cpu/exec.h"
 #include "ops/cpu/fast.h"
+#include "ops/cpu/isa.h"
 #include "ops/cuda/exec_cuda.h"
 #include "config/config.h"
 #include "train/checkpoint.h"
@@ -1173,11 +1174,12 @@ static int setup_threads(struct run *R)
 	if (r->use_fast)
 		dtf_optimizer_set_pool(&r->opt, r->pool);
 	R->global_batch = (int64_t)R->batch * R->world;
-	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s, OpenBLAS %s)",
+	dtf_info("%s: %d replica(s) on %d node(s), strategy %s, %d thread(s) per rank (%s%s%s, OpenBLAS %s)",
 		 job->name, R->world, R->comm ? dtf_comm_num_nodes(R->comm) : 1,
 		 dtf_strategy_name(job->strategy.type), threads,
-		 r->use_fast ? "fast kernels, 1 BLAS thread each"
-			     : "reference kernels, all BLAS threads",
+		 r->use_fast ? "fast kernels " : "reference kernels",
+		 r->use_fast ? dtf_cpu_isa_name(dtf_cpu_isa()) : "",
+		 r->use_fast ? ", 1 BLAS thread each" : ", all BLAS threads",
 		 dtf_threads_blas_core());
 	char rate[512];
 	describe_rate(job, R->strat, R->world, rate, sizeof(rate));

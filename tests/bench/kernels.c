@@ -13,7 +13,8 @@
  *       pool of THREADS threads, OpenBLAS single-threaded in each): the
  *       best of REPEATS (default 10) runs of each, in milliseconds; then
  *       the fused kernels of dtf-train's plan against the fast kernels
- *       they replace.
+ *       they replace.  DTF_CPU_ISA=avx2 (or generic) runs the fast
+ *       kernels an AVX2-only (or pre-AVX2) CPU runs.
  *
  * Taking the minimum over repeats makes the numbers usable on a busy
  * machine; they are still single-process figures, not training speed.
@@ -29,6 +30,7 @@
 #include "core/alloc.h"
 #include "core/rng.h"
 #include "ops/cpu/fast.h"
+#include "ops/cpu/isa.h"
 #include "ops/cpu/kernels.h"
 
 static double now(void)
@@ -147,7 +149,8 @@ static int run_ops(int threads, int reps, int B)
 		vv[i] = vv[i] * vv[i];
 	double r, f;
 	int T = threads;
-	printf("batch %d, %d thread(s); best of %d; milliseconds\n", B, T, reps);
+	printf("batch %d, %d thread(s); best of %d; milliseconds; fast kernels %s (DTF_CPU_ISA), OpenBLAS %s\n",
+	       B, T, reps, dtf_cpu_isa_name(dtf_cpu_isa()), openblas_get_corename());
 	printf("%-34s %9s %9s %8s\n", "op", "reference", "fast", "speedup");
 
 #define REF(stmt) do { openblas_set_num_threads(T); BEST(r, reps, stmt); } while (0)

@@ -98,11 +98,13 @@ void dtf_fast_conv2d_backprop_filter(struct dtf_pool *p,
 /* ---- dense --------------------------------------------------------------- */
 
 /* dtf_cpu_matmul split over the pool: the larger of m and n is cut into
- * one slice per thread, each a single-threaded sgemm; except, on a CPU
- * with AVX-512, a dense layer's gradients at a batch of at most 256: a b^T
- * with m (the batch) a multiple of 16 runs as c^T = b a^T, and a^T b with
- * k (the batch) <= 256 and n a multiple of 16 directly, in the unpacked
- * register-tile product of gemm512.h, rows split across threads.  ws holds
+ * one slice per thread, each a single-threaded sgemm; except, where
+ * dtf_cpu_isa() is AVX-512, a dense layer's products at a batch of at
+ * most 256: a b^T with m (the batch) a multiple of 16 runs as
+ * c^T = b a^T, a^T b with k (the batch) <= 256 and n a multiple of 16
+ * and a b with m <= 256 and n a multiple of 16 directly, in the unpacked
+ * register-tile product of gemm_tile.h, rows or columns split across
+ * threads.  ws holds
  * dtf_fast_matmul_workspace() floats (may be NULL when that is 0). */
 void dtf_fast_matmul(struct dtf_pool *p, int m, int n, int k, const float *a,
 		     int trans_a, const float *b, int trans_b, float *c,

@@ -5,17 +5,19 @@
  * Four kinds of kernel, chosen by geometry and CPU:
  *  - Winograd F(m x m, r x r) on 6 x 6 or 8 x 8 tiles (winograd.c) for
  *    stride-1 square 3x3, 4x4 and 5x5 filters with c and o multiples of 16
- *    on AVX-512 CPUs: 4 to 6 times fewer multiplications than any direct
- *    sum; the other kernels below handle everything else.
- *  - AVX-512 direct (where the CPU has AVX-512F; use_fwd512/use_bwf512/
- *    use_bwi512): each image is copied into a zero-padded buffer and the
- *    sums run in 512-bit register tiles, inputs broadcast from memory:
- *    forward 14 pixels x 32 outputs (any c); filter gradient 12 input
- *    channels of one filter position (wide filters) or 13 taps anywhere in
- *    the window (narrow ones) x 32 outputs, summed over the image's pixels;
- *    input gradient (stride 1, c % 32 == 0) in gather form, 14 pixels x 32
- *    input channels over a zero-padded dy and a transposed filter, written
- *    once.  Nothing is unrolled into memory, and these reach about the
+ *    where dtf_cpu_isa() is AVX-512 or AVX2: 4 to 6 times fewer
+ *    multiplications than any direct sum; the other kernels below handle everything else.
+ *  - direct register tiles (where dtf_cpu_isa() is AVX-512 or AVX2;
+ *    use_fwd_vec/use_bwf_vec/use_bwi_vec; one source, fast_conv_isa.h,
+ *    compiled for 16- and 8-float vectors, the same bits on both): each
+ *    image is copied into a zero-padded buffer and the sums run in
+ *    register tiles, inputs broadcast from memory: forward 14 pixels x 32
+ *    outputs on AVX-512, 6 x 16 on AVX2 (any c); filter gradient 12 (AVX2:
+ *    6) input channels of one filter position (wide filters) or 13 (6)
+ *    taps anywhere in the window (narrow ones) x 32 (16) outputs, summed
+ *    over the image's pixels; input gradient (stride 1, c % 32 == 0) in
+ *    gather form, 14 (6) pixels x 32 (16) input channels over a
+ *    zero-padded dy and a transposed filter, written once.  Nothing is unrolled into memory, and these reach about the
  *    sgemm rate without im2col's extra traffic.
  *  - generic direct (other CPUs, narrow filters: few input channels, e.g.
  *    5x5x1 -> 32, where the im2col matrix has K = 25 columns and sgemm
@@ -31,8 +33,8 @@
  * after the forward wrote it (dtf_fast_conv2d_pool), and the max pool
  * gradient of a first layer is formed image by image right before the
  * filter gradient that consumes it (dtf_fast_pool_grad_conv2d_filter).
- * This file allows the compiler to contract a*b+c into FMA (the AVX-512
- * kernels use FMA throughout), so results differ from the reference by
+ * This file allows the compiler to contract a*b+c into FMA (the
+ * register-tile kernels use FMA throughout), so results differ from the reference by
  * rounding only.
  */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -47,9 +49,6 @@
 #include "ops/cpu/simd.h"
 #include "ops/cpu/winograd.h"
 
-#if defined(DTF_T512)
-#include <immintrin.h>
-#endif
 
 /* Floats per im2col block per thread: about 1 MiB, half a typical L2. */
 #define BLOCK_FLOATS ((size_t)256 << 10)
@@ -89,7 +88,7 @@ static int block_images(const struct dtf_window_geom *g)
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-static int use_bwi512(const struct dtf_window_geom *g);
+static int use_bwi_vec(const struct dtf_window_geom *g);
 static int bwi_h(const struct dtf_window_geom *g);
 static int bwi_w(const struct dtf_window_geom *g);
 
@@ -101,7 +100,7 @@ static size_t thread_ws(const struct dtf_window_geom *g)
 	size_t col = (size_t)block_images(g) * g->oh * g->ow * kwidth(g);
 	size_t part = kwidth(g) * g->o;
 	size_t work = pad > col ? pad : col;
-	if (use_bwi512(g)) {
+	if (use_bwi_vec(g)) {
 		size_t dyp = (size_t)bwi_h(g) * bwi_w(g) * g->o;
 		work = dyp > work ? dyp : work;
 	}
@@ -111,12 +110,12 @@ static size_t thread_ws(const struct dtf_window_geom *g)
 size_t dtf_fast_conv2d_workspace(const struct dtf_window_geom *g,
 				 int nthreads)
 {
-	/* after the threads' areas: the transposed filter of the AVX-512
+	/* after the threads' areas: the transposed filter of the direct
 	 * input gradient */
 	if (dtf_wino_applies(g))
 		return dtf_wino_workspace(g, nthreads);
 	return thread_ws(g) * (size_t)(nthreads > 1 ? nthreads : 1) +
-	       (use_bwi512(g) ? round16(kwidth(g) * g->o) : 0);
+	       (use_bwi_vec(g) ? round16(kwidth(g) * g->o) : 0);
 }
 
 /* xp (ph, pw, c) = image x (h, w, c) placed at (pad_top, pad_left), zeros
@@ -204,216 +203,18 @@ DTF_ISA_FN(direct_fwd,
 	    float *restrict y),
 	   (g, xp, w, bias, relu, y))
 
-/* ---- direct forward, AVX-512 register tiles --------------------------------- */
+/* ---- direct kernels in register tiles, per vector width: fast_conv_isa.h ---- */
 
 #if defined(DTF_T512)
-/* Pixels per row tile and outputs per tile (two 16-float vectors): 28
- * accumulators, two weight vectors, inputs broadcast from memory. */
-#define RT 14
-#define OT 32
+#define DTF_VW 16
+#include "ops/cpu/vec.h"
+#include "ops/cpu/fast_conv_isa.h"
+#undef DTF_VW
+#define DTF_VW 8
+#include "ops/cpu/vec.h"
+#include "ops/cpu/fast_conv_isa.h"
 
-/* One tile: y[oy, ox0 .. ox0+R) x [o0, o0+32) from the padded image.
- * R is a literal at every call, so acc stays in registers. */
-static inline __attribute__((always_inline)) DTF_T512 void
-fwd512_tile(const struct dtf_window_geom *g, const float *restrict xp,
-	    const float *restrict w, const float *restrict bias, int relu,
-	    float *restrict y, int oy, int ox0, int o0, const int R)
-{
-	const int pw = pad_w(g), c = g->c, O = g->o, kw = g->kw;
-	const size_t xs = (size_t)g->stride_w * c;
-	__m512 acc[RT][2];
-	__m512 b0 = bias ? _mm512_loadu_ps(bias + o0) : _mm512_setzero_ps();
-	__m512 b1 = bias ? _mm512_loadu_ps(bias + o0 + 16) : _mm512_setzero_ps();
-	for (int p = 0; p < R; p++) {
-		acc[p][0] = b0;
-		acc[p][1] = b1;
-	}
-	for (int ki = 0; ki < g->kh; ki++) {
-		for (int kj = 0; kj < kw; kj++) {
-			const float *xr = xp + ((size_t)(oy * g->stride_h + ki * g->dilation_h) * pw +
-						(size_t)ox0 * g->stride_w + (size_t)kj * g->dilation_w) * c;
-			const float *wr = w + ((size_t)ki * kw + kj) * c * O + o0;
-			for (int ci = 0; ci < c; ci++) {
-				__m512 w0 = _mm512_loadu_ps(wr + (size_t)ci * O);
-				__m512 w1 = _mm512_loadu_ps(wr + (size_t)ci * O + 16);
-				for (int p = 0; p < R; p++) {
-					__m512 xv = _mm512_set1_ps(xr[(size_t)p * xs + ci]);
-					acc[p][0] = _mm512_fmadd_ps(xv, w0, acc[p][0]);
-					acc[p][1] = _mm512_fmadd_ps(xv, w1, acc[p][1]);
-				}
-			}
-		}
-	}
-	const __m512 zero = _mm512_setzero_ps();
-	for (int p = 0; p < R; p++) {
-		float *yr = y + ((size_t)oy * g->ow + ox0 + p) * O + o0;
-		__m512 v0 = relu ? _mm512_max_ps(acc[p][0], zero) : acc[p][0];
-		__m512 v1 = relu ? _mm512_max_ps(acc[p][1], zero) : acc[p][1];
-		_mm512_storeu_ps(yr, v0);
-		_mm512_storeu_ps(yr + 16, v1);
-	}
-}
-
-#define FWD512_CASE(r) \
-	case r: fwd512_tile(g, xp, w, bias, relu, y, oy, ox0, o0, r); break;
-
-/* One image: y (oh, ow, o) = act(conv(xp, w) + bias), o % 32 == 0. */
-DTF_T512 static void conv_fwd_512(const struct dtf_window_geom *g,
-				    const float *restrict xp,
-				    const float *restrict w,
-				    const float *restrict bias, int relu,
-				    float *restrict y)
-{
-	for (int oy = 0; oy < g->oh; oy++)
-		for (int ox0 = 0; ox0 < g->ow; ox0 += RT)
-			for (int o0 = 0; o0 < g->o; o0 += OT) {
-				int r = g->ow - ox0 < RT ? g->ow - ox0 : RT;
-				switch (r) {
-				FWD512_CASE(1) FWD512_CASE(2) FWD512_CASE(3)
-				FWD512_CASE(4) FWD512_CASE(5) FWD512_CASE(6)
-				FWD512_CASE(7) FWD512_CASE(8) FWD512_CASE(9)
-				FWD512_CASE(10) FWD512_CASE(11) FWD512_CASE(12)
-				FWD512_CASE(13) FWD512_CASE(14)
-				}
-			}
-}
-
-/* Taps per filter-gradient tile (within one (ki, kj), consecutive input
- * channels) x 32 outputs: 24 accumulators. */
-#define TT 12
-
-/* dw[t0 .. t0+R) x [o0, o0+32) += sum over the image's pixels of
- * x(pixel, tap) * dy(pixel, o); the R taps are input channels ci0 ..
- * ci0+R of filter position (ki, kj). */
-static inline __attribute__((always_inline)) DTF_T512 void
-bwf512_tile(const struct dtf_window_geom *g, const float *restrict xp,
-	    const float *restrict dy, float *restrict dw, int ki, int kj,
-	    int ci0, int o0, const int R)
-{
-	const int pw = pad_w(g), c = g->c, O = g->o;
-	const size_t base = ((size_t)ki * g->dilation_h * pw +
-			     (size_t)kj * g->dilation_w) * c + ci0;
-	__m512 acc[TT][2];
-	for (int t = 0; t < R; t++) {
-		acc[t][0] = _mm512_setzero_ps();
-		acc[t][1] = _mm512_setzero_ps();
-	}
-	for (int oy = 0; oy < g->oh; oy++) {
-		const float *xrow = xp + (size_t)oy * g->stride_h * pw * c + base;
-		const float *drow = dy + (size_t)oy * g->ow * O + o0;
-		for (int ox = 0; ox < g->ow; ox++) {
-			const float *xv = xrow + (size_t)ox * g->stride_w * c;
-			__m512 d0 = _mm512_loadu_ps(drow + (size_t)ox * O);
-			__m512 d1 = _mm512_loadu_ps(drow + (size_t)ox * O + 16);
-			for (int t = 0; t < R; t++) {
-				__m512 v = _mm512_set1_ps(xv[t]);
-				acc[t][0] = _mm512_fmadd_ps(v, d0, acc[t][0]);
-				acc[t][1] = _mm512_fmadd_ps(v, d1, acc[t][1]);
-			}
-		}
-	}
-	float *dr = dw + (((size_t)ki * g->kw + kj) * c + ci0) * O + o0;
-	for (int t = 0; t < R; t++) {
-		float *d = dr + (size_t)t * O;
-		_mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), acc[t][0]));
-		_mm512_storeu_ps(d + 16, _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[t][1]));
-	}
-}
-
-#define BWF512_CASE(r) \
-	case r: bwf512_tile(g, xp, dy, dw, ki, kj, ci0, o0, r); break;
-
-/* dw (K, o) += the filter gradient of one padded image, o % 32 == 0. */
-DTF_T512 static void conv_bwf_512(const struct dtf_window_geom *g,
-				  const float *restrict xp,
-				  const float *restrict dy, float *restrict dw)
-{
-	for (int ki = 0; ki < g->kh; ki++)
-		for (int kj = 0; kj < g->kw; kj++)
-			for (int ci0 = 0; ci0 < g->c; ci0 += TT)
-				for (int o0 = 0; o0 < g->o; o0 += OT) {
-					int r = g->c - ci0 < TT ? g->c - ci0 : TT;
-					switch (r) {
-					BWF512_CASE(1) BWF512_CASE(2) BWF512_CASE(3)
-					BWF512_CASE(4) BWF512_CASE(5) BWF512_CASE(6)
-					BWF512_CASE(7) BWF512_CASE(8) BWF512_CASE(9)
-					BWF512_CASE(10) BWF512_CASE(11) BWF512_CASE(12)
-					}
-				}
-}
-
-/* Taps per tile of the narrow-filter gradient (any taps, e.g. all 25 of a
- * 5x5x1 filter in two tiles) x 32 outputs. */
-#define TN 13
-
-/* dw[t0 .. t0+R) x [o0, o0+32) += sum over the image's pixels of
- * x(pixel, tap) * dy(pixel, o), taps anywhere in the window. */
-static inline __attribute__((always_inline)) DTF_T512 void
-bwfn512_tile(const struct dtf_window_geom *g, const float *restrict xp,
-	     const float *restrict dy, float *restrict dw, int t0, int o0,
-	     const int R)
-{
-	const int pw = pad_w(g), c = g->c, O = g->o;
-	size_t toff[TN];
-	for (int t = 0; t < R; t++) {
-		int tap = t0 + t, ci = tap % c, kj = (tap / c) % g->kw;
-		int ki = tap / c / g->kw;
-		toff[t] = ((size_t)ki * g->dilation_h * pw +
-			   (size_t)kj * g->dilation_w) * c + ci;
-	}
-	__m512 acc[TN][2];
-	for (int t = 0; t < R; t++) {
-		acc[t][0] = _mm512_setzero_ps();
-		acc[t][1] = _mm512_setzero_ps();
-	}
-	for (int oy = 0; oy < g->oh; oy++) {
-		const float *xrow = xp + (size_t)oy * g->stride_h * pw * c;
-		const float *drow = dy + (size_t)oy * g->ow * O + o0;
-		for (int ox = 0; ox < g->ow; ox++) {
-			const float *xv = xrow + (size_t)ox * g->stride_w * c;
-			__m512 d0 = _mm512_loadu_ps(drow + (size_t)ox * O);
-			__m512 d1 = _mm512_loadu_ps(drow + (size_t)ox * O + 16);
-			for (int t = 0; t < R; t++) {
-				__m512 v = _mm512_set1_ps(xv[toff[t]]);
-				acc[t][0] = _mm512_fmadd_ps(v, d0, acc[t][0]);
-				acc[t][1] = _mm512_fmadd_ps(v, d1, acc[t][1]);
-			}
-		}
-	}
-	for (int t = 0; t < R; t++) {
-		float *d = dw + (size_t)(t0 + t) * O + o0;
-		_mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), acc[t][0]));
-		_mm512_storeu_ps(d + 16, _mm512_add_ps(_mm512_loadu_ps(d + 16), acc[t][1]));
-	}
-}
-
-#define BWFN512_CASE(r) \
-	case r: bwfn512_tile(g, xp, dy, dw, t0, o0, r); break;
-
-/* dw (K, o) += the filter gradient of one padded image, o % 32 == 0, for
- * narrow filters (K spread over tiles of up to TN taps). */
-DTF_T512 static void conv_bwfn_512(const struct dtf_window_geom *g,
-				   const float *restrict xp,
-				   const float *restrict dy, float *restrict dw)
-{
-	const int K = (int)kwidth(g);
-	const int ntile = (K + TN - 1) / TN;
-	for (int i = 0; i < ntile; i++) {
-		/* tiles of even size: 25 taps -> 12 + 13 */
-		int t0 = (int)((long)K * i / ntile), t1 = (int)((long)K * (i + 1) / ntile);
-		for (int o0 = 0; o0 < g->o; o0 += OT) {
-			switch (t1 - t0) {
-			BWFN512_CASE(1) BWFN512_CASE(2) BWFN512_CASE(3)
-			BWFN512_CASE(4) BWFN512_CASE(5) BWFN512_CASE(6)
-			BWFN512_CASE(7) BWFN512_CASE(8) BWFN512_CASE(9)
-			BWFN512_CASE(10) BWFN512_CASE(11) BWFN512_CASE(12)
-			BWFN512_CASE(13)
-			}
-		}
-	}
-}
-
-/* ---- direct input gradient, AVX-512 (stride 1) ---- */
+/* ---- direct input gradient (stride 1): the padded dy ---- */
 
 /* The zero-padded dy of the input gradient: dy (oh, ow, o) placed at
  * ((kh-1)*dh, (kw-1)*dw) in a (bwi_h, bwi_w, o) buffer, so that every
@@ -442,93 +243,86 @@ static void pad_dy(const struct dtf_window_geom *g, const float *dy,
 		       (size_t)g->ow * O * sizeof *dyp);
 }
 
-/* dx[iy, ix0 .. ix0+R) x [ci0, ci0+32) = sum over (ki, kj, o) of
- * dy(iy + pad_top - ki*dh, ix + pad_left - kj*dw, o) * w(ki, kj, ci, o),
- * from the padded dy and wt, the filter with (ci, o) transposed. */
-static inline __attribute__((always_inline)) DTF_T512 void
-bwi512_tile(const struct dtf_window_geom *g, const float *restrict dyp,
-	    const float *restrict wt, float *restrict dx, int iy, int ix0,
-	    int ci0, const int R)
+/* 16-float vectors on AVX-512, 8 on AVX2 (have_vec() holds) */
+static int wide(void) { return dtf_cpu_isa() == DTF_ISA_AVX512; }
+
+/* One image: y (oh, ow, o) = act(conv(xp, w) + bias), o % 32 == 0. */
+static void conv_fwd_vec(const struct dtf_window_geom *g, const float *xp,
+			 const float *w, const float *bias, int relu, float *y)
 {
-	const int Wp = bwi_w(g), O = g->o, c = g->c;
-	const int y0 = (g->kh - 1) * g->dilation_h, x0 = (g->kw - 1) * g->dilation_w;
-	__m512 acc[RT][2];
-	for (int p = 0; p < R; p++) {
-		acc[p][0] = _mm512_setzero_ps();
-		acc[p][1] = _mm512_setzero_ps();
-	}
-	for (int ki = 0; ki < g->kh; ki++) {
-		for (int kj = 0; kj < g->kw; kj++) {
-			const float *dr = dyp + ((size_t)(iy + g->pad_top - ki * g->dilation_h + y0) * Wp +
-						 (size_t)(ix0 + g->pad_left - kj * g->dilation_w + x0)) * O;
-			const float *wr = wt + ((size_t)ki * g->kw + kj) * O * c + ci0;
-			for (int o = 0; o < O; o++) {
-				__m512 w0 = _mm512_loadu_ps(wr + (size_t)o * c);
-				__m512 w1 = _mm512_loadu_ps(wr + (size_t)o * c + 16);
-				for (int p = 0; p < R; p++) {
-					__m512 v = _mm512_set1_ps(dr[(size_t)p * O + o]);
-					acc[p][0] = _mm512_fmadd_ps(v, w0, acc[p][0]);
-					acc[p][1] = _mm512_fmadd_ps(v, w1, acc[p][1]);
-				}
-			}
-		}
-	}
-	for (int p = 0; p < R; p++) {
-		float *d = dx + ((size_t)iy * g->w + ix0 + p) * c + ci0;
-		_mm512_storeu_ps(d, acc[p][0]);
-		_mm512_storeu_ps(d + 16, acc[p][1]);
-	}
+	if (wide())
+		conv_fwd_512(g, xp, w, bias, relu, y);
+	else
+		conv_fwd_256(g, xp, w, bias, relu, y);
 }
 
-#define BWI512_CASE(r) \
-	case r: bwi512_tile(g, dyp, wt, dx, iy, ix0, ci0, r); break;
+/* dw (K, o) += the filter gradient of one padded image, o % 32 == 0:
+ * tiles along c (wide filters) or across the window (narrow ones) */
+static void conv_bwf_vec(const struct dtf_window_geom *g, const float *xp,
+			 const float *dy, float *dw, int narrow)
+{
+	if (wide() && narrow)
+		conv_bwfn_512(g, xp, dy, dw);
+	else if (wide())
+		conv_bwf_512(g, xp, dy, dw);
+	else if (narrow)
+		conv_bwfn_256(g, xp, dy, dw);
+	else
+		conv_bwf_256(g, xp, dy, dw);
+}
 
 /* dx (h, w, c) of one image from its padded dy, c % 32 == 0. */
-DTF_T512 static void conv_bwi_512(const struct dtf_window_geom *g,
-				  const float *restrict dyp,
-				  const float *restrict wt, float *restrict dx)
+static void conv_bwi_vec(const struct dtf_window_geom *g, const float *dyp,
+			 const float *wt, float *dx)
 {
-	for (int iy = 0; iy < g->h; iy++)
-		for (int ix0 = 0; ix0 < g->w; ix0 += RT)
-			for (int ci0 = 0; ci0 < g->c; ci0 += OT) {
-				int r = g->w - ix0 < RT ? g->w - ix0 : RT;
-				switch (r) {
-				BWI512_CASE(1) BWI512_CASE(2) BWI512_CASE(3)
-				BWI512_CASE(4) BWI512_CASE(5) BWI512_CASE(6)
-				BWI512_CASE(7) BWI512_CASE(8) BWI512_CASE(9)
-				BWI512_CASE(10) BWI512_CASE(11) BWI512_CASE(12)
-				BWI512_CASE(13) BWI512_CASE(14)
-				}
-			}
+	if (wide())
+		conv_bwi_512(g, dyp, wt, dx);
+	else
+		conv_bwi_256(g, dyp, wt, dx);
 }
 
-static int have512(void)
+static int have_vec(void)
 {
-	return __builtin_cpu_supports("avx512f");
+	return dtf_cpu_isa() >= DTF_ISA_AVX2;
 }
 #else
-static int have512(void) { return 0; }
+/* The zero-padded dy of the input gradient: dy (oh, ow, o) placed at
+ * ((kh-1)*dh, (kw-1)*dw) in a (bwi_h, bwi_w, o) buffer, so that every
+ * input pixel reads kh x kw whole dy pixels without bounds checks. */
+static int bwi_h(const struct dtf_window_geom *g)
+{
+	int a = g->h + g->pad_top, b = g->oh;
+	return (a > b ? a : b) + (g->kh - 1) * g->dilation_h;
+}
+
+static int bwi_w(const struct dtf_window_geom *g)
+{
+	int a = g->w + g->pad_left, b = g->ow;
+	return (a > b ? a : b) + (g->kw - 1) * g->dilation_w;
+}
+
+static int have_vec(void) { return 0; }
 #endif
 
-/* Where the AVX-512 direct kernels run: the forward whenever o is a
- * multiple of 32 (narrow filters too: its tile does not depend on c); the
- * filter gradient when o is a multiple of 32 (tiles along c for wide
- * filters, across the window for narrow ones); the input gradient when c
- * is a multiple of 32 and strides are 1. */
-static int use_fwd512(const struct dtf_window_geom *g)
+/* Where the direct register-tile kernels (AVX-512 or AVX2) run: the
+ * forward whenever o is a multiple of 32 (narrow filters too: its tile
+ * does not depend on c); the filter gradient when o is a multiple of 32
+ * (tiles along c for wide filters, across the window for narrow ones);
+ * the input gradient when c is a multiple of 32 and strides are 1. */
+static int use_fwd_vec(const struct dtf_window_geom *g)
 {
-	return g->o % 32 == 0 && have512();
+	return g->o % 32 == 0 && have_vec();
 }
 
-static int use_bwf512(const struct dtf_window_geom *g)
+static int use_bwf_vec(const struct dtf_window_geom *g)
 {
-	return g->o % 32 == 0 && have512();
+	return g->o % 32 == 0 && have_vec();
 }
 
-static int use_bwi512(const struct dtf_window_geom *g)
+static int use_bwi_vec(const struct dtf_window_geom *g)
 {
 	return g->c % 32 == 0 && g->stride_h == 1 && g->stride_w == 1 &&
-	       have512();
+	       have_vec();
 }
 
 /* ---- direct filter gradient ------------------------------------------------ */
@@ -696,7 +490,7 @@ DTF_ISA_FN(bias_act_rows,
 struct conv_job {
 	const struct dtf_window_geom *g;
 	const float *x, *w, *bias, *dy;
-	const float *wt; /* the transposed filter (conv_bwi_512) */
+	const float *wt; /* the transposed filter (conv_bwi_vec) */
 	const struct dtf_window_geom *pg; /* pooling after the forward, or NULL */
 	float *q;                         /* its output */
 	float *y, *dx, *dw, *ws;
@@ -731,10 +525,10 @@ static void fwd_task(void *arg, int tid, int nt)
 	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
 	float *ws = my_ws(j, tid);
 #if defined(DTF_T512)
-	if (use_fwd512(g)) {
+	if (use_fwd_vec(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
-			conv_fwd_512(g, ws, j->w, j->bias, j->relu,
+			conv_fwd_vec(g, ws, j->w, j->bias, j->relu,
 				       j->y + b * out_pix * O);
 			pool_after(j, b, 1);
 		}
@@ -809,10 +603,10 @@ static void bwi_task(void *arg, int tid, int nt)
 		return;
 	float *ws = my_ws(j, tid);
 #if defined(DTF_T512)
-	if (use_bwi512(g)) {
+	if (use_bwi_vec(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_dy(g, j->dy + b * out_pix * O, ws);
-			conv_bwi_512(g, ws, j->wt, j->dx + b * in_img);
+			conv_bwi_vec(g, ws, j->wt, j->dx + b * in_img);
 		}
 		return;
 	}
@@ -840,7 +634,7 @@ void dtf_fast_conv2d_backprop_input(struct dtf_pool *p,
 		return;
 	}
 	struct conv_job j = {.g = g, .dy = dy, .w = w, .dx = dx, .ws = ws};
-	if (use_bwi512(g)) {
+	if (use_bwi_vec(g)) {
 		/* wt (kh, kw, o, c): each filter position's (c, o) transposed */
 		float *wt = ws + thread_ws(g) * (size_t)dtf_pool_size(p);
 		const int c = g->c, O = g->o;
@@ -873,13 +667,11 @@ static void bwf_task(void *arg, int tid, int nt)
 	float *part = partial(j, tid);
 	memset(part, 0, (size_t)K * O * sizeof *part);
 #if defined(DTF_T512)
-	if (use_bwf512(g)) {
+	if (use_bwf_vec(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
-			if (use_direct(g))
-				conv_bwfn_512(g, ws, j->dy + b * out_pix * O, part);
-			else
-				conv_bwf_512(g, ws, j->dy + b * out_pix * O, part);
+			conv_bwf_vec(g, ws, j->dy + b * out_pix * O, part,
+				     use_direct(g));
 		}
 		return;
 	}
@@ -986,13 +778,10 @@ static void pool_bwf_task(void *arg, int tid, int nt)
 		if (pj->db)
 			for (int t = 0; t < C; t++)
 				tsum[t] += isum[t];
-		if (use_bwf512(g)) {
+		if (use_bwf_vec(g)) {
 #if defined(DTF_T512)
 			pad_image(g, j->x + b * in_img, ws);
-			if (use_direct(g))
-				conv_bwfn_512(g, ws, dxb, part);
-			else
-				conv_bwf_512(g, ws, dxb, part);
+			conv_bwf_vec(g, ws, dxb, part, use_direct(g));
 #endif
 		} else if (use_direct(g)) {
 			pad_image(g, j->x + b * in_img, ws);

@@ -15,7 +15,7 @@
 #include <cblas.h>
 #include <string.h>
 
-#include "ops/cpu/gemm512.h"
+#include "ops/cpu/gemm_tile.h"
 #include "ops/cpu/simd.h"
 
 #if defined(DTF_T512)
@@ -61,7 +61,7 @@ static void mm_task(void *arg, int tid, int nt)
 	}
 }
 
-/* The AVX-512 register-tile product (gemm512.h) takes a dense layer's
+/* The register-tile product (gemm_tile.h), on AVX-512, takes a dense layer's
  * three products when the batch is at most SMALL_BATCH rows:
  *  - the forward x w: x broadcast from the L2 cache against slices of w
  *    (bench_kernels, 1 thread, batch 64, 3136 x 1024: 138 against
@@ -82,7 +82,13 @@ enum { OWN_NONE, OWN_NN, OWN_NT, OWN_TN };
 
 static int own_kind(int m, int n, int k, int ta, int tb)
 {
-	if (k <= 0 || !dtf_mm512_usable())
+	/* AVX-512 only: on AVX2 the 6 x 16 tile ran at about half the speed
+	 * of OpenBLAS's Haswell sgemm on these shapes (3136 x 1024 at batch
+	 * 64, 1 thread, best of 30: forward 4.5 against 2.2 ms, input
+	 * gradient 4.0 against 2.2, kernel gradient 3.7 against 2.3), so a
+	 * dense layer keeps OpenBLAS there; Winograd's small per-point
+	 * products still take the tile on AVX2 (winograd.c). */
+	if (k <= 0 || dtf_cpu_isa() != DTF_ISA_AVX512)
 		return OWN_NONE;
 	if (!ta && tb && m % 16 == 0 && m <= SMALL_BATCH)
 		return OWN_NT;
@@ -126,7 +132,7 @@ static void own_tn_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->m, 16, tid, nt, &lo, &hi);
 	if (hi > lo)
-		dtf_mm512((int)(hi - lo), j->k, j->n, j->a + lo, 1, (size_t)j->m,
+		dtf_mm_tile((int)(hi - lo), j->k, j->n, j->a + lo, 1, (size_t)j->m,
 			  j->b, (size_t)j->n, j->c + lo * (size_t)j->n, (size_t)j->n, 0, 0);
 }
 
@@ -137,7 +143,7 @@ static void own_nn_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->n, 64, tid, nt, &lo, &hi);
 	if (hi > lo)
-		dtf_mm512(j->m, j->k, (int)(hi - lo), j->a, (size_t)j->k, 1,
+		dtf_mm_tile(j->m, j->k, (int)(hi - lo), j->a, (size_t)j->k, 1,
 			  j->b + lo, (size_t)j->n, j->c + lo, (size_t)j->n, 0, 0);
 }
 
@@ -148,7 +154,7 @@ static void own_nt_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->n, 16, tid, nt, &lo, &hi);
 	if (hi > lo)
-		dtf_mm512((int)(hi - lo), j->k, j->m, j->b + lo * (size_t)j->k,
+		dtf_mm_tile((int)(hi - lo), j->k, j->m, j->b + lo * (size_t)j->k,
 			  (size_t)j->k, 1, j->ws, (size_t)j->m, j->c + lo,
 			  (size_t)j->n, 0, 1);
 }
@@ -489,54 +495,32 @@ static inline DTF_BODY void pool_grad_2x2_16(const float *restrict img,
 }
 
 #if defined(DTF_T512)
-/* pool_grad_2x2_16 in AVX-512 intrinsics: the same comparisons in the
- * same order, so the same bits (GCC's code for the generic vector types
- * builds the masks lane by lane, about 5x slower).  Not always_inline:
- * the copies of pool_grad_walk for other ISAs hold a dead call to it,
- * which GCC removes; the AVX-512 copy inlines it. */
-static inline DTF_T512 void
-pool_grad_2x2_16_512(const float *restrict img, float *restrict dimg,
-		     const float *restrict gy, size_t base, int w, int c,
-		     int relu, float *restrict part)
-{
-	const float *x0 = img + base, *x1 = x0 + c;
-	const float *x2 = x0 + (size_t)w * c, *x3 = x2 + c;
-	float *d0 = dimg + base, *d1 = d0 + c;
-	float *d2 = d0 + (size_t)w * c, *d3 = d2 + c;
-	__m512 best = _mm512_loadu_ps(x0);
-	__m512 a1 = _mm512_loadu_ps(x1);
-	__m512 a2 = _mm512_loadu_ps(x2);
-	__m512 a3 = _mm512_loadu_ps(x3);
-	__mmask16 m1 = _mm512_cmp_ps_mask(a1, best, _CMP_GT_OQ);
-	best = _mm512_mask_mov_ps(best, m1, a1);
-	__mmask16 m2 = _mm512_cmp_ps_mask(a2, best, _CMP_GT_OQ);
-	best = _mm512_mask_mov_ps(best, m2, a2);
-	__mmask16 m3 = _mm512_cmp_ps_mask(a3, best, _CMP_GT_OQ);
-	best = _mm512_mask_mov_ps(best, m3, a3);
-	/* one-hot masks of the winner: the last cell that beat the best */
-	__mmask16 w3 = m3, w2 = m2 & ~m3, w1 = m1 & ~m2 & ~m3;
-	__mmask16 w0 = (__mmask16)~(m1 | m2 | m3);
-	__mmask16 keep = relu ? _mm512_cmp_ps_mask(best, _mm512_setzero_ps(),
-						   _CMP_GT_OQ)
-			      : (__mmask16)0xffff;
-	__m512 val = _mm512_maskz_mov_ps(keep, _mm512_loadu_ps(gy));
-	_mm512_storeu_ps(part, _mm512_add_ps(_mm512_loadu_ps(part), val));
-	_mm512_storeu_ps(d0, _mm512_maskz_mov_ps(w0, val));
-	_mm512_storeu_ps(d1, _mm512_maskz_mov_ps(w1, val));
-	_mm512_storeu_ps(d2, _mm512_maskz_mov_ps(w2, val));
-	_mm512_storeu_ps(d3, _mm512_maskz_mov_ps(w3, val));
-}
+/* pool_grad_2x2_16 in intrinsics, one source for both widths
+ * (pool_grad_isa.h): the same comparisons in the same order, so the same
+ * bits (GCC's code for the generic vector types builds the masks lane by
+ * lane, about 4x slower). */
+#define DTF_VW 16
+#include "ops/cpu/vec.h"
+#include "ops/cpu/pool_grad_isa.h"
+#undef DTF_VW
+#define DTF_VW 8
+#include "ops/cpu/vec.h"
+#include "ops/cpu/pool_grad_isa.h"
+#undef VLOAD
+#undef VSTORE
+#define VLOAD(v, p) memcpy(&(v), (p), sizeof(v16f))
+#define VSTORE(p, v) memcpy((p), &(v), sizeof(v16f))
 #endif
 
 /* Channels a window pass keeps partial sums for on the stack. */
 #define CMAX 1024
 
-/* The pass over windows; isa512 (a literal) picks the intrinsics for 2x2
- * windows, in the AVX-512 copy only. */
+/* The pass over windows; isa (a literal: 2 AVX-512, 1 AVX2, 0 neither)
+ * picks the intrinsics for 2x2 windows, in the copy for that ISA only. */
 static inline __attribute__((always_inline)) void
 pool_grad_walk(const struct dtf_window_geom *g, size_t nb,
 	       const float *restrict x, const float *restrict dy, int relu,
-	       float *restrict dx, float *sum, const int isa512)
+	       float *restrict dx, float *sum, const int isa)
 {
 	const int c = g->c, w = g->w, kh = g->kh, kw = g->kw;
 	/* windows outer, channels inner: x and dx are walked once, in
@@ -561,8 +545,13 @@ pool_grad_walk(const struct dtf_window_geom *g, size_t nb,
 					if (kh == 2 && kw == 2)
 						for (; t0 + 16 <= c0 + cw; t0 += 16) {
 #if defined(DTF_T512)
-							if (isa512) {
+							if (isa == 2) {
 								pool_grad_2x2_16_512(img, dimg, gy + t0, base + t0, w,
+										     c, relu, part + (t0 - c0));
+								continue;
+							}
+							if (isa == 1) {
+								pool_grad_2x2_16_256(img, dimg, gy + t0, base + t0, w,
 										     c, relu, part + (t0 - c0));
 								continue;
 							}
@@ -602,8 +591,16 @@ static inline DTF_BODY void pool_grad_body(const struct dtf_window_geom *g,
 }
 
 #if defined(DTF_T512)
-/* The AVX-512 copy: intrinsics for 2x2 windows. */
+/* The AVX-512 and AVX2 copies: intrinsics for 2x2 windows. */
 DTF_T512 static void pool_grad_512(const struct dtf_window_geom *g, size_t nb,
+				   const float *restrict x,
+				   const float *restrict dy, int relu,
+				   float *restrict dx, float *sum)
+{
+	pool_grad_walk(g, nb, x, dy, relu, dx, sum, 2);
+}
+
+DTF_T256 static void pool_grad_256(const struct dtf_window_geom *g, size_t nb,
 				   const float *restrict x,
 				   const float *restrict dy, int relu,
 				   float *restrict dx, float *sum)
@@ -611,11 +608,23 @@ DTF_T512 static void pool_grad_512(const struct dtf_window_geom *g, size_t nb,
 	pool_grad_walk(g, nb, x, dy, relu, dx, sum, 1);
 }
 #endif
-DTF_ISA_FN_OWN512(pool_grad,
-		  (const struct dtf_window_geom *g, size_t nb,
-		   const float *restrict x, const float *restrict dy, int relu,
-		   float *restrict dx, float *sum),
-		  (g, nb, x, dy, relu, dx, sum))
+
+static void pool_grad(const struct dtf_window_geom *g, size_t nb,
+		      const float *restrict x, const float *restrict dy,
+		      int relu, float *restrict dx, float *sum)
+{
+#if defined(DTF_T512)
+	if (dtf_cpu_isa() == DTF_ISA_AVX512) {
+		pool_grad_512(g, nb, x, dy, relu, dx, sum);
+		return;
+	}
+	if (dtf_cpu_isa() == DTF_ISA_AVX2) {
+		pool_grad_256(g, nb, x, dy, relu, dx, sum);
+		return;
+	}
+#endif
+	pool_grad_body(g, nb, x, dy, relu, dx, sum);
+}
 
 void dtf_fast_max_pool2d_grad_images(const struct dtf_window_geom *g,
 				     size_t nb, const float *x,
@@ -744,8 +753,7 @@ static void dropout_task(void *arg, int tid, int nt)
 		const float *x = j->x + r * j->cols;
 		float *y = j->y + r * j->cols;
 #if defined(DTF_T512)
-		if (__builtin_cpu_supports("avx512f") &&
-		    __builtin_cpu_supports("avx512dq")) {
+		if (dtf_cpu_isa() == DTF_ISA_AVX512) {
 			dropout_row_512(j->cols, j->ids[r], j->rate, scale,
 					j->key, j->salt, x, y);
 			continue;

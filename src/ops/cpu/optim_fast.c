@@ -79,11 +79,11 @@ static void adam_vec(size_t n, float *restrict p, const float *restrict g,
 		     float b1, float b2, float eps)
 {
 #if defined(DTF_T512)
-	if (__builtin_cpu_supports("avx512f")) {
+	if (dtf_cpu_isa() == DTF_ISA_AVX512) {
 		adam_512(n, p, g, m, v, step, b1, b2, eps);
 		return;
 	}
-	if (__builtin_cpu_supports("avx2")) {
+	if (dtf_cpu_isa() == DTF_ISA_AVX2) {
 		adam_256(n, p, g, m, v, step, b1, b2, eps);
 		return;
 	}
@@ -133,10 +133,9 @@ DTF_T256 static uint32_t nonfinite_run_256(size_t n, const float *restrict x)
 static uint32_t nonfinite_run(size_t n, const float *restrict x)
 {
 #if defined(DTF_T512)
-	if (__builtin_cpu_supports("avx512f") &&
-	    __builtin_cpu_supports("avx512bw"))
+	if (dtf_cpu_isa() == DTF_ISA_AVX512)
 		return nonfinite_run_512(n, x);
-	if (__builtin_cpu_supports("avx2"))
+	if (dtf_cpu_isa() == DTF_ISA_AVX2)
 		return nonfinite_run_256(n, x);
 #endif
 	return dtf_nonfinite_body(n, x);

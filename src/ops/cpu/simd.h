@@ -5,13 +5,15 @@
  * DTF_ISA_FN(name, (params), (args)) expects `static inline DTF_BODY void
  * name##_body params` to be defined before it, and defines `static void
  * name params` that calls a copy of the body compiled for AVX-512
- * (512-bit vectors), AVX2+FMA, or the build's baseline, whichever the CPU
- * supports (__builtin_cpu_supports reads a table filled at load time).
+ * (512-bit vectors), AVX2+FMA, or the build's baseline, whichever
+ * dtf_cpu_isa() (isa.h) names: the widest the CPU has unless capped.
  * DTF_ISA_FN_OWN512 does the same with a hand-written name##_512.
  * Off x86 or off GCC/clang the body is called directly.
  */
 #ifndef DTF_OPS_CPU_SIMD_H
 #define DTF_OPS_CPU_SIMD_H
+
+#include "ops/cpu/isa.h"
 
 #if defined(__GNUC__)
 #define DTF_BODY __attribute__((always_inline))
@@ -34,16 +36,11 @@
 	static void name##_base params { name##_body args; }            \
 	static void name params                                         \
 	{                                                               \
-		if (__builtin_cpu_supports("avx512f") &&                \
-		    __builtin_cpu_supports("avx512vl") &&               \
-		    __builtin_cpu_supports("avx512dq") &&               \
-		    __builtin_cpu_supports("avx512bw"))                 \
-			name##_512 args;                                \
-		else if (__builtin_cpu_supports("avx2") &&              \
-			 __builtin_cpu_supports("fma"))                 \
-			name##_256 args;                                \
-		else                                                    \
-			name##_base args;                               \
+		switch (dtf_cpu_isa()) {                                \
+		case DTF_ISA_AVX512: name##_512 args; break;            \
+		case DTF_ISA_AVX2: name##_256 args; break;              \
+		default: name##_base args; break;                       \
+		}                                                       \
 	}
 #else
 #define DTF_ISA_FN(name, params, args) \

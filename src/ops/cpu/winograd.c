@@ -1,8 +1,11 @@
 /*
  * winograd.c - conv2d by Winograd's minimal filtering: F(4x4, 3x3) and
  * F(3x3, 4x4) on 6 x 6 tiles, F(4x4, 5x5) on 8 x 8 tiles, for the forward
- * pass, the input gradient and the filter gradient (AVX-512, 16 channels
- * per vector).
+ * pass, the input gradient and the filter gradient, 16 channels per vector
+ * on AVX-512 and 8 on AVX2 + FMA: one source for the transforms
+ * (winograd_isa.h) and the products (gemm_tile.h), compiled for each
+ * width, doing the same float operations per channel on both, so both
+ * give the same bits.
  *
  * Source: A. Lavin and S. Gray, "Fast Algorithms for Convolutional Neural
  * Networks", CVPR 2016.  Per m x m output tile and r x r filter, on an
@@ -41,8 +44,8 @@
  *
  * Work: images are split across threads (a static split, so a thread
  * count always gives the same bits).  Per image: pad, transform every
- * tile (V, n^2 x tiles x c), multiply per xi in 512-bit register tiles
- * (rows x 64, 32 or 16 outputs), transform back with bias and relu; about
+ * tile (V, n^2 x tiles x c), multiply per xi in register tiles
+ * (gemm_tile.h), transform back with bias and relu; about
  * 0.4 MB per image for a 14 x 14 x 32 -> 64 layer, in the L2 cache.  The
  * filter gradient sums into one partial dU per thread; the partials are
  * added and transformed back once.
@@ -55,11 +58,11 @@
 
 #include <string.h>
 
+#include "ops/cpu/isa.h"
 #include "ops/cpu/simd.h"
-#include "ops/cpu/gemm512.h"
+#include "ops/cpu/gemm_tile.h"
 
 #if defined(DTF_T512)
-#include <immintrin.h>
 
 /* Tiling of one (forward-like) geometry. */
 struct wgeo {
@@ -134,59 +137,6 @@ static size_t thread_floats(const struct dtf_window_geom *g)
 	return a + r16((size_t)f.nx * g->c * g->o); /* + the partial dU */
 }
 
-/* ---- the 1-D transforms, 16 channels per vector ---------------------------- */
-
-#define V512 __m512
-#define ADD _mm512_add_ps
-#define SUB _mm512_sub_ps
-#define MUL(a, s) _mm512_mul_ps(a, _mm512_set1_ps(s))
-#define FMA(a, s, c) _mm512_fmadd_ps(a, _mm512_set1_ps(s), c)
-
-/* out = B^T d (6 points) */
-static inline __attribute__((always_inline)) DTF_T512 void
-bt6(const V512 *d, V512 *out)
-{
-	V512 d4 = d[4];
-	out[0] = FMA(d[0], 4.0f, FMA(d[2], -5.0f, d4));
-	out[1] = FMA(ADD(d[1], d[2]), -4.0f, ADD(d[3], d4));
-	out[2] = FMA(SUB(d[1], d[2]), 4.0f, SUB(d4, d[3]));
-	out[3] = FMA(SUB(d[3], d[1]), 2.0f, SUB(d4, d[2]));
-	out[4] = FMA(SUB(d[1], d[3]), 2.0f, SUB(d4, d[2]));
-	out[5] = FMA(d[1], 4.0f, FMA(d[3], -5.0f, d[5]));
-}
-
-/*
- * The 8-point transforms of F(4x4, 5x5): points p = 0, 1, -1, 2, -2, 1/2,
- * -1/2 and infinity (index order), the same Toom-Cook construction as
- * above (see the top of this file), so with s = (-1, -2/9, -2/9, 1/90,
- * 1/90, 32/45, 32/45):
- *     B^T row j < 7 = the coefficients of prod over l != j of (x - p_l),
- *     B^T row 7     = those of prod over all l of (x - p_l),
- *     G[j][k] = s_j p_j^k,   A^T[i][j] = p_j^i   (j < 7).
- * Rows for +a and -a share an even and an odd part: (x +- a) E_a(x).
- */
-
-/* out = B^T d (8 points) */
-static inline __attribute__((always_inline)) DTF_T512 void
-bt8(const V512 *d, V512 *out)
-{
-	V512 e, o;
-	out[0] = FMA(SUB(d[2], d[4]), 5.25f, SUB(d[6], d[0]));
-	e = FMA(d[4], -4.25f, ADD(d[2], d[6]));
-	o = FMA(d[3], -4.25f, ADD(d[1], d[5]));
-	out[1] = ADD(e, o);
-	out[2] = SUB(e, o);
-	e = FMA(d[2], 0.25f, FMA(d[4], -1.25f, d[6]));
-	o = FMA(d[1], 0.5f, FMA(d[3], -2.5f, MUL(d[5], 2.0f)));
-	out[3] = ADD(e, o);
-	out[4] = SUB(e, o);
-	e = FMA(d[2], 4.0f, FMA(d[4], -5.0f, d[6]));
-	o = FMA(d[1], 2.0f, FMA(d[3], -2.5f, MUL(d[5], 0.5f)));
-	out[5] = ADD(e, o);
-	out[6] = SUB(e, o);
-	out[7] = FMA(SUB(d[3], d[5]), 5.25f, SUB(d[7], d[1]));
-}
-
 /*
  * A^T, A, G and G^T for both tile sides N, from the points: p_0 = 0, then
  * the pairs +-a_q (a = 1, 2, and 1/2 for N = 8) at indices 1 + 2q and
@@ -215,121 +165,6 @@ static inline __attribute__((always_inline)) float pw(float a, int i)
 	for (int k = 0; k < i; k++)
 		p *= a;
 	return p;
-}
-
-/* sum[q], dif[q] = x at +a_q plus, minus x at -a_q, for np pairs */
-static inline __attribute__((always_inline)) DTF_T512 void
-pair_sums(const V512 *x, V512 *sum, V512 *dif, const int np)
-{
-	for (int q = 0; q < np; q++) {
-		sum[q] = ADD(x[1 + 2 * q], x[2 + 2 * q]);
-		dif[q] = SUB(x[1 + 2 * q], x[2 + 2 * q]);
-	}
-}
-
-/* out (m) = A^T z (N) */
-static inline __attribute__((always_inline)) DTF_T512 void
-at_n(const V512 *z, V512 *out, const int m, const int N)
-{
-	const int np = (N - 2) / 2;
-	V512 sum[3], dif[3];
-	pair_sums(z, sum, dif, np);
-	for (int i = 0; i < m; i++) {
-		const V512 *x = i % 2 == 0 ? sum : dif;
-		V512 v = x[0];
-		for (int q = 1; q < np; q++)
-			v = FMA(x[q], pw(pair_point(q), i), v);
-		if (i == 0)
-			v = ADD(v, z[0]);
-		if (i == m - 1)
-			v = ADD(v, z[N - 1]);
-		out[i] = v;
-	}
-}
-
-/* out (N) = A y (m): the adjoint of at_n */
-static inline __attribute__((always_inline)) DTF_T512 void
-a_n(const V512 *y, V512 *out, const int m, const int N)
-{
-	const int np = (N - 2) / 2;
-	V512 e[3], o[3];
-	for (int q = 0; q < np; q++) {
-		e[q] = y[0];
-		o[q] = _mm512_setzero_ps();
-	}
-	for (int i = 1; i < m; i++)
-		for (int q = 0; q < np; q++) {
-			V512 *t = i % 2 == 0 ? &e[q] : &o[q];
-			*t = q == 0 ? ADD(*t, y[i])
-				    : FMA(y[i], pw(pair_point(q), i), *t);
-		}
-	out[0] = y[0];
-	for (int q = 0; q < np; q++) {
-		out[1 + 2 * q] = ADD(e[q], o[q]);
-		out[2 + 2 * q] = SUB(e[q], o[q]);
-	}
-	out[N - 1] = y[m - 1];
-}
-
-/* out (N) = G g (r): A's rows j < N - 1 scaled by s_j */
-static inline __attribute__((always_inline)) DTF_T512 void
-g_n(const V512 *g, V512 *out, const int r, const int N)
-{
-	a_n(g, out, r, N);
-	out[0] = MUL(out[0], pair_scale(N, -1));
-	for (int q = 0; q < (N - 2) / 2; q++) {
-		out[1 + 2 * q] = MUL(out[1 + 2 * q], pair_scale(N, q));
-		out[2 + 2 * q] = MUL(out[2 + 2 * q], pair_scale(N, q));
-	}
-}
-
-/* out (r) = G^T u (N): the adjoint of g_n */
-static inline __attribute__((always_inline)) DTF_T512 void
-gt_n(const V512 *u, V512 *out, const int r, const int N)
-{
-	const int np = (N - 2) / 2;
-	V512 sum[3], dif[3];
-	pair_sums(u, sum, dif, np);
-	for (int k = 0; k < r; k++) {
-		const V512 *x = k % 2 == 0 ? sum : dif;
-		V512 v = MUL(x[0], pair_scale(N, 0));
-		for (int q = 1; q < np; q++)
-			v = FMA(x[q], pair_scale(N, q) * pw(pair_point(q), k), v);
-		if (k == 0)
-			v = FMA(u[0], pair_scale(N, -1), v);
-		if (k == r - 1)
-			v = ADD(v, u[N - 1]);
-		out[k] = v;
-	}
-}
-
-/* B^T d for either tile side (N a literal at every call) */
-#define BT_N(N, d, o) ((N) == 8 ? bt8(d, o) : bt6(d, o))
-
-/* out (N x N) = F in F^T for an n x n block `in` (in[a][b], n = m or r):
- * F = A (the dy tiles of the filter gradient) or, with gscale, F = G (the
- * filter) */
-static inline __attribute__((always_inline)) DTF_T512 void
-spread(const V512 in[5][5], V512 out[8][8], const int n, const int gscale,
-       const int N)
-{
-	V512 tmp[8][5], col[5], cN[8];
-	for (int b = 0; b < n; b++) {
-		for (int a = 0; a < n; a++)
-			col[a] = in[a][b];
-		if (gscale)
-			g_n(col, cN, n, N);
-		else
-			a_n(col, cN, n, N);
-		for (int j = 0; j < N; j++)
-			tmp[j][b] = cN[j];
-	}
-	for (int j = 0; j < N; j++) {
-		if (gscale)
-			g_n(tmp[j], out[j], n, N);
-		else
-			a_n(tmp[j], out[j], n, N);
-	}
 }
 
 /* ---- tile transforms ------------------------------------------------------------ */
@@ -414,223 +249,67 @@ static size_t zero_windows(const struct wgeo *q, const float *xp,
 	return found;
 }
 
-/* V[xi][t][c] = B^T d B for every tile t of padded image xp. */
-static inline __attribute__((always_inline)) DTF_T512 void
-in_transform_n(const struct wgeo *q, const float *xp, float *restrict V,
-	       const int N)
-{
-	const int C = q->c, T = q->T;
-	const size_t vs = (size_t)T * C; /* V's stride between points */
-	for (int ty = 0; ty < q->th; ty++)
-		for (int tx = 0; tx < q->tw; tx++) {
-			const int t = ty * q->tw + tx;
-			const float *base = xp + ((size_t)ty * q->m * q->wp + (size_t)tx * q->m) * C;
-			for (int c0 = 0; c0 < C; c0 += 16) {
-				V512 tmp[8][8], d[8], col[8];
-				for (int j = 0; j < N; j++) {
-					for (int i = 0; i < N; i++)
-						d[i] = _mm512_loadu_ps(base + ((size_t)i * q->wp + j) * C + c0);
-					BT_N(N, d, col);
-					for (int i = 0; i < N; i++)
-						tmp[i][j] = col[i];
-				}
-				float *v = V + (size_t)t * C + c0;
-				for (int i = 0; i < N; i++) {
-					V512 out[8];
-					BT_N(N, tmp[i], out);
-					for (int k = 0; k < N; k++)
-						_mm512_storeu_ps(v + (size_t)(i * N + k) * vs, out[k]);
-				}
-			}
-		}
-}
+/* ---- the transforms, per vector width: winograd_isa.h --------------------- */
 
-static DTF_T512 void in_transform(const struct wgeo *q, const float *xp,
-				  float *V)
+#define DTF_VW 16
+#include "ops/cpu/vec.h"
+#include "ops/cpu/winograd_isa.h"
+#undef DTF_VW
+#define DTF_VW 8
+#include "ops/cpu/vec.h"
+#include "ops/cpu/winograd_isa.h"
+
+/* 16-float vectors on AVX-512, 8 on AVX2 (dtf_wino_applies() holds) */
+static int wide(void) { return dtf_cpu_isa() == DTF_ISA_AVX512; }
+
+static void in_transform(const struct wgeo *q, const float *xp, float *V)
 {
-	if (q->n == 8)
-		in_transform_n(q, xp, V, 8);
+	if (wide())
+		in_transform_512(q, xp, V);
 	else
-		in_transform_n(q, xp, V, 6);
+		in_transform_256(q, xp, V);
 }
 
-/* y (oh, ow, o) = act(A^T M A + bias) for every tile; outputs past oh/ow
- * are dropped. */
-static inline __attribute__((always_inline)) DTF_T512 void
-out_transform_m(const struct wgeo *q, const float *restrict M,
-		const float *restrict bias, int relu,
-		const unsigned char *restrict wz, float *restrict y,
-		const int m, const int N)
+static void out_transform(const struct wgeo *q, const float *M,
+			  const float *bias, int relu, const unsigned char *wz,
+			  float *y)
 {
-	const int O = q->o, T = q->T;
-	const size_t ms = (size_t)T * O;
-	const V512 zero = _mm512_setzero_ps();
-	for (int ty = 0; ty < q->th; ty++)
-		for (int tx = 0; tx < q->tw; tx++) {
-			const int t = ty * q->tw + tx;
-			const int nr = q->oh - ty * m < m ? q->oh - ty * m : m;
-			const int nc = q->ow - tx * m < m ? q->ow - tx * m : m;
-			for (int o0 = 0; o0 < O; o0 += 16) {
-				const float *z = M + (size_t)t * O + o0;
-				V512 tmp[8][8], col[8], out[8];
-				for (int k = 0; k < N; k++) {
-					V512 zz[8];
-					for (int j = 0; j < N; j++)
-						zz[j] = _mm512_loadu_ps(z + (size_t)(j * N + k) * ms);
-					at_n(zz, col, m, N);
-					for (int i = 0; i < m; i++)
-						tmp[i][k] = col[i];
-				}
-				V512 b = bias ? _mm512_loadu_ps(bias + o0) : zero;
-				for (int i = 0; i < nr; i++) {
-					at_n(tmp[i], out, m, N);
-					float *yr = y + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m) * O + o0;
-					const unsigned char *zr = wz ? wz + (size_t)(ty * m + i) * q->ow + (size_t)tx * m : NULL;
-					for (int k = 0; k < nc; k++) {
-						V512 v = zr && zr[k] ? b : ADD(out[k], b);
-						if (relu)
-							v = _mm512_max_ps(v, zero);
-						_mm512_storeu_ps(yr + (size_t)k * O, v);
-					}
-				}
-			}
-		}
-}
-
-static DTF_T512 void out_transform(const struct wgeo *q, const float *M,
-				   const float *bias, int relu,
-				   const unsigned char *wz, float *y)
-{
-	if (q->n == 8)
-		out_transform_m(q, M, bias, relu, wz, y, 4, 8);
-	else if (q->m == 3)
-		out_transform_m(q, M, bias, relu, wz, y, 3, 6);
+	if (wide())
+		out_transform_512(q, M, bias, relu, wz, y);
 	else
-		out_transform_m(q, M, bias, relu, wz, y, 4, 6);
+		out_transform_256(q, M, bias, relu, wz, y);
 }
 
-/* dM[xi][t][o] = A dy A^T for every tile of one image's dy (oh, ow, o),
- * zeros past oh/ow. */
-static inline __attribute__((always_inline)) DTF_T512 void
-dy_transform_m(const struct wgeo *q, const float *restrict dy,
-	       float *restrict dM, const int m, const int N)
+static void dy_transform(const struct wgeo *q, const float *dy, float *dM)
 {
-	const int O = q->o, T = q->T;
-	const size_t ms = (size_t)T * O;
-	const V512 zero = _mm512_setzero_ps();
-	for (int ty = 0; ty < q->th; ty++)
-		for (int tx = 0; tx < q->tw; tx++) {
-			const int t = ty * q->tw + tx;
-			const int nr = q->oh - ty * m < m ? q->oh - ty * m : m;
-			const int nc = q->ow - tx * m < m ? q->ow - tx * m : m;
-			for (int o0 = 0; o0 < O; o0 += 16) {
-				V512 in[5][5], out[8][8];
-				for (int i = 0; i < m; i++)
-					for (int k = 0; k < m; k++)
-						in[i][k] = i < nr && k < nc
-							? _mm512_loadu_ps(dy + ((size_t)(ty * m + i) * q->ow + (size_t)tx * m + k) * O + o0)
-							: zero;
-				spread(in, out, m, 0, N);
-				float *d = dM + (size_t)t * O + o0;
-				for (int j = 0; j < N; j++)
-					for (int l = 0; l < N; l++)
-						_mm512_storeu_ps(d + (size_t)(j * N + l) * ms, out[j][l]);
-			}
-		}
-}
-
-static DTF_T512 void dy_transform(const struct wgeo *q, const float *dy,
-				  float *dM)
-{
-	if (q->n == 8)
-		dy_transform_m(q, dy, dM, 4, 8);
-	else if (q->m == 3)
-		dy_transform_m(q, dy, dM, 3, 6);
+	if (wide())
+		dy_transform_512(q, dy, dM);
 	else
-		dy_transform_m(q, dy, dM, 4, 6);
+		dy_transform_256(q, dy, dM);
 }
 
-/* U[xi][c][o] = G g G^T for input channels [c_lo, c_hi) of filter
- * w (r, r, C, O) (vectors along o). */
-static inline __attribute__((always_inline)) DTF_T512 void
-filter_transform_r(const float *restrict w, int C, int O, int c_lo, int c_hi,
-		   float *restrict U, const int r, const int N)
+static void filter_transform(const float *w, int r, int C, int O, int c_lo,
+			     int c_hi, float *U)
 {
-	const size_t us = (size_t)C * O;
-	for (int c = c_lo; c < c_hi; c++)
-		for (int o0 = 0; o0 < O; o0 += 16) {
-			V512 in[5][5], out[8][8];
-			for (int a = 0; a < r; a++)
-				for (int b = 0; b < r; b++)
-					in[a][b] = _mm512_loadu_ps(w + (((size_t)a * r + b) * C + c) * O + o0);
-			spread(in, out, r, 1, N);
-			float *u = U + (size_t)c * O + o0;
-			for (int j = 0; j < N; j++)
-				for (int k = 0; k < N; k++)
-					_mm512_storeu_ps(u + (size_t)(j * N + k) * us, out[j][k]);
-		}
+	if (wide())
+		filter_transform_512(w, r, C, O, c_lo, c_hi, U);
+	else
+		filter_transform_256(w, r, C, O, c_lo, c_hi, U);
 }
 
-static DTF_T512 void filter_transform(const float *w, int r, int C, int O,
-				      int c_lo, int c_hi, float *U)
+static void filter_inverse(const float *part, size_t pstride, int nparts,
+			   int r, int C, int O, int c_lo, int c_hi, float *dw)
 {
-	switch (r) {
-	case 3: filter_transform_r(w, C, O, c_lo, c_hi, U, 3, 6); break;
-	case 4: filter_transform_r(w, C, O, c_lo, c_hi, U, 4, 6); break;
-	default: filter_transform_r(w, C, O, c_lo, c_hi, U, 5, 8); break;
-	}
+	if (wide())
+		filter_inverse_512(part, pstride, nparts, r, C, O, c_lo, c_hi, dw);
+	else
+		filter_inverse_256(part, pstride, nparts, r, C, O, c_lo, c_hi, dw);
 }
 
-/* dw (r, r, C, O) = G^T dU G for input channels [c_lo, c_hi), dU the sum
- * of the nparts partials at `part` (stride pstride floats). */
-static inline __attribute__((always_inline)) DTF_T512 void
-filter_inverse_r(const float *part, size_t pstride, int nparts, int C, int O,
-		 int c_lo, int c_hi, float *restrict dw, const int r,
-		 const int N)
-{
-	const size_t us = (size_t)C * O;
-	for (int c = c_lo; c < c_hi; c++)
-		for (int o0 = 0; o0 < O; o0 += 16) {
-			V512 tmp[8][5], in[8], col[5];
-			const float *u = part + (size_t)c * O + o0;
-			for (int j = 0; j < N; j++) {
-				for (int k = 0; k < N; k++) {
-					V512 s = _mm512_loadu_ps(u + (size_t)(j * N + k) * us);
-					for (int p = 1; p < nparts; p++)
-						s = ADD(s, _mm512_loadu_ps(u + (size_t)p * pstride +
-									   (size_t)(j * N + k) * us));
-					in[k] = s;
-				}
-				gt_n(in, col, r, N);
-				for (int b = 0; b < r; b++)
-					tmp[j][b] = col[b];
-			}
-			for (int b = 0; b < r; b++) {
-				V512 cin[8], out[5];
-				for (int j = 0; j < N; j++)
-					cin[j] = tmp[j][b];
-				gt_n(cin, out, r, N);
-				for (int a = 0; a < r; a++)
-					_mm512_storeu_ps(dw + (((size_t)a * r + b) * C + c) * O + o0, out[a]);
-			}
-		}
-}
-
-static DTF_T512 void filter_inverse(const float *part, size_t pstride,
-				    int nparts, int r, int C, int O, int c_lo,
-				    int c_hi, float *dw)
-{
-	switch (r) {
-	case 3: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 3, 6); break;
-	case 4: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 4, 6); break;
-	default: filter_inverse_r(part, pstride, nparts, C, O, c_lo, c_hi, dw, 5, 8); break;
-	}
-}
-
-/* ---- the products in the transformed domain: gemm512.h's dtf_mm512 ---- */
+/* ---- the products in the transformed domain: gemm_tile.h ---- */
 
 #define mm(rows, K, O, a, ars, aks, b, ldb, c, ldc, add) \
-	dtf_mm512(rows, K, O, a, ars, aks, b, ldb, c, ldc, add, 0)
+	dtf_mm_tile(rows, K, O, a, ars, aks, b, ldb, c, ldc, add, 0)
 
 /* ---- drivers ------------------------------------------------------------------- */
 
@@ -708,7 +387,7 @@ int dtf_wino_applies(const struct dtf_window_geom *g)
 	       g->dilation_w == 1 && g->c % 16 == 0 && g->o % 16 == 0 &&
 	       g->c > 0 && g->o > 0 && g->pad_top < g->kh &&
 	       g->pad_left < g->kw && g->pad_bottom < g->kh &&
-	       g->pad_right < g->kw && __builtin_cpu_supports("avx512f");
+	       g->pad_right < g->kw && dtf_cpu_isa() >= DTF_ISA_AVX2;
 }
 
 size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads)
@@ -824,7 +503,7 @@ void dtf_wino_backprop_filter(struct dtf_pool *p,
 	dtf_pool_run(p, bwf_inverse_task, &j);
 }
 
-#else /* no AVX-512 build support: never applies */
+#else /* no x86 vector build support: never applies */
 
 int dtf_wino_applies(const struct dtf_window_geom *g)
 {

@@ -1,7 +1,7 @@
 /*
  * winograd.h - conv2d by Winograd's minimal filtering (winograd.c): the
  * fast path fast_conv.c takes for stride-1 square 3x3, 4x4 and 5x5 filters
- * on CPUs with AVX-512.
+ * where dtf_cpu_isa() (isa.h) is AVX-512 or AVX2.
  *
  * Same conventions as fast.h: float32, NHWC, filter HWIO, row-major,
  * caller-owned buffers, never allocate, never fail; images split across
@@ -18,9 +18,9 @@
 
 /* 1 when the functions below handle conv geometry g (forward and both
  * gradients): kh == kw in 3..5, strides and dilations 1, c and o multiples
- * of 16, padding on every side smaller than the filter, and a CPU with
- * AVX-512F;
- * 0 otherwise (and always in a build without AVX-512 support). */
+ * of 16, padding on every side smaller than the filter, and dtf_cpu_isa()
+ * AVX-512 or AVX2; 0 otherwise (and always in a build without x86 vector
+ * support). */
 int dtf_wino_applies(const struct dtf_window_geom *g);
 
 /* Floats of workspace the three functions need with `nthreads` threads:

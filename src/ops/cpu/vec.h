@@ -1,0 +1,102 @@
+/*
+ * vec.h - the vector layer the fast kernels' register tiles are written
+ * over, so that one source serves both vector widths.
+ *
+ * Define DTF_VW as 16 (AVX-512: __m512) or 8 (AVX2 + FMA: __m256) and
+ * include this header; it (re)defines
+ *     VF            the vector of DTF_VW floats
+ *     VT            the target attribute every function using VF carries
+ *     VN(name)      name##_512 or name##_256, for the functions of one width
+ *     VLOAD(p), VLOADA(p), VSTORE(p, v), VSTOREA(p, v)   (A: aligned)
+ *     VZERO(), VSET1(s), VADD, VSUB, VMUL, VMAX, VFMA(a, b, c) = a * b + c
+ * (each one instruction, so both widths do the same float operations per
+ * lane), and lane masks (a mask register on AVX-512, all-ones or all-zero
+ * lanes of a vector on AVX2):
+ *     VM            the mask type
+ *     VCMPGT(a, b)  a > b, ordered (false where either is NaN)
+ *     VSELM(m, a, b)  b where m, else a;   VMASKZ(m, a)  a where m, else +0
+ *     VMANDN(a, b) = ~a & b, VMOR(a, b), VMNOT(a), VMALL() (every lane)  A kernel source is a header of static functions over these,
+ * included once per width from its .c file (the pattern of gemm_tile.c);
+ * include this header again with the other DTF_VW before the second
+ * inclusion.  Only where simd.h defines DTF_T512 (GCC on x86).
+ */
+#include "ops/cpu/simd.h"
+
+#if !defined(DTF_T512)
+#error "vec.h needs GCC on x86 (DTF_T512 in simd.h)"
+#endif
+
+#include <immintrin.h>
+
+#undef VF
+#undef VT
+#undef VN
+#undef VLOAD
+#undef VLOADA
+#undef VSTORE
+#undef VSTOREA
+#undef VZERO
+#undef VSET1
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VMAX
+#undef VFMA
+#undef VM
+#undef VCMPGT
+#undef VSELM
+#undef VMASKZ
+#undef VMANDN
+#undef VMOR
+#undef VMNOT
+#undef VMALL
+
+#if DTF_VW == 16
+#define VF __m512
+#define VT DTF_T512
+#define VN(name) name##_512
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VLOADA(p) _mm512_load_ps(p)
+#define VSTORE(p, v) _mm512_storeu_ps(p, v)
+#define VSTOREA(p, v) _mm512_store_ps(p, v)
+#define VZERO() _mm512_setzero_ps()
+#define VSET1(s) _mm512_set1_ps(s)
+#define VADD(a, b) _mm512_add_ps(a, b)
+#define VSUB(a, b) _mm512_sub_ps(a, b)
+#define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VMAX(a, b) _mm512_max_ps(a, b)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VM __mmask16
+#define VCMPGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+#define VSELM(m, a, b) _mm512_mask_mov_ps(a, m, b)
+#define VMASKZ(m, a) _mm512_maskz_mov_ps(m, a)
+#define VMANDN(a, b) ((__mmask16)(~(a) & (b)))
+#define VMOR(a, b) ((__mmask16)((a) | (b)))
+#define VMNOT(a) ((__mmask16)~(a))
+#define VMALL() ((__mmask16)0xffff)
+#elif DTF_VW == 8
+#define VF __m256
+#define VT DTF_T256
+#define VN(name) name##_256
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VLOADA(p) _mm256_load_ps(p)
+#define VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define VSTOREA(p, v) _mm256_store_ps(p, v)
+#define VZERO() _mm256_setzero_ps()
+#define VSET1(s) _mm256_set1_ps(s)
+#define VADD(a, b) _mm256_add_ps(a, b)
+#define VSUB(a, b) _mm256_sub_ps(a, b)
+#define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VMAX(a, b) _mm256_max_ps(a, b)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VM __m256
+#define VCMPGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define VSELM(m, a, b) _mm256_blendv_ps(a, b, m)
+#define VMASKZ(m, a) _mm256_and_ps(m, a)
+#define VMANDN(a, b) _mm256_andnot_ps(a, b)
+#define VMOR(a, b) _mm256_or_ps(a, b)
+#define VMNOT(a) _mm256_xor_ps(a, VMALL())
+#define VMALL() _mm256_castsi256_ps(_mm256_set1_epi32(-1))
+#else
+#error "vec.h: DTF_VW must be 16 or 8"
+#endif
