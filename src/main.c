@@ -287,9 +287,7 @@ static int export_main(int argc, char **argv)
 		goto out;
 	}
 	struct dtf_job *job = NULL;
-	int rc = dtf_job_load(argv[optind], sets, nsets, &job);
-	if (rc == -DTF_ERR_IO) /* the job file itself: a usage error */
-		rc = -DTF_ERR_USAGE;
+	int rc = dtf_main_load_job(argv[optind], sets, nsets, &job);
 	if (rc == 0)
 		rc = dtf_export_run(job, &o);
 	if (rc < 0)
