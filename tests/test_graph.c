@@ -179,8 +179,8 @@ START_TEST(input_must_be_float_and_logits_last)
 			 -DTF_ERR_CONFIG);
 	ck_assert_str_eq(dtf_error_msg(),
 			 "bad.yaml:7:10: model.input: feature 'label' is int32 (ids); "
-			 "the model input must be a float32 feature (ids go "
-			 "through an embedding in model.graph)");
+			 "the model input must be a float32 feature, or ids "
+			 "for a first layer that is an embedding");
 	snprintf(text, sizeof(text), "%s%s", head,
 		 "  input: image\n"
 		 "  layers:\n"

@@ -54,7 +54,10 @@ enum dtf_layer_kind {
 	DTF_LAYER_CONSTANT,
 	DTF_LAYER_MATMUL,
 	DTF_LAYER_BIAS_ADD,
-	DTF_LAYER_EMBEDDING,
+	DTF_LAYER_EMBEDDING, /* both forms: the layer makes its table */
+	/* layers form only: the GPT's layers (dtf-train-job(5)) */
+	DTF_LAYER_POSITION_EMBEDDING,
+	DTF_LAYER_TRANSFORMER_BLOCK,
 	DTF_LAYER_COUNT_
 };
 
@@ -127,7 +130,20 @@ struct dtf_layer {
 	/* max_pool2d, avg_pool2d */
 	int size_h, size_w;        /* default 2 */
 	/* dense */
-	int units;                 /* required */
+	int units;                 /* required, unless tied_to is given */
+	/* dense: the name of an earlier embedding layer whose table (vocab,
+	 * d) is the kernel, transposed (GPT-2's tied output head); "" (the
+	 * default): the layer's own kernel */
+	char tied_to[DTF_NAME_MAX];
+	/* embedding (layers form) */
+	int input_dim, output_dim; /* vocabulary size, width; required */
+	/* position_embedding: positions; 0 (default): dimension 1 of the
+	 * input */
+	int length;
+	/* transformer_block */
+	int heads;                 /* required; divides the width */
+	int hidden;                /* MLP width; 0 (default): 4 x width */
+	int fused_attention;       /* default 1: causal_self_attention */
 	/* dropout */
 	float rate;                /* required, in [0, 1) */
 	/* batch_norm, layer_norm */

@@ -314,10 +314,43 @@ static const struct field pool_fields[] = {POOL_FIELDS, NAME_FIELD,
 					   INPUTS_FIELD};
 
 static const struct field dense_fields[] = {
-	{.key = "units", .type = T_INT, .flags = F_REQUIRED | F_POS,
-	 .off = LAY(units)},
+	{.key = "units", .type = T_INT, .flags = F_POS, .off = LAY(units)},
 	USE_BIAS_FIELD, ACTIVATION_FIELD, KERNEL_INIT_FIELD, NAME_FIELD,
 	INPUTS_FIELD,
+	{.key = "tied_to", .type = T_STR, .off = LAY(tied_to),
+	 .size = DTF_NAME_MAX},
+};
+
+/* The GPT's layers (nanoGPT, GPT-2): embeddings and kernels default to
+ * random_normal with stddev 0.02 (GPT-2's initializer_range; Keras's
+ * Embedding would draw uniform in [-0.05, 0.05]). */
+#define GPT_INIT_FIELD(k)                                              \
+	{.key = k, .type = T_CUSTOM, .read = read_initializer}
+
+static const struct field embedding_fields[] = {
+	{.key = "input_dim", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(input_dim)},
+	{.key = "output_dim", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(output_dim)},
+	GPT_INIT_FIELD("embeddings_initializer"), NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field position_embedding_fields[] = {
+	{.key = "length", .type = T_INT, .flags = F_POS, .off = LAY(length)},
+	GPT_INIT_FIELD("embeddings_initializer"), NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field transformer_block_fields[] = {
+	{.key = "heads", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(heads)},
+	{.key = "hidden", .type = T_INT, .flags = F_POS, .off = LAY(hidden)},
+	{.key = "dropout", .type = T_FLOAT, .flags = F_UNIT, .off = LAY(rate),
+	 .def = 0},
+	{.key = "epsilon", .type = T_FLOAT, .flags = F_POS,
+	 .off = LAY(epsilon), .def = 1e-5},
+	{.key = "fused_attention", .type = T_BOOL,
+	 .off = LAY(fused_attention), .def = 1},
+	GPT_INIT_FIELD("kernel_initializer"), NAME_FIELD, INPUTS_FIELD,
 };
 
 static const struct field dropout_fields[] = {
@@ -483,13 +516,42 @@ static int check_variable(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+/* dense: units, unless tied_to gives them (the table's vocabulary) */
+static int check_dense(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	if (!l->units && !l->tied_to[0])
+		return dtf_cfg_fail(c, key, path,
+				    "missing required key 'units' (or 'tied_to')");
+	return 0;
+}
+
+/* The GPT layers' default initializer: random_normal(0, 0.02). */
+static int check_gpt_init(struct ctx *c, void *base, const yaml_node_t *key,
+			  const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	if (!l->init_given) {
+		l->init.kind = DTF_INIT_KIND_RANDOM_NORMAL;
+		l->init.mean = 0;
+		l->init.stddev = 0.02f;
+	}
+	return 0;
+}
+
 #define SECTION(id, fields, check)                                     \
 	static const struct section id = {fields, NFIELDS(fields), -1, check}
 
 SECTION(conv2d_section, conv2d_fields, NULL);
 SECTION(depthwise_section, depthwise_fields, NULL);
 SECTION(pool_section, pool_fields, check_pool);
-SECTION(dense_section, dense_fields, NULL);
+SECTION(dense_section, dense_fields, check_dense);
+SECTION(embedding_section, embedding_fields, check_gpt_init);
+SECTION(position_embedding_section, position_embedding_fields,
+	check_gpt_init);
+SECTION(transformer_block_section, transformer_block_fields,
+	check_gpt_init);
 SECTION(dropout_section, dropout_fields, NULL);
 SECTION(batch_norm_section, batch_norm_fields, NULL);
 SECTION(layer_norm_section, layer_norm_fields, NULL);
@@ -519,7 +581,8 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add", "embedding",
+	"constant", "matmul", "bias_add", "embedding", "position_embedding",
+	"transformer_block",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -549,6 +612,11 @@ static const struct choice layer_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
+	{"embedding", DTF_LAYER_EMBEDDING, &embedding_section},
+	{"position_embedding", DTF_LAYER_POSITION_EMBEDDING,
+	 &position_embedding_section},
+	{"transformer_block", DTF_LAYER_TRANSFORMER_BLOCK,
+	 &transformer_block_section},
 };
 
 /* model.graph nodes */
