@@ -20,15 +20,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config/config.h"
 #include "core/error.h"
 
-static const float one_f = 1.0f, zero_f = 0.0f;
-
-/* "<layer>/<what>" */
+/* "<layer>/<what>", cut to size (as the graph's node names are) */
 static void sub_name(char *buf, size_t size, const struct dtf_layer *l,
 		     const char *what)
 {
-	snprintf(buf, size, "%s/%s", l->name, what);
+	if ((size_t)snprintf(buf, size, "%s/%s", l->name, what) >= size)
+		buf[size - 1] = '\0';
 }
 
 static int var(struct dtf_graph *g, const struct dtf_layer *l,
