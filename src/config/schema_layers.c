@@ -173,7 +173,7 @@ static int read_layer_shape(struct ctx *c, void *base, const yaml_node_t *key,
 }
 
 /* initializer: a name, or {constant: {value: v}} / {truncated_normal:
- * {mean: m, stddev: s}}. */
+ * {mean: m, stddev: s}} / {random_normal: {mean: m, stddev: s}}. */
 static const struct field init_constant_fields[] = {
 	{.key = "value", .type = T_FLOAT, .off = LAY(init.value), .def = 0},
 };
@@ -197,6 +197,7 @@ static const struct choice initializers[] = {
 	{"he_uniform", DTF_INIT_KIND_HE_UNIFORM, NULL},
 	{"truncated_normal", DTF_INIT_KIND_TRUNCATED_NORMAL,
 	 &init_normal_section},
+	{"random_normal", DTF_INIT_KIND_RANDOM_NORMAL, &init_normal_section},
 };
 
 static int read_initializer(struct ctx *c, void *base, const yaml_node_t *key,
@@ -413,6 +414,10 @@ static const struct field op_conv_fields[] = {
 };
 static const struct field op_pool_fields[] = {INPUTS_REQ, POOL_FIELDS};
 static const struct field op_plain_fields[] = {INPUTS_REQ};
+static const struct field op_matmul_fields[] = {
+	INPUTS_REQ, {.key = "transpose_b", .type = T_BOOL,
+		     .off = LAY(transpose_b), .def = 0},
+};
 static const struct field op_dropout_fields[] = {
 	INPUTS_REQ,
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
@@ -564,6 +569,7 @@ SECTION(plain_section, plain_fields, NULL);
 SECTION(op_conv_section, op_conv_fields, NULL);
 SECTION(op_pool_section, op_pool_fields, check_pool);
 SECTION(op_plain_section, op_plain_fields, NULL);
+SECTION(op_matmul_section, op_matmul_fields, NULL);
 SECTION(op_dropout_section, op_dropout_fields, NULL);
 SECTION(op_batch_norm_section, op_batch_norm_fields, NULL);
 SECTION(op_layer_norm_section, op_layer_norm_fields, NULL);
@@ -625,7 +631,7 @@ static const struct choice op_kinds[] = {
 	{"constant", DTF_LAYER_CONSTANT, &constant_section},
 	{"conv2d", DTF_LAYER_CONV2D, &op_conv_section},
 	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &op_conv_section},
-	{"matmul", DTF_LAYER_MATMUL, &op_plain_section},
+	{"matmul", DTF_LAYER_MATMUL, &op_matmul_section},
 	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
 	{"embedding", DTF_LAYER_EMBEDDING, &op_plain_section},
 	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &op_pool_section},

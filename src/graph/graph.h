@@ -132,7 +132,8 @@ enum dtf_shape_rule {
 	DTF_SHAPE_PARAM,    /* variable: as declared */
 	DTF_SHAPE_SAME,     /* input 0's shape (elementwise, normalization) */
 	DTF_SHAPE_WINDOW,   /* (n, oh, ow, o or c) from the window geometry */
-	DTF_SHAPE_MATMUL,   /* (rows of a, columns of b), transposes applied */
+	DTF_SHAPE_MATMUL,   /* a (..., k) times b (k, n): (..., n); a gradient
+			       (trans_a) (k, n) from a (..., k), dy (..., n) */
 	DTF_SHAPE_CHANNELS, /* (n, c) of an (n, h, w, c) input */
 	DTF_SHAPE_RESHAPE,  /* the target shape, one -1 inferred */
 	DTF_SHAPE_CONCAT,   /* input 0's shape, the axis summed with input 1's */
@@ -151,7 +152,7 @@ enum dtf_flops_basis {
 	DTF_FLOPS_CONV,      /* 2 per multiply-add: 2 n oh ow o kh kw c */
 	DTF_FLOPS_DWCONV,    /* 2 n oh ow o kh kw (o = c * multiplier) */
 	DTF_FLOPS_POOL,      /* 1 per window tap: n oh ow c kh kw */
-	DTF_FLOPS_MATMUL,    /* 2 m n k */
+	DTF_FLOPS_MATMUL,    /* 2 m n k (dtf_graph_matmul_dims) */
 	DTF_FLOPS_GELU,      /* per output element: 5 (erf form), 9 (tanh) */
 	DTF_FLOPS_GELU_GRAD, /* per output element: 9 (erf form), 14 (tanh) */
 };
@@ -327,7 +328,23 @@ int dtf_graph_max_pool2d(struct dtf_graph *g, const char *name, int x,
 			 enum dtf_padding padding);
 /* x (n, k) times w (k, m). */
 int dtf_graph_matmul(struct dtf_graph *g, const char *name, int x, int w);
-/* x (..., c) + b (c). */
+/*
+ * Dense over the last axis (tf.matmul of a batch of rows, Keras Dense on
+ * rank >= 2): x float32 (..., k) of rank >= 2 times w (k, n) gives
+ * (..., n); with transpose_b, w is (n, k) and x is multiplied by w^T
+ * (tf.matmul(x, w, transpose_b=True)), so an output head can share an
+ * embedding table (vocab, d).  Every operand is viewed as the 2-D matrix
+ * (numel / last dimension, last dimension): one sgemm.
+ */
+int dtf_graph_matmul_ex(struct dtf_graph *g, const char *name, int x, int w,
+			int transpose_b);
+/* The sgemm of a MATMUL node: c (m, n) = op(a) (m, k) op(b) (k, n), each
+ * operand viewed as (numel / last dimension, last dimension). */
+void dtf_graph_matmul_dims(const struct dtf_graph *g, const struct dtf_node *n,
+			   int *m, int *cols, int *k);
+/* x (..., c) + b (c).  (A BIAS_ADD node made by dtf_graph_add may carry
+ * a b of several trailing dimensions: its kernels view x as (rows,
+ * numel(b)).) */
 int dtf_graph_bias_add(struct dtf_graph *g, const char *name, int x, int b);
 int dtf_graph_relu(struct dtf_graph *g, const char *name, int x);
 int dtf_graph_dropout(struct dtf_graph *g, const char *name, int x,
@@ -403,8 +420,11 @@ int dtf_graph_layer_norm(struct dtf_graph *g, const char *name, int x,
  */
 int dtf_graph_embedding(struct dtf_graph *g, const char *name, int ids,
 			int table);
-/* a + b of the same shape; a (c) vector on either side is broadcast over
- * the other's last axis (emitted as bias_add). */
+/* a + b of the same shape; a tensor of the other's trailing dimensions
+ * on either side (a (c) vector, a (t, c) position embedding under
+ * (n, t, c)) is broadcast over the other's leading axes (numpy's rule
+ * without size-1 axes; emitted as bias_add, whose gradient sums dy over
+ * those axes). */
 int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b);
 /* a * b elementwise, same shape. */
 int dtf_graph_multiply(struct dtf_graph *g, const char *name, int a, int b);
@@ -480,8 +500,9 @@ size_t dtf_graph_num_nontrainable(const struct dtf_graph *g);
  * l = sqrt(6 / (fan_in + fan_out)); glorot_normal truncated normal with
  * stddev sqrt(2 / (fan_in + fan_out)) / .87962566103423978; he_normal
  * truncated normal, stddev sqrt(2 / fan_in) / .87962566103423978;
- * he_uniform l = sqrt(6 / fan_in); truncated_normal(mean, stddev) redraws
- * beyond two standard deviations (the .8796... factor is the stddev of a
+ * he_uniform l = sqrt(6 / fan_in); random_normal(mean, stddev) a plain
+ * normal (Keras RandomNormal; nanoGPT's N(0, 0.02)); truncated_normal(mean,
+ * stddev) redraws beyond two standard deviations (the .8796... factor is the stddev of a
  * unit normal truncated at 2, which Keras's variance scaling divides out).
  */
 void dtf_graph_init_params(const struct dtf_graph *g, uint64_t seed,

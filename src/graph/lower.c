@@ -349,11 +349,13 @@ static int lower_layer(const struct dtf_job *job, struct dtf_graph *g,
 			return lower_gpt_layer(job, g, l, in, nin);
 		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
 			return rc;
-		if (sx->rank != 2)
+		if (sx->rank < 2)
 			return dtf_error(DTF_ERR_GRAPH,
-					 "dense needs a 2-D (batch, features) input, got rank %d (add a flatten layer before it)",
+					 "dense needs an input of rank 2 or more (batch, ..., features), got rank %d",
 					 sx->rank);
-		int units_in = (int)sx->d[1];
+		/* over the last axis, as Keras's Dense on (batch, time,
+		 * channels) */
+		int units_in = (int)sx->d[sx->rank - 1];
 		struct dtf_shape ks = {2, {units_in, l->units}};
 		if ((w = kernel(g, l, &ks)) < 0)
 			return w;
@@ -404,7 +406,8 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 	case DTF_LAYER_MATMUL:
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
-		return dtf_graph_matmul(g, l->name, in[0], in[1]);
+		return dtf_graph_matmul_ex(g, l->name, in[0], in[1],
+					   l->transpose_b);
 	case DTF_LAYER_BIAS_ADD:
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;

@@ -94,25 +94,26 @@ KERNEL(max_pool2d_grad)
 KERNEL(matmul)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_cpu_matmul(m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
 		       n->a.mm.trans_b, y);
 }
 
+/* b of x's trailing dimensions: x viewed as (rows, numel(b)) */
 KERNEL(bias_add)
 {
 	KERNEL_VARS;
-	int c = (int)n->shape.d[n->shape.rank - 1];
+	int c = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_cpu_bias_add(numel / (size_t)c, c, F(g, a), F(g, b), y);
 }
 
+/* db: dy summed over its leading axes down to db's shape */
 KERNEL(bias_add_grad)
 {
 	KERNEL_VARS;
 	const struct dtf_shape *s = &g->nodes[a].shape;
-	int c = (int)s->d[s->rank - 1];
+	int c = (int)numel;
 	dtf_cpu_bias_add_grad((size_t)dtf_shape_numel(s) / (size_t)c, c,
 			      F(g, a), y);
 }

@@ -154,17 +154,16 @@ KERNEL(cu_max_pool2d_grad)
 KERNEL(cu_matmul)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_cuda_matmul(ctx, m, cols, k, D(ex, a), n->a.mm.trans_a, D(ex, b),
 			n->a.mm.trans_b, y);
 }
 
-KERNEL(cu_bias_add)
+KERNEL(cu_bias_add) /* x (rows, numel(b)) + b, as the CPU's */
 {
 	KERNEL_VARS;
-	int ch = (int)n->shape.d[n->shape.rank - 1];
+	int ch = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_cuda_bias_add(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b), y);
 }
 
@@ -172,7 +171,7 @@ KERNEL(cu_bias_add_grad)
 {
 	KERNEL_VARS;
 	const struct dtf_shape *s = &g->nodes[a].shape;
-	int ch = (int)s->d[s->rank - 1];
+	int ch = (int)numel;
 	dtf_cuda_bias_add_grad(ctx, (size_t)dtf_shape_numel(s) / (size_t)ch, ch,
 			       D(ex, a), y);
 }
@@ -325,7 +324,7 @@ static int plan_bias_add_grad(struct dtf_cuda_exec *ex, int i)
 {
 	const struct dtf_graph *g = ex->g;
 	const struct dtf_shape *s = &g->nodes[g->nodes[i].inputs[0]].shape;
-	int c = (int)s->d[s->rank - 1];
+	int c = (int)dtf_shape_numel(&g->nodes[i].shape);
 	dtf_cuda_ctx_need(ex->ctx, 0, 0,
 			  dtf_cuda_bias_add_grad_scratch(
 				  (size_t)dtf_shape_numel(s) / (size_t)c, c));
