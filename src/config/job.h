@@ -55,6 +55,7 @@ enum dtf_layer_kind {
 	DTF_LAYER_MATMUL,
 	DTF_LAYER_BIAS_ADD,
 	DTF_LAYER_EMBEDDING,
+	DTF_LAYER_CAUSAL_SELF_ATTENTION,
 	DTF_LAYER_COUNT_
 };
 
@@ -129,7 +130,10 @@ struct dtf_layer {
 	/* dense */
 	int units;                 /* required */
 	/* dropout */
-	float rate;                /* required, in [0, 1) */
+	float rate;                /* required, in [0, 1); causal_self_attention:
+				      `dropout`, 0 (the only rate implemented) */
+	/* causal_self_attention */
+	int heads;                 /* required, divides the channels */
 	/* batch_norm, layer_norm */
 	float momentum;            /* batch_norm moving averages, 0.99 */
 	float epsilon;             /* 0.001 (Keras) */
