@@ -55,6 +55,7 @@ enum dtf_layer_kind {
 	DTF_LAYER_MATMUL,
 	DTF_LAYER_BIAS_ADD,
 	DTF_LAYER_EMBEDDING, /* both forms: the layer makes its table */
+	DTF_LAYER_CAUSAL_SELF_ATTENTION,
 	/* layers form only: the GPT's layers (dtf-train-job(5)) */
 	DTF_LAYER_POSITION_EMBEDDING,
 	DTF_LAYER_TRANSFORMER_BLOCK,
@@ -142,12 +143,14 @@ struct dtf_layer {
 	/* position_embedding: positions; 0 (default): dimension 1 of the
 	 * input */
 	int length;
-	/* transformer_block */
-	int heads;                 /* required; divides the width */
+	/* transformer_block: heads (below) */
 	int hidden;                /* MLP width; 0 (default): 4 x width */
 	int fused_attention;       /* default 1: causal_self_attention */
 	/* dropout */
-	float rate;                /* required, in [0, 1) */
+	float rate;                /* required, in [0, 1); causal_self_attention:
+				      `dropout`, 0 (the only rate implemented) */
+	/* causal_self_attention, transformer_block */
+	int heads;                 /* required, divides the channels */
 	/* batch_norm, layer_norm */
 	float momentum;            /* batch_norm moving averages, 0.99 */
 	float epsilon;             /* 0.001 (Keras) */

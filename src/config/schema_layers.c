@@ -450,6 +450,13 @@ static const struct field op_gelu_fields[] = {
 	INPUTS_REQ, {.key = "approximate", .type = T_BOOL,
 		     .off = LAY(approximate), .def = 0},
 };
+static const struct field op_attention_fields[] = {
+	INPUTS_REQ,
+	{.key = "heads", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(heads)},
+	{.key = "dropout", .type = T_FLOAT, .flags = F_UNIT, .off = LAY(rate),
+	 .def = 0},
+};
 static const struct field variable_fields[] = {
 	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
 	 .read = read_layer_shape},
@@ -545,6 +552,20 @@ static int check_gpt_init(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+/* attention dropout: the key is read so that a rate other than 0 is an
+ * error at its place, not ignored */
+static int check_attention(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	const yaml_node_t *dn = dtf_ytree_get(c->t, map, "dropout");
+	if (l->rate != 0.0f)
+		return dtf_cfg_fail(c, dn ? dn : key, path,
+				    "dropout %g is not implemented (only 0)",
+				    l->rate);
+	return 0;
+}
+
 #define SECTION(id, fields, check)                                     \
 	static const struct section id = {fields, NFIELDS(fields), -1, check}
 
@@ -578,6 +599,7 @@ SECTION(op_reshape_section, op_reshape_fields, NULL);
 SECTION(op_leaky_relu_section, op_leaky_relu_fields, NULL);
 SECTION(op_elu_section, op_elu_fields, NULL);
 SECTION(op_gelu_section, op_gelu_fields, NULL);
+SECTION(op_attention_section, op_attention_fields, check_attention);
 SECTION(variable_section, variable_fields, check_variable);
 SECTION(constant_section, constant_fields, check_constant);
 
@@ -587,8 +609,8 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add", "embedding", "position_embedding",
-	"transformer_block",
+	"constant", "matmul", "bias_add", "embedding", "causal_self_attention",
+	"position_embedding", "transformer_block",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -634,6 +656,8 @@ static const struct choice op_kinds[] = {
 	{"matmul", DTF_LAYER_MATMUL, &op_matmul_section},
 	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
 	{"embedding", DTF_LAYER_EMBEDDING, &op_plain_section},
+	{"causal_self_attention", DTF_LAYER_CAUSAL_SELF_ATTENTION,
+	 &op_attention_section},
 	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &op_pool_section},
 	{"avg_pool2d", DTF_LAYER_AVG_POOL2D, &op_pool_section},
 	{"global_avg_pool", DTF_LAYER_GLOBAL_AVG_POOL, &op_plain_section},

@@ -391,6 +391,18 @@ RULE(grad_dense_loss)
 	return accumulate(g, grads, x, id);
 }
 
+/* CAUSAL_SELF_ATTENTION: dqkv from qkv and dy, the probabilities
+ * recomputed (nothing saved by the forward) */
+RULE(grad_attention)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_CAUSAL_SELF_ATTENTION_GRAD, n.name, "grad", x,
+		       dy, sx);
+	if (id >= 0)
+		g->nodes[id].a.attn = n.a.attn;
+	return accumulate(g, grads, x, id);
+}
+
 /* The gradient column of the op table; NULL for gradient ops. */
 typedef int (*grad_rule_fn)(struct dtf_graph *g, int *grads, int i, int dy,
 			    const struct dtf_node *n);

@@ -51,7 +51,12 @@
  *            sum), the dense losses 6 (sigmoid: max, multiply, subtract,
  *            exp, log1p, add), mean squared error 3 (subtract,
  *            multiply-add), embedding 0 (a gather), its gradient 1 per
- *            element of dy (one add into the table)
+ *            element of dy (one add into the table), causal self-attention
+ *            4 per B*T*T*C (its two products Q K^T and P V over the full
+ *            T x T square, as nanoGPT's MFU estimate and the composition
+ *            with batch_matmul count them, though the kernels compute only
+ *            the causal half; softmax not counted), its gradient 10 (Q K^T
+ *            recomputed, dP, dQ, dK, dV)
  *   grad     its gradient rule: the function of graph/autodiff.c that
  *            emits the nodes of its inputs' gradients, or NULL for an op
  *            that is itself a gradient (never differentiated)
@@ -124,7 +129,9 @@
 	X(MSE,                              mean_squared_error,                2, -1, SCALAR,   IN0,       3,  grad_dense_loss)       \
 	X(MSE_GRAD,                         mean_squared_error_grad,           2, -1, GRAD,     IN0,       3,  NULL)                  \
 	X(EMBEDDING,                        embedding,                         2, -1, GATHER,   ZERO,      0,  grad_embedding)        \
-	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)
+	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)                  \
+	X(CAUSAL_SELF_ATTENTION,            causal_self_attention,             1, -1, ATTENTION, ATTENTION, 4, grad_attention)       \
+	X(CAUSAL_SELF_ATTENTION_GRAD,       causal_self_attention_grad,        2, -1, GRAD,     ATTENTION, 10, NULL)
 
 /* How an op's output shape follows from its inputs and attributes. */
 enum dtf_shape_rule {
@@ -140,6 +147,7 @@ enum dtf_shape_rule {
 	DTF_SHAPE_SCALAR,   /* a loss: rank 0 */
 	DTF_SHAPE_GATHER,   /* embedding: ids' shape (n, ...) with the table's
 			       row length appended: (n, ..., d) */
+	DTF_SHAPE_ATTENTION, /* (b, t, c) of a (b, t, 3c) input */
 	DTF_SHAPE_GRAD,     /* a gradient: the shape of the forward tensor it
 			       is the gradient of, set by the gradient rule */
 };
@@ -155,6 +163,7 @@ enum dtf_flops_basis {
 	DTF_FLOPS_MATMUL,    /* 2 m n k (dtf_graph_matmul_dims) */
 	DTF_FLOPS_GELU,      /* per output element: 5 (erf form), 9 (tanh) */
 	DTF_FLOPS_GELU_GRAD, /* per output element: 9 (erf form), 14 (tanh) */
+	DTF_FLOPS_ATTENTION, /* b t t c of a (b, t, 3c) input 0 */
 };
 
 enum dtf_op {
@@ -248,6 +257,9 @@ struct dtf_node {
 		struct { /* SOFTMAX_XENT* */
 			float label_smoothing;
 		} loss;
+		struct { /* CAUSAL_SELF_ATTENTION* */
+			int heads;
+		} attn;
 	} a;
 	/* Set by planning: the node's output. VARIABLE nodes point into the
 	 * parameter vector, RESHAPE nodes alias their input, gradients of
@@ -458,6 +470,23 @@ int dtf_graph_sigmoid_xent(struct dtf_graph *g, const char *name, int logits,
 /* predictions and float32 labels of the same shape (n, ...). */
 int dtf_graph_mean_squared_error(struct dtf_graph *g, const char *name,
 				 int predictions, int labels);
+
+/*
+ * Multi-head causal self-attention, the core of GPT-2's (nanoGPT's)
+ * CausalSelfAttention without its two projections: qkv float32 (b, t, 3c)
+ * holds q in columns [0, c), k in [c, 2c), v in [2c, 3c); head h of each
+ * is its columns h*d .. (h+1)*d - 1, d = c / heads.  Output (b, t, c),
+ * the heads' results side by side in the same column order:
+ *     y[n, i, h] = sum_{j <= i} softmax_j(q_i . k_j / sqrt(d)) v_j
+ * (the causal mask: query i sees keys 0..i).  heads >= 1 must divide c.
+ * dropout is the rate on the attention probabilities: only 0 (no
+ * dropout) is implemented, anything else is DTF_ERR_GRAPH.  Its gradient
+ * CAUSAL_SELF_ATTENTION_GRAD (inputs qkv, dy; output dqkv of qkv's shape)
+ * recomputes the probabilities (FlashAttention's backward), so the
+ * forward saves nothing.
+ */
+int dtf_graph_causal_self_attention(struct dtf_graph *g, const char *name,
+				    int qkv, int heads, float dropout);
 
 /*
  * Forward FLOPs of node `id` for its whole per-replica batch (divide by

@@ -416,6 +416,11 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
 		return dtf_graph_embedding(g, l->name, in[0], in[1]);
+	case DTF_LAYER_CAUSAL_SELF_ATTENTION: /* inputs: [qkv] */
+		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
+			return rc;
+		return dtf_graph_causal_self_attention(g, l->name, in[0],
+						       l->heads, l->rate);
 	default:
 		return lower_common(g, l, l->name, in, nin);
 	}

@@ -526,6 +526,32 @@ int dtf_graph_mean_squared_error(struct dtf_graph *g, const char *name,
 	return dense_loss(g, DTF_OP_MSE, name, predictions, labels, 0);
 }
 
+/* ---- attention ---------------------------------------------------------- */
+
+int dtf_graph_causal_self_attention(struct dtf_graph *g, const char *name,
+				    int qkv, int heads, float dropout)
+{
+	const struct dtf_shape *sq = S(g, qkv);
+	if (sq->rank != 3 || !is_float(g, qkv) || sq->d[2] % 3 != 0 ||
+	    sq->d[2] == 0)
+		return dtf_graph_shape_error(g, "causal_self_attention needs a float32 qkv input of shape (batch, time, 3 * channels)",
+					     qkv, -1);
+	int64_t c = sq->d[2] / 3;
+	if (heads < 1 || c % heads != 0)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "causal_self_attention '%s': heads (%d) must be >= 1 and divide the channels (%lld)",
+				 name, heads, (long long)c);
+	if (dropout != 0.0f)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "causal_self_attention '%s': dropout %g is not implemented (only 0)",
+				 name, dropout);
+	struct dtf_shape s = {3, {sq->d[0], sq->d[1], c}};
+	int id = node1(g, DTF_OP_CAUSAL_SELF_ATTENTION, name, qkv, &s);
+	if (id >= 0)
+		g->nodes[id].a.attn.heads = heads;
+	return id;
+}
+
 /* ---- FLOPs -------------------------------------------------------------- */
 
 int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id)
@@ -560,6 +586,10 @@ int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id)
 		return (n->a.act.approximate ? 9 : 5) * out;
 	case DTF_FLOPS_GELU_GRAD:
 		return (n->a.act.approximate ? 14 : 9) * out;
+	case DTF_FLOPS_ATTENTION: {
+		const struct dtf_shape *sq = S(g, n->inputs[0]);
+		return f * sq->d[0] * sq->d[1] * sq->d[1] * (sq->d[2] / 3);
+	}
 	}
 	return 0;
 }

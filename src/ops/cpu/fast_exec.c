@@ -30,6 +30,7 @@ enum action {
 	A_DROPOUT,      /* dropout or dropout_grad */
 	A_POOL_GRAD_BWF, /* A_POOL_GRAD, then the filter gradient next[i]
 			    from dx, which is not stored */
+	A_ATTENTION,    /* causal_self_attention or its gradient */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -347,6 +348,17 @@ static void plan_max_pool2d_grad(struct planner *P, int i)
 static void plan_add(struct planner *P, int i) { P->fp->action[i] = A_ADD; }
 static void plan_dropout(struct planner *P, int i) { P->fp->action[i] = A_DROPOUT; }
 
+/* CAUSAL_SELF_ATTENTION and its gradient: input 0 is qkv (b, t, 3c) */
+static void plan_attention(struct planner *P, int i)
+{
+	const struct dtf_node *nd = &P->g->nodes[i];
+	const struct dtf_shape *s = &P->g->nodes[nd->inputs[0]].shape;
+	P->fp->action[i] = A_ATTENTION;
+	P->ws = max_sz(P->ws, dtf_fast_attention_workspace(
+				      (int)s->d[1], (int)(s->d[2] / 3),
+				      nd->a.attn.heads, P->nt));
+}
+
 /* ---- the fast kernel table ------------------------------------------- */
 
 /* One signature for every fast kernel: node i as planned (its fused
@@ -472,6 +484,20 @@ RUN(run_dropout)
 			 F(g, a), F(g, i));
 }
 
+/* CAUSAL_SELF_ATTENTION (qkv) and CAUSAL_SELF_ATTENTION_GRAD (qkv, dy) */
+RUN(run_attention)
+{
+	RUN_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	int nb = (int)s->d[0], t = (int)s->d[1], c = (int)(s->d[2] / 3);
+	if (n->op == DTF_OP_CAUSAL_SELF_ATTENTION)
+		dtf_fast_causal_self_attention(p, nb, t, c, n->a.attn.heads,
+					       F(g, a), F(g, i), ws);
+	else
+		dtf_fast_causal_self_attention_grad(p, nb, t, c, n->a.attn.heads,
+						    F(g, a), F(g, b), F(g, i), ws);
+}
+
 /*
  * The fast kernel table, indexed by the op: how an op is planned (which
  * neighbours it absorbs, its workspace) and run.  REFERENCE: no fast
@@ -540,6 +566,8 @@ struct fast_kernel {
 #define FAST_SIGMOID_XENT_GRAD REFERENCE
 #define FAST_MSE REFERENCE
 #define FAST_MSE_GRAD REFERENCE
+#define FAST_CAUSAL_SELF_ATTENTION {plan_attention, run_attention}
+#define FAST_CAUSAL_SELF_ATTENTION_GRAD {plan_attention, run_attention}
 static const struct fast_kernel fast_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = FAST_##id,

@@ -341,6 +341,43 @@ static int plan_layer_norm_grad_gamma(struct dtf_cuda_exec *ex, int i)
 	return 0;
 }
 
+/* (b, t, c) of the qkv input q (b, t, 3c) of an attention node */
+static void attn_dims(const struct dtf_graph *g, int q, int *b, int *t, int *c)
+{
+	const struct dtf_shape *s = &g->nodes[q].shape;
+	*b = (int)s->d[0];
+	*t = (int)s->d[1];
+	*c = (int)(s->d[2] / 3);
+}
+
+KERNEL(cu_causal_self_attention) /* qkv */
+{
+	KERNEL_VARS;
+	int nb, t, ch;
+	attn_dims(g, a, &nb, &t, &ch);
+	dtf_cuda_causal_self_attention(ctx, nb, t, ch, n->a.attn.heads, D(ex, a),
+				       y);
+}
+
+KERNEL(cu_causal_self_attention_grad) /* qkv, dy */
+{
+	KERNEL_VARS;
+	int nb, t, ch;
+	attn_dims(g, a, &nb, &t, &ch);
+	dtf_cuda_causal_self_attention_grad(ctx, nb, t, ch, n->a.attn.heads,
+					    D(ex, a), D(ex, b), y);
+}
+
+static int plan_attention_grad(struct dtf_cuda_exec *ex, int i)
+{
+	const struct dtf_node *n = &ex->g->nodes[i];
+	int nb, t, ch;
+	attn_dims(ex->g, n->inputs[0], &nb, &t, &ch);
+	dtf_cuda_ctx_need(ex->ctx, 0, 0,
+			  dtf_cuda_attention_grad_scratch(nb, t, n->a.attn.heads));
+	return 0;
+}
+
 /*
  * The CUDA kernel table, indexed by the op: plan (optional: cuDNN plans,
  * scratch), run, and for an op without a CUDA kernel the reason, which
@@ -411,6 +448,9 @@ struct cuda_kernel {
 #define CUDA_MSE_GRAD NO_KERNEL_YET
 #define CUDA_EMBEDDING {NULL, cu_embedding, NULL}
 #define CUDA_EMBEDDING_GRAD {NULL, cu_embedding_grad, NULL}
+#define CUDA_CAUSAL_SELF_ATTENTION {NULL, cu_causal_self_attention, NULL}
+#define CUDA_CAUSAL_SELF_ATTENTION_GRAD \
+	{plan_attention_grad, cu_causal_self_attention_grad, NULL}
 static const struct cuda_kernel cuda_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = CUDA_##id,
