@@ -55,6 +55,7 @@ enum dtf_layer_kind {
 	DTF_LAYER_MATMUL,
 	DTF_LAYER_BIAS_ADD,
 	DTF_LAYER_EMBEDDING,
+	DTF_LAYER_SLICE,           /* both forms */
 	DTF_LAYER_COUNT_
 };
 

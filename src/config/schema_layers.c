@@ -375,6 +375,14 @@ static const struct field gelu_fields[] = {
 
 static const struct field plain_fields[] = {NAME_FIELD, INPUTS_FIELD};
 
+#define SLICE_FIELDS                                                   \
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},   \
+		{.key = "begin", .type = T_I64, .flags = F_REQUIRED | F_NONNEG, \
+		 .off = LAY(begin)},                                   \
+		{.key = "size", .type = T_I64, .off = LAY(size), .def = -1}
+static const struct field slice_fields[] = {SLICE_FIELDS, NAME_FIELD,
+					    INPUTS_FIELD};
+
 /* graph form: the mapping key is the name; ops take explicit inputs */
 static const struct field op_conv_fields[] = {
 	INPUTS_REQ, STRIDES_FIELD(1), DILATION_FIELD, PADDING_FIELD,
@@ -385,6 +393,7 @@ static const struct field op_matmul_fields[] = {
 	INPUTS_REQ, {.key = "transpose_b", .type = T_BOOL,
 		     .off = LAY(transpose_b), .def = 0},
 };
+static const struct field op_slice_fields[] = {INPUTS_REQ, SLICE_FIELDS};
 static const struct field op_dropout_fields[] = {
 	INPUTS_REQ,
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
@@ -504,6 +513,8 @@ SECTION(leaky_relu_section, leaky_relu_fields, NULL);
 SECTION(elu_section, elu_fields, NULL);
 SECTION(gelu_section, gelu_fields, NULL);
 SECTION(plain_section, plain_fields, NULL);
+SECTION(slice_section, slice_fields, NULL);
+SECTION(op_slice_section, op_slice_fields, NULL);
 SECTION(op_conv_section, op_conv_fields, NULL);
 SECTION(op_pool_section, op_pool_fields, check_pool);
 SECTION(op_plain_section, op_plain_fields, NULL);
@@ -525,7 +536,7 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add", "embedding",
+	"constant", "matmul", "bias_add", "embedding", "slice",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -555,6 +566,7 @@ static const struct choice layer_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
+	{"slice", DTF_LAYER_SLICE, &slice_section},
 };
 
 /* model.graph nodes */
@@ -585,6 +597,7 @@ static const struct choice op_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &op_plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &op_axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &op_plain_section},
+	{"slice", DTF_LAYER_SLICE, &op_slice_section},
 };
 
 /* Defaults that are not in the attribute tables. */
