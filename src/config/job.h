@@ -149,7 +149,7 @@ struct dtf_layer {
 	/* transpose: the permutation of the input's axes */
 	int perm_rank;
 	int perm[DTF_MAX_RANK];
-	/* softmax (graph form): mask (.., i, j > i) of the last two axes */
+	/* softmax: mask (.., i, j > i) of the last two axes */
 	int causal;                /* default 0 */
 	/* batch_matmul: alpha (default 1) is `alpha` above */
 	/* reshape (target shape without the batch; one -1 allowed),
