@@ -57,6 +57,8 @@ enum dtf_layer_kind {
 	DTF_LAYER_EMBEDDING, /* both forms: the layer makes its table */
 	DTF_LAYER_CAUSAL_SELF_ATTENTION,
 	DTF_LAYER_SLICE,           /* both forms */
+	DTF_LAYER_TRANSPOSE,       /* graph form */
+	DTF_LAYER_BATCH_MATMUL,    /* graph form */
 	/* layers form only: the GPT's layers (dtf-train-job(5)) */
 	DTF_LAYER_POSITION_EMBEDDING,
 	DTF_LAYER_TRANSFORMER_BLOCK,
@@ -168,6 +170,7 @@ struct dtf_layer {
 	int perm[DTF_MAX_RANK];
 	/* softmax: mask (.., i, j > i) of the last two axes */
 	int causal;                /* default 0 */
+	/* batch_matmul: alpha (default 1) is `alpha` above */
 	/* reshape (target shape without the batch; one -1 allowed),
 	 * variable, constant (full shape) */
 	int shape_rank;
