@@ -536,7 +536,7 @@ START_TEST(test_missing_required)
 	ck_assert_msg_is(load_fail(edit("{units: 1024, ", "{"), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:17:8: model.layers[5].dense: missing "
-			 "required key 'units'");
+			 "required key 'units' (or 'tied_to')");
 	ck_assert_msg_is(load_fail(edit("  input: image\n", ""), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:9:1: model: missing required key "
@@ -1013,7 +1013,8 @@ START_TEST(test_override_errors_blame_set)
 	ck_assert_msg_is(load_fail(SKETCH, ov4, 1, DTF_ERR_CONFIG),
 			 "--set model.input: model.input: feature 'label' is "
 			 "int32 (ids); the model input must be a float32 "
-			 "feature (ids go through an embedding in model.graph)");
+			 "feature, or ids for a first layer that is an "
+			 "embedding or a slice");
 	const char *ov5[] = {"strategy.type=parameter_server",
 			     "checkpoint.dir=ck"};
 	ck_assert_msg_is(load_fail(SKETCH, ov5, 2, DTF_ERR_CONFIG),
@@ -1152,7 +1153,8 @@ START_TEST(test_override_errors_say_what)
 				   NULL, 0, DTF_ERR_CONFIG),
 			 "graphs/x.yaml:10:10: model.input: feature 'label' is "
 			 "int32 (ids); the model input must be a float32 "
-			 "feature (ids go through an embedding in model.graph)");
+			 "feature, or ids for a first layer that is an "
+			 "embedding or a slice");
 	const char *aug[] = {"data.train.augment={feature: label, "
 			     "flip_left_right: true}"};
 	ck_assert_msg_is(load_fail(SKETCH, aug, 1, DTF_ERR_CONFIG),
