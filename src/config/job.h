@@ -323,7 +323,6 @@ struct dtf_job {
 					 kernels only */
 		double clipnorm;      /* global-norm clipping; 0 = off */
 		struct dtf_schedule_spec schedule;
-		int64_t eval_batch_size; /* per replica; default 0 = as train */
 		int64_t eval_every_steps; /* default 0 = after each epoch */
 		double stop_at_accuracy;  /* default 0 = train to the end */
 		int accumulate_steps; /* micro-batches per update, default 1 */
