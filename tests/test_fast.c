@@ -930,6 +930,56 @@ START_TEST(fused_graph_matches_reference)
 }
 END_TEST
 
+/* ---- causal self-attention ---------------------------------------------- */
+
+/* The fast attention and its gradient against the reference on each ISA,
+ * 1 and 3 threads: head sizes with and without vector tails (d = 3, 24,
+ * 32, 64), t below, at and above whole vectors of keys, more tasks than
+ * threads and fewer.  |fast - ref| <= 1e-4 + 1e-4 |ref| (float sums of
+ * up to ~260 terms and a polynomial exp against double sums; a missing or
+ * doubled term moves a result by ~1e-2 or more); the two thread counts
+ * give the same bits (each (example, head) is one thread's task). */
+START_TEST(attention_matches_reference)
+{
+	ON_ISA();
+	const int shapes[][4] = {{2, 5, 6, 2},   {1, 17, 48, 2}, {3, 16, 64, 2},
+				 {2, 64, 128, 4}, {1, 33, 64, 1}, {1, 130, 128, 2}};
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		int b = shapes[si][0], t = shapes[si][1], c = shapes[si][2];
+		int heads = shapes[si][3];
+		size_t nq = (size_t)b * t * 3 * c, ny = (size_t)b * t * c;
+		float *qkv = tu_frandom(nq, -1, 1), *dy = tu_frandom(ny, -1, 1);
+		float *ref = tu_fnan(ny), *dref = tu_fnan(nq);
+		dtf_cpu_causal_self_attention(b, t, c, heads, qkv, ref);
+		dtf_cpu_causal_self_attention_grad(b, t, c, heads, qkv, dy, dref);
+		float *first = NULL, *dfirst = NULL;
+		for (int ti = 0; ti < 2; ti++) {
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+			float *ws = tu_fnan(dtf_fast_attention_workspace(
+				t, c, heads, thread_counts[ti]));
+			float *y = tu_fnan(ny), *dq = tu_fnan(nq);
+			dtf_fast_causal_self_attention(p, b, t, c, heads, qkv, y, ws);
+			dtf_fast_causal_self_attention_grad(p, b, t, c, heads, qkv,
+							    dy, dq, ws);
+			close_enough("attention", ref, y, ny, 1e-4);
+			close_enough("attention grad", dref, dq, nq, 1e-4);
+			if (!first) {
+				first = y, dfirst = dq;
+			} else {
+				exactly("attention 3 threads", first, y, ny);
+				exactly("attention grad 3 threads", dfirst, dq, nq);
+				free(y), free(dq);
+			}
+			free(ws);
+			dtf_pool_free(p);
+		}
+		free(first), free(dfirst);
+		free(qkv), free(dy), free(ref), free(dref);
+	}
+}
+END_TEST
+
 /* ---- runner ------------------------------------------------------------- */
 
 static Suite *fast_suite(void)
@@ -950,6 +1000,7 @@ static Suite *fast_suite(void)
 				pool_grad_conv_filter_matches_reference}},
 		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
 		{"dropout", {dropout_is_bit_identical}},
+		{"attention", {attention_matches_reference}},
 		{"graph", {fused_graph_matches_reference}},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
