@@ -173,7 +173,7 @@ static int read_layer_shape(struct ctx *c, void *base, const yaml_node_t *key,
 }
 
 /* initializer: a name, or {constant: {value: v}} / {truncated_normal:
- * {mean: m, stddev: s}}. */
+ * {mean: m, stddev: s}} / {random_normal: {mean: m, stddev: s}}. */
 static const struct field init_constant_fields[] = {
 	{.key = "value", .type = T_FLOAT, .off = LAY(init.value), .def = 0},
 };
@@ -197,6 +197,7 @@ static const struct choice initializers[] = {
 	{"he_uniform", DTF_INIT_KIND_HE_UNIFORM, NULL},
 	{"truncated_normal", DTF_INIT_KIND_TRUNCATED_NORMAL,
 	 &init_normal_section},
+	{"random_normal", DTF_INIT_KIND_RANDOM_NORMAL, &init_normal_section},
 };
 
 static int read_initializer(struct ctx *c, void *base, const yaml_node_t *key,
@@ -374,12 +375,25 @@ static const struct field gelu_fields[] = {
 
 static const struct field plain_fields[] = {NAME_FIELD, INPUTS_FIELD};
 
+#define SLICE_FIELDS                                                   \
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},   \
+		{.key = "begin", .type = T_I64, .flags = F_REQUIRED | F_NONNEG, \
+		 .off = LAY(begin)},                                   \
+		{.key = "size", .type = T_I64, .off = LAY(size), .def = -1}
+static const struct field slice_fields[] = {SLICE_FIELDS, NAME_FIELD,
+					    INPUTS_FIELD};
+
 /* graph form: the mapping key is the name; ops take explicit inputs */
 static const struct field op_conv_fields[] = {
 	INPUTS_REQ, STRIDES_FIELD(1), DILATION_FIELD, PADDING_FIELD,
 };
 static const struct field op_pool_fields[] = {INPUTS_REQ, POOL_FIELDS};
 static const struct field op_plain_fields[] = {INPUTS_REQ};
+static const struct field op_matmul_fields[] = {
+	INPUTS_REQ, {.key = "transpose_b", .type = T_BOOL,
+		     .off = LAY(transpose_b), .def = 0},
+};
+static const struct field op_slice_fields[] = {INPUTS_REQ, SLICE_FIELDS};
 static const struct field op_dropout_fields[] = {
 	INPUTS_REQ,
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
@@ -520,9 +534,12 @@ SECTION(leaky_relu_section, leaky_relu_fields, NULL);
 SECTION(elu_section, elu_fields, NULL);
 SECTION(gelu_section, gelu_fields, NULL);
 SECTION(plain_section, plain_fields, NULL);
+SECTION(slice_section, slice_fields, NULL);
+SECTION(op_slice_section, op_slice_fields, NULL);
 SECTION(op_conv_section, op_conv_fields, NULL);
 SECTION(op_pool_section, op_pool_fields, check_pool);
 SECTION(op_plain_section, op_plain_fields, NULL);
+SECTION(op_matmul_section, op_matmul_fields, NULL);
 SECTION(op_dropout_section, op_dropout_fields, NULL);
 SECTION(op_batch_norm_section, op_batch_norm_fields, NULL);
 SECTION(op_layer_norm_section, op_layer_norm_fields, NULL);
@@ -541,7 +558,8 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add", "embedding", "causal_self_attention",
+	"constant", "matmul", "bias_add", "embedding", "slice",
+	"causal_self_attention",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -571,6 +589,7 @@ static const struct choice layer_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
+	{"slice", DTF_LAYER_SLICE, &slice_section},
 };
 
 /* model.graph nodes */
@@ -579,7 +598,7 @@ static const struct choice op_kinds[] = {
 	{"constant", DTF_LAYER_CONSTANT, &constant_section},
 	{"conv2d", DTF_LAYER_CONV2D, &op_conv_section},
 	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &op_conv_section},
-	{"matmul", DTF_LAYER_MATMUL, &op_plain_section},
+	{"matmul", DTF_LAYER_MATMUL, &op_matmul_section},
 	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
 	{"embedding", DTF_LAYER_EMBEDDING, &op_plain_section},
 	{"causal_self_attention", DTF_LAYER_CAUSAL_SELF_ATTENTION,
@@ -603,6 +622,7 @@ static const struct choice op_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &op_plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &op_axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &op_plain_section},
+	{"slice", DTF_LAYER_SLICE, &op_slice_section},
 };
 
 /* Defaults that are not in the attribute tables. */

@@ -146,23 +146,26 @@ RULE(grad_max_pool2d)
 	return accumulate(g, grads, x, id);
 }
 
+/* y = x w (x (..., k), w (k, n)) or, with trans_b, y = x w^T (w (n, k));
+ * x viewed as (rows, k).  The forward op never has trans_a. */
 RULE(grad_matmul)
 {
 	RULE_VARS;
-	DTF_ASSERT(!n.a.mm.trans_a && !n.a.mm.trans_b);
+	DTF_ASSERT(!n.a.mm.trans_a);
+	int tb = n.a.mm.trans_b;
 	if (needs(g, x)) {
-		/* dx (n, k) = dy (n, m) w^T */
+		/* dx (rows, k) = dy w^T, or dy w with trans_b */
 		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_input", dy, y,
 			       sx);
 		if (id >= 0)
-			g->nodes[id].a.mm.trans_b = 1;
+			g->nodes[id].a.mm.trans_b = !tb;
 		if ((rc = accumulate(g, grads, x, id)) < 0)
 			return rc;
 	}
 	if (needs(g, y)) {
-		/* dw (k, m) = x^T dy */
-		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel", x, dy,
-			       &g->nodes[y].shape);
+		/* dw (k, n) = x^T dy, or (n, k) = dy^T x with trans_b */
+		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel",
+			       tb ? dy : x, tb ? x : dy, &g->nodes[y].shape);
 		if (id >= 0)
 			g->nodes[id].a.mm.trans_a = 1;
 		rc = accumulate(g, grads, y, id);
@@ -332,6 +335,16 @@ RULE(grad_concat)
 		rc = accumulate(g, grads, y, id);
 	}
 	return rc;
+}
+
+/* SLICE: dy back in place in zeros of x's shape */
+RULE(grad_slice)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_SLICE_GRAD, n.name, "grad", dy, -1, sx);
+	if (id >= 0)
+		g->nodes[id].a.cat = n.a.cat;
+	return accumulate(g, grads, x, id);
 }
 
 /* LEAKY_RELU, ELU, GELU: gradients that read the forward input x */

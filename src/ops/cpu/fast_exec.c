@@ -155,7 +155,9 @@ static int bias_grad_of(const struct dtf_graph *g, int i)
 	for (int k = i + 1; k < g->nnodes; k++)
 		if (g->nodes[k].op == DTF_OP_BIAS_ADD_GRAD &&
 		    g->nodes[k].inputs[0] == i)
-			return k;
+			/* fused as column sums of the last axis: only a
+			 * vector's gradient */
+			return g->nodes[k].shape.rank == 1 ? k : -1;
 	return -1;
 }
 
@@ -232,11 +234,11 @@ static void plan_producer(struct planner *P, int i)
 		    : nd->op == DTF_OP_MATMUL ? A_MATMUL
 					      : A_BIAS_ACT;
 	if (nd->op == DTF_OP_MATMUL) {
-		const struct dtf_shape *sa = &g->nodes[nd->inputs[0]].shape;
-		int mk = (int)(nd->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+		int mm, mc, mk;
+		dtf_graph_matmul_dims(g, nd, &mm, &mc, &mk);
 		P->ws = max_sz(P->ws, dtf_fast_matmul_workspace(
-					      (int)nd->shape.d[0], (int)nd->shape.d[1],
-					      mk, nd->a.mm.trans_a, nd->a.mm.trans_b));
+					      mm, mc, mk, nd->a.mm.trans_a,
+					      nd->a.mm.trans_b));
 	}
 	if (nd->op == DTF_OP_MATMUL && (nd->a.mm.trans_a || nd->a.mm.trans_b)) {
 		fp->action[i] = A_MATMUL;
@@ -252,6 +254,7 @@ static void plan_producer(struct planner *P, int i)
 		/* the bias must be ready when node i runs */
 		if (b >= 0 && g->nodes[b].op == DTF_OP_BIAS_ADD &&
 		    g->nodes[b].inputs[0] == cur && bv != cur &&
+		    g->nodes[bv].shape.rank == 1 &&
 		    (bv < i || g->nodes[bv].op == DTF_OP_VARIABLE)) {
 			fp->bias[i] = g->nodes[b].inputs[1];
 			fp->action[b] = A_SKIP;
@@ -406,9 +409,8 @@ RUN(run_conv2d_backprop_filter)
 RUN(run_matmul)
 {
 	RUN_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_fast_matmul(p, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
 			n->a.mm.trans_b, F(g, out), ws);
 	if (bias >= 0 || relu)
@@ -419,7 +421,8 @@ RUN(run_matmul)
 RUN(run_bias_add)
 {
 	RUN_VARS;
-	int c = last_dim(n);
+	/* b of x's trailing dimensions: x viewed as (rows, numel(b)) */
+	int c = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), F(g, b), relu,
 			  F(g, out));
 }
@@ -540,7 +543,8 @@ struct fast_kernel {
 #define FAST_LAYER_NORM_GRAD_GAMMA REFERENCE
 #define FAST_MULTIPLY REFERENCE
 #define FAST_CONCAT REFERENCE
-#define FAST_SLICE REFERENCE
+#define FAST_SLICE REFERENCE /* memcpy per row already */
+#define FAST_SLICE_GRAD REFERENCE
 #define FAST_LEAKY_RELU REFERENCE
 #define FAST_LEAKY_RELU_GRAD REFERENCE
 #define FAST_ELU REFERENCE
