@@ -56,6 +56,8 @@ enum dtf_layer_kind {
 	DTF_LAYER_BIAS_ADD,
 	DTF_LAYER_EMBEDDING,
 	DTF_LAYER_SLICE,           /* both forms */
+	DTF_LAYER_TRANSPOSE,       /* graph form */
+	DTF_LAYER_BATCH_MATMUL,    /* graph form */
 	DTF_LAYER_CAUSAL_SELF_ATTENTION,
 	DTF_LAYER_COUNT_
 };
@@ -151,8 +153,9 @@ struct dtf_layer {
 	/* transpose: the permutation of the input's axes */
 	int perm_rank;
 	int perm[DTF_MAX_RANK];
-	/* softmax: mask (.., i, j > i) of the last two axes */
+	/* softmax (graph form): mask (.., i, j > i) of the last two axes */
 	int causal;                /* default 0 */
+	/* batch_matmul: alpha (default 1) is `alpha` above */
 	/* reshape (target shape without the batch; one -1 allowed),
 	 * variable, constant (full shape) */
 	int shape_rank;
