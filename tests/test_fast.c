@@ -966,9 +966,9 @@ END_TEST
 /* ---- causal self-attention ---------------------------------------------- */
 
 /* The fast attention and its gradient against the reference on each ISA,
- * 1 and 3 threads: head sizes with and without vector tails (d = 3, 24,
- * 32, 64), t below, at and above whole vectors of keys, more tasks than
- * threads and fewer.  |fast - ref| <= 1e-4 + 1e-4 |ref| (float sums of
+ * 1 and 3 threads: head sizes with and without vector tails (d = 3, 4,
+ * 8, 24, 32, 64), t of 1, 4 (one block of four queries), below, at and
+ * above whole vectors of keys, more tasks than threads and fewer.  |fast - ref| <= 1e-4 + 1e-4 |ref| (float sums of
  * up to ~260 terms and a polynomial exp against double sums; a missing or
  * doubled term moves a result by ~1e-2 or more); the two thread counts
  * give the same bits (each (example, head) is one thread's task). */
@@ -976,7 +976,8 @@ START_TEST(attention_matches_reference)
 {
 	ON_ISA();
 	const int shapes[][4] = {{2, 5, 6, 2},   {1, 17, 48, 2}, {3, 16, 64, 2},
-				 {2, 64, 128, 4}, {1, 33, 64, 1}, {1, 130, 128, 2}};
+				 {2, 64, 128, 4}, {1, 33, 64, 1}, {1, 130, 128, 2},
+				 {1, 1, 8, 2},    {2, 4, 8, 1}};
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		int b = shapes[si][0], t = shapes[si][1], c = shapes[si][2];
 		int heads = shapes[si][3];
