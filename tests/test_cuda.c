@@ -462,6 +462,46 @@ START_TEST(dropout_same_stream_as_cpu)
 }
 END_TEST
 
+/* The sequence form of the loss: rows of 4 positions per example, the
+ * sum and the count divided by the positions, as the CPU kernel's. */
+START_TEST(xent_positions_vs_cpu)
+{
+	const size_t rows = 48, valid = 40; /* 12 examples of 4 positions, 10 valid */
+	const int classes = 7, per = 4;
+	float *logits = tu_frandom(rows * classes, -3, 3);
+	int32_t labels[48];
+	for (size_t r = 0; r < rows; r++)
+		labels[r] = (int32_t)(tu_next_u64() % classes);
+	double sum = dtf_cpu_sparse_softmax_xent(rows, classes, logits, labels,
+						 valid, NULL) / per;
+	double right = (double)dtf_cpu_count_correct(rows, classes, logits,
+						     labels, valid) / per;
+	float *d_l = dup_dev(logits, rows * classes * 4);
+	int32_t *d_lab = dup_dev(labels, sizeof(labels));
+	float *d_out = dev_nan(3);
+	double zeros[2] = {0.0, 0.0};
+	double *d_acc = dup_dev(zeros, sizeof(zeros));
+	dtf_cuda_sparse_softmax_xent(ctx, rows, classes, d_l, d_lab, valid, per,
+				     0.1f, d_out, d_out + 1, d_acc);
+	dtf_cuda_count_correct(ctx, rows, classes, d_l, d_lab, valid, per,
+			       d_out + 2, d_acc + 1);
+	float *out = fetch(d_out, 3);
+	double acc[2];
+	ck_assert_int_eq(dtf_cuda_download(ctx, acc, d_acc, sizeof(acc)), 0);
+	ck_assert_msg(fabs(out[1] - sum) <= 1e-6 * fabs(sum), "sum %.9g vs %.9g",
+		      (double)out[1], sum);
+	ck_assert_msg(fabs(acc[0] - sum) <= 1e-9 * fabs(sum), "acc %.17g vs %.17g",
+		      acc[0], sum);
+	ck_assert(fabs(out[0] - 0.1 * sum) <= 1e-6 * fabs(sum));
+	ck_assert(acc[1] == right && out[2] == (float)right);
+	dtf_cuda_free(ctx, d_l);
+	dtf_cuda_free(ctx, d_lab);
+	dtf_cuda_free(ctx, d_out);
+	dtf_cuda_free(ctx, d_acc);
+	free(logits), free(out);
+}
+END_TEST
+
 /* ---- the GPT's shape and attention ops ------------------------------- */
 
 /* causal_self_attention and its gradient (two kernels over the reduce
@@ -855,6 +895,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, dropout_same_stream_as_cpu);
 	tcase_add_test(tc, xent_and_count_correct_vs_cpu);
 	tcase_add_test(tc, gpt_ops_vs_cpu);
+	tcase_add_test(tc, xent_positions_vs_cpu);
 	tcase_add_test(tc, optimizers_vs_cpu);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("training");

@@ -1298,6 +1298,46 @@ START_TEST(transpose_and_batch_matmul_errors)
 }
 END_TEST
 
+/* The layers form over (batch, time, channels): dense on rank 3 (one
+ * kernel for every position), a slice layer, a causal softmax layer, the
+ * sequence loss against int64 labels (batch, time); gradients against
+ * central differences. */
+static const char seq_layers_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    x: {type: float, shape: [5, 3]}\n"
+	"    y: {type: int64, shape: [5]}\n"
+	"model:\n"
+	"  input: x\n"
+	"  layers:\n"
+	"    - {dense: {units: 5, activation: tanh}}\n"
+	"    - {slice: {axis: 2, begin: 0, size: 5}}\n"
+	"    - {softmax: {causal: true}}\n"
+	"    - {dense: {units: 6, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: y}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(layers_over_sequences)
+{
+	struct tu_model m;
+	model_build(&m, seq_layers_job);
+	struct dtf_graph *g = &m.g;
+	int k = dtf_graph_find(g, "dense_1/kernel");
+	int sm = dtf_graph_find(g, "softmax_1");
+	ck_assert_int_eq(g->nodes[k].shape.d[0], 3);
+	ck_assert_int_eq(g->nodes[k].shape.d[1], 5);
+	ck_assert_int_eq(g->nodes[sm].a.sm.causal, 1);
+	ck_assert_int_eq(g->nodes[g->logits].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[g->logits].shape.d[2], 6);
+	int32_t *y = g->nodes[g->labels].data;
+	for (int p = 0; p < 20; p++)
+		y[p] = (p * 5 + 2) % 6;
+	gmodel_check(&m, "layers over sequences");
+	tu_model_free(&m);
+}
+END_TEST
+
 /* The graph form's causal_self_attention: qkv (4, 5, 12) made by a dense
  * layer and a reshape, 2 heads of 2 channels, its output (4, 5, 6), the
  * FLOP rules of the op and its gradient, and every parameter's gradient
@@ -1454,6 +1494,7 @@ static Suite *graph_suite(void)
 	tcase_add_test(tc, slice_and_sequence_loss);
 	tcase_add_test(tc, slice_errors);
 	tcase_add_test(tc, attention_composition);
+	tcase_add_test(tc, layers_over_sequences);
 	tcase_add_test(tc, batch_matmul_adjoints);
 	tcase_add_test(tc, transpose_and_batch_matmul_errors);
 	suite_add_tcase(s, tc);

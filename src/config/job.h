@@ -153,7 +153,7 @@ struct dtf_layer {
 	/* transpose: the permutation of the input's axes */
 	int perm_rank;
 	int perm[DTF_MAX_RANK];
-	/* softmax (graph form): mask (.., i, j > i) of the last two axes */
+	/* softmax: mask (.., i, j > i) of the last two axes */
 	int causal;                /* default 0 */
 	/* batch_matmul: alpha (default 1) is `alpha` above */
 	/* reshape (target shape without the batch; one -1 allowed),
@@ -308,7 +308,6 @@ struct dtf_job {
 					 kernels only */
 		double clipnorm;      /* global-norm clipping; 0 = off */
 		struct dtf_schedule_spec schedule;
-		int64_t eval_batch_size; /* per replica; default 0 = as train */
 		int64_t eval_every_steps; /* default 0 = after each epoch */
 		double stop_at_accuracy;  /* default 0 = train to the end */
 		int accumulate_steps; /* micro-batches per update, default 1 */

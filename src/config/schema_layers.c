@@ -381,6 +381,12 @@ static const struct field axis_fields[] = {
 	NAME_FIELD, INPUTS_FIELD,
 };
 
+static const struct field softmax_fields[] = {
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},
+	{.key = "causal", .type = T_BOOL, .off = LAY(causal), .def = 0},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
 static const struct field reshape_fields[] = {
 	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
 	 .read = read_layer_shape},
@@ -579,6 +585,7 @@ SECTION(dropout_section, dropout_fields, NULL);
 SECTION(batch_norm_section, batch_norm_fields, NULL);
 SECTION(layer_norm_section, layer_norm_fields, NULL);
 SECTION(axis_section, axis_fields, NULL);
+SECTION(softmax_section, softmax_fields, NULL);
 SECTION(reshape_section, reshape_fields, NULL);
 SECTION(leaky_relu_section, leaky_relu_fields, NULL);
 SECTION(elu_section, elu_fields, NULL);
@@ -640,7 +647,7 @@ static const struct choice layer_kinds[] = {
 	{"gelu", DTF_LAYER_GELU, &gelu_section},
 	{"tanh", DTF_LAYER_TANH, &plain_section},
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
-	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &softmax_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
 	{"slice", DTF_LAYER_SLICE, &slice_section},
 };
