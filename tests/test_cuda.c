@@ -504,6 +504,35 @@ END_TEST
 
 /* ---- the GPT's shape and attention ops ------------------------------- */
 
+/* causal_self_attention and its gradient (two kernels over the reduce
+ * scratch) against the CPU reference (double sums) on (3, 37, 48, 4
+ * heads): float sums of up to 37 terms and CUDA's expf, so 1e-5 absolute
+ * + 1e-4 relative; a missing or doubled term is ~1e-2. */
+START_TEST(attention_vs_cpu)
+{
+	const int b = 3, t = 37, c = 48, heads = 4;
+	size_t nq = (size_t)b * t * 3 * c, ny = (size_t)b * t * c;
+	float *qkv = tu_frandom(nq, -1, 1), *dy = tu_frandom(ny, -1, 1);
+	float *y = halloc(ny), *dq = halloc(nq);
+	dtf_cpu_causal_self_attention(b, t, c, heads, qkv, y);
+	dtf_cpu_causal_self_attention_grad(b, t, c, heads, qkv, dy, dq);
+	dtf_cuda_ctx_need(ctx, 0, 0, dtf_cuda_attention_grad_scratch(b, t, heads));
+	ck_assert_msg(dtf_cuda_ctx_reserve(ctx) == 0, "%s", dtf_error_msg());
+	float *d_q = dup_dev(qkv, nq * 4), *d_dy = dup_dev(dy, ny * 4);
+	float *d_y = dev_nan(ny), *d_dq = dev_nan(nq);
+	dtf_cuda_causal_self_attention(ctx, b, t, c, heads, d_q, d_y);
+	dtf_cuda_causal_self_attention_grad(ctx, b, t, c, heads, d_q, d_dy, d_dq);
+	float *gy = fetch(d_y, ny), *gdq = fetch(d_dq, nq);
+	assert_close("causal_self_attention", gy, y, ny, 1e-5, 1e-4);
+	assert_close("causal_self_attention_grad", gdq, dq, nq, 1e-5, 1e-4);
+	dtf_cuda_free(ctx, d_q);
+	dtf_cuda_free(ctx, d_dy);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_dq);
+	free(qkv), free(dy), free(y), free(dq), free(gy), free(gdq);
+}
+END_TEST
+
 /* batch_matmul (cublasSgemmStridedBatched) in every adjoint pair with
  * alpha against the CPU's double sums; transpose (4-D, a GPT's head
  * split) and slice / slice_grad bit for bit (copies); softmax plain and
@@ -862,6 +891,7 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, embedding_vs_cpu);
 	tcase_add_test(tc, layer_norm_vs_cpu);
 	tcase_add_test(tc, gelu_vs_cpu);
+	tcase_add_test(tc, attention_vs_cpu);
 	tcase_add_test(tc, dropout_same_stream_as_cpu);
 	tcase_add_test(tc, xent_and_count_correct_vs_cpu);
 	tcase_add_test(tc, gpt_ops_vs_cpu);

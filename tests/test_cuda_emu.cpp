@@ -10,7 +10,8 @@
  * transposes, bias_add, relu_grad, the cross-entropy gradient, embedding
  * and its scatter-add gradient, layer_norm and its gradients, gelu and
  * its gradient (host libm on both sides) and the optimizer updates, bit
- * for bit against the CPU kernels.  It does not
+ * for bit against the CPU kernels; causal self-attention and its
+ * gradient within float rounding of the CPU's double sums.  It does not
  * check the kernels that need a whole block (the block reductions of the
  * loss, count_correct and bias gradient), launch configurations, or
  * anything of CUDA itself: tests/test_cuda.c does, on a GPU.
@@ -65,6 +66,21 @@ static void same(const char *what, const float *gpu, const float *cpu,
 			return;
 		}
 	printf("ok   %s (%zu values equal)\n", what, n);
+}
+
+/* |gpu - cpu| <= atol + rtol |cpu|: kernels whose float sums stand beside
+ * the CPU's double sums */
+static void close(const char *what, const float *gpu, const float *cpu,
+		  size_t n, double atol, double rtol)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!(fabs((double)gpu[i] - cpu[i]) <= atol + rtol * fabs(cpu[i]))) {
+			printf("FAIL %s[%zu]: kernel %.9g, cpu %.9g\n", what, i,
+			       (double)gpu[i], (double)cpu[i]);
+			failures++;
+			return;
+		}
+	printf("ok   %s (%zu values within %g + %g |cpu|)\n", what, n, atol, rtol);
 }
 
 static void pool(int n, int h, int w, int c, int k, int s, int dil,
@@ -270,6 +286,30 @@ int main(void)
 		same("embedding_grad", t2, t1, (size_t)V * Dm);
 		for (float *q : {tab, gy, e1, e2, t1, t2})
 			delete[] q;
+	}
+
+	/* causal self-attention and its gradient: float sums and expf beside
+	 * the CPU's double arithmetic (a wrong or missing term is ~1e-2) */
+	{
+		const int B = 2, T = 19, Cn = 24, H = 3;
+		size_t nq = (size_t)B * T * 3 * Cn, ny = (size_t)B * T * Cn;
+		float *q = new float[nq], *ady = new float[ny];
+		float *y1 = new float[ny], *y2 = new float[ny];
+		float *d1 = new float[nq], *d2 = new float[nq];
+		float *st = new float[3 * (size_t)B * T * H];
+		for (size_t i = 0; i < nq; i++)
+			q[i] = frand();
+		for (size_t i = 0; i < ny; i++)
+			ady[i] = frand();
+		dtf_cpu_causal_self_attention(B, T, Cn, H, q, y1);
+		k_attn_fwd(B, T, Cn, H, q, y2);
+		close("causal_self_attention", y2, y1, ny, 1e-5, 1e-4);
+		dtf_cpu_causal_self_attention_grad(B, T, Cn, H, q, ady, d1);
+		k_attn_bwd_q(B, T, Cn, H, q, ady, d2, st);
+		k_attn_bwd_kv(B, T, Cn, H, q, ady, st, d2);
+		close("causal_self_attention_grad", d2, d1, nq, 1e-5, 1e-4);
+		for (float *p : {q, ady, y1, y2, d1, d2, st})
+			delete[] p;
 	}
 
 	printf("%s\n", failures ? "FAILED" : "all equal");

@@ -166,13 +166,40 @@ static const char emb_job_text[] =
 	"  optimizer: {adam: {learning_rate: 0.01}}\n"
 	"logging: {every_steps: 1000}\n";
 
-static float *train_emb(const char *device, struct dtf_train_result *res,
-			size_t *n)
+/* The same ids through causal_self_attention (qkv from the embedding:
+ * 64 positions, 2 heads of 2 channels) and its gradient. */
+static const char attn_job_text[] =
+	"name: tiny-attention\n"
+	"seed: 5\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
+	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, dtype: int32, shape: [64]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    table: {variable: {shape: [256, 12]}}\n"
+	"    qkv: {embedding: {inputs: [image, table]}}\n"
+	"    attn: {causal_self_attention: {inputs: [qkv], heads: 2}}\n"
+	"    flat: {flatten: {inputs: [attn]}}\n"
+	"    w: {variable: {shape: [256, 4]}}\n"
+	"    logits: {matmul: {inputs: [flat, w]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  epochs: 2\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"logging: {every_steps: 1000}\n";
+
+static float *train_text(const char *device, const char *text,
+			 const char *file, struct dtf_train_result *res,
+			 size_t *n)
 {
 	char path[512], out[512], dev[64];
-	tu_write_file(tmpdir, "emb.yaml", emb_job_text, tmpdir, tmpdir);
-	tu_path(path, sizeof(path), tmpdir, "emb.yaml");
-	snprintf(out, sizeof(out), "%s/emb-%s.bin", tmpdir, device);
+	tu_write_file(tmpdir, file, text, tmpdir, tmpdir);
+	tu_path(path, sizeof(path), tmpdir, file);
+	snprintf(out, sizeof(out), "%s/%s-%s.bin", tmpdir, file, device);
 	snprintf(dev, sizeof(dev), "device=%s", device);
 	const char *sets[] = {dev};
 	struct dtf_job *job = NULL;
@@ -185,6 +212,41 @@ static float *train_emb(const char *device, struct dtf_train_result *res,
 	dtf_job_free(job);
 	return tu_read_vars(NULL, out, n);
 }
+
+static float *train_emb(const char *device, struct dtf_train_result *res,
+			size_t *n)
+{
+	return train_text(device, emb_job_text, "emb.yaml", res, n);
+}
+
+START_TEST(gpu_path_equals_cpu_attention)
+{
+	struct dtf_train_result rc_, rg;
+	size_t nc, ng;
+	setenv("DTF_CPU_KERNELS", "reference", 1);
+	unsigned long k0 = dtf_mock_cuda_kernels();
+	float *c = train_text("cpu", attn_job_text, "attn.yaml", &rc_, &nc);
+	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0);
+	float *g = train_text("cuda", attn_job_text, "attn.yaml", &rg, &ng);
+	ck_assert_uint_gt(dtf_mock_cuda_kernels(), k0 + 100);
+	ck_assert_uint_eq(nc, 256 * 12 + 256 * 4);
+	ck_assert_uint_eq(ng, nc);
+	size_t diff = 0, moved = 0;
+	for (size_t i = 0; i < nc; i++) {
+		diff += memcmp(&c[i], &g[i], sizeof(float)) != 0;
+		moved += c[i] != 0.0f;
+	}
+	printf("attention: %zu parameters, %zu differ; eval loss cpu %.9g gpu-path %.9g, accuracy %.4f %.4f\n",
+	       nc, diff, rc_.eval_loss, rg.eval_loss, rc_.eval_accuracy,
+	       rg.eval_accuracy);
+	ck_assert_uint_eq(diff, 0);
+	ck_assert_uint_gt(moved, nc / 2);
+	ck_assert(rc_.eval_loss == rg.eval_loss);
+	ck_assert_uint_eq(rg.step_allocations, 0);
+	free(c);
+	free(g);
+}
+END_TEST
 
 START_TEST(gpu_path_equals_cpu_embedding)
 {
@@ -540,6 +602,7 @@ int main(void)
 	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
 	tcase_add_test(tc, gpu_path_equals_cpu_embedding);
 	tcase_add_test(tc, gpu_path_equals_cpu_gpt_ops);
+	tcase_add_test(tc, gpu_path_equals_cpu_attention);
 	tcase_add_test(tc, unsupported_falls_back_or_fails);
 	tcase_add_test(tc, gpu_checkpoint_resumes);
 	tcase_add_test(tc, gpu_path_follows_the_schedule);

@@ -963,6 +963,185 @@ START_TEST(fused_graph_matches_reference)
 }
 END_TEST
 
+/* ---- causal self-attention ---------------------------------------------- */
+
+/* The fast attention and its gradient against the reference on each ISA,
+ * 1 and 3 threads: head sizes with and without vector tails (d = 3, 4,
+ * 8, 24, 32, 64), t of 1, 4 (one block of four queries), below, at and
+ * above whole vectors of keys, more tasks than threads and fewer.  |fast - ref| <= 1e-4 + 1e-4 |ref| (float sums of
+ * up to ~260 terms and a polynomial exp against double sums; a missing or
+ * doubled term moves a result by ~1e-2 or more); the two thread counts
+ * give the same bits (each (example, head) is one thread's task). */
+START_TEST(attention_matches_reference)
+{
+	ON_ISA();
+	const int shapes[][4] = {{2, 5, 6, 2},   {1, 17, 48, 2}, {3, 16, 64, 2},
+				 {2, 64, 128, 4}, {1, 33, 64, 1}, {1, 130, 128, 2},
+				 {1, 1, 8, 2},    {2, 4, 8, 1}};
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		int b = shapes[si][0], t = shapes[si][1], c = shapes[si][2];
+		int heads = shapes[si][3];
+		size_t nq = (size_t)b * t * 3 * c, ny = (size_t)b * t * c;
+		float *qkv = tu_frandom(nq, -1, 1), *dy = tu_frandom(ny, -1, 1);
+		float *ref = tu_fnan(ny), *dref = tu_fnan(nq);
+		dtf_cpu_causal_self_attention(b, t, c, heads, qkv, ref);
+		dtf_cpu_causal_self_attention_grad(b, t, c, heads, qkv, dy, dref);
+		float *first = NULL, *dfirst = NULL;
+		for (int ti = 0; ti < 2; ti++) {
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+			float *ws = tu_fnan(dtf_fast_attention_workspace(
+				t, c, heads, thread_counts[ti]));
+			float *y = tu_fnan(ny), *dq = tu_fnan(nq);
+			dtf_fast_causal_self_attention(p, b, t, c, heads, qkv, y, ws);
+			dtf_fast_causal_self_attention_grad(p, b, t, c, heads, qkv,
+							    dy, dq, ws);
+			close_enough("attention", ref, y, ny, 1e-4);
+			close_enough("attention grad", dref, dq, nq, 1e-4);
+			if (!first) {
+				first = y, dfirst = dq;
+			} else {
+				exactly("attention 3 threads", first, y, ny);
+				exactly("attention grad 3 threads", dfirst, dq, nq);
+				free(y), free(dq);
+			}
+			free(ws);
+			dtf_pool_free(p);
+		}
+		free(first), free(dfirst);
+		free(qkv), free(dy), free(ref), free(dref);
+	}
+}
+END_TEST
+
+/* The fused causal_self_attention equals the attention composed of graph
+ * ops, as a GPT block writes it without the fused op: q, k, v sliced
+ * from qkv, heads split by reshape and transpose [0, 2, 1, 3], scores
+ * q k^T / sqrt(d) by batch_matmul (adj_y, alpha), causal softmax, p v,
+ * heads merged back.  qkv = x w (6, 7, 36): 3 heads of 4 channels; a
+ * dense head to (6, 7, 5) logits against int32 labels per position.
+ * Both forms from one job text with the same variable names (so the same
+ * initial values and parameter layout): the attention output, the loss
+ * and every variable's gradient (w's is x^T dqkv) agree within
+ * 1e-5 (relative to the largest magnitude of each) on the reference
+ * executor and on the fast plan, 1 and 3 threads. */
+static const char attn_head_fmt[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    x: {type: float, shape: [7, 6]}\n"
+	"    y: {type: bytes, decode: uint8, dtype: int32, shape: [7]}\n"
+	"model:\n"
+	"  graph:\n"
+	"    w: {variable: {shape: [6, 36]}}\n"
+	"    qkv: {matmul: {inputs: [x, w]}}\n"
+	"%s"
+	"    wo: {variable: {shape: [12, 5]}}\n"
+	"    logits: {matmul: {inputs: [attn, wo]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: y}}\n"
+	"train: {batch_size: 6}\n";
+static const char attn_fused[] =
+	"    attn: {causal_self_attention: {inputs: [qkv], heads: 3}}\n";
+static const char attn_composed[] =
+	"    q: {slice: {inputs: [qkv], axis: 2, begin: 0, size: 12}}\n"
+	"    k: {slice: {inputs: [qkv], axis: 2, begin: 12, size: 12}}\n"
+	"    v: {slice: {inputs: [qkv], axis: 2, begin: 24, size: 12}}\n"
+	"    qh: {reshape: {inputs: [q], shape: [7, 3, 4]}}\n"
+	"    kh: {reshape: {inputs: [k], shape: [7, 3, 4]}}\n"
+	"    vh: {reshape: {inputs: [v], shape: [7, 3, 4]}}\n"
+	"    qt: {transpose: {inputs: [qh], perm: [0, 2, 1, 3]}}\n"
+	"    kt: {transpose: {inputs: [kh], perm: [0, 2, 1, 3]}}\n"
+	"    vt: {transpose: {inputs: [vh], perm: [0, 2, 1, 3]}}\n"
+	"    scores: {batch_matmul: {inputs: [qt, kt], adj_y: true, alpha: 0.5}}\n"
+	"    probs: {softmax: {inputs: [scores], causal: true}}\n"
+	"    o: {batch_matmul: {inputs: [probs, vt]}}\n"
+	"    ot: {transpose: {inputs: [o], perm: [0, 2, 1, 3]}}\n"
+	"    attn: {reshape: {inputs: [ot], shape: [7, 12]}}\n";
+
+/* the model of attn_head_fmt with `attention`, inputs and labels filled */
+static void attn_model(struct tu_model *m, const char *attention)
+{
+	char text[4096];
+	snprintf(text, sizeof text, attn_head_fmt, attention);
+	model_build(m, text);
+	struct dtf_node *x = &m->g.nodes[dtf_graph_find(&m->g, "x")];
+	struct dtf_node *y = &m->g.nodes[dtf_graph_find(&m->g, "y")];
+	for (int64_t i = 0; i < dtf_shape_numel(&x->shape); i++)
+		((float *)x->data)[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+	for (int64_t i = 0; i < dtf_shape_numel(&y->shape); i++)
+		((int32_t *)y->data)[i] = (int32_t)((i * 3 + 1) % 5);
+}
+
+/* |a - b| <= tol * max |b| over n values */
+static void close_to_max(const char *what, const float *a, const float *b,
+			 size_t n, double tol)
+{
+	double mx = 0;
+	for (size_t i = 0; i < n; i++)
+		mx = fmax(mx, fabs(b[i]));
+	ck_assert(mx > 0);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(fabs((double)a[i] - b[i]) <= tol * mx,
+			      "%s[%zu]: fused %.9g, composed %.9g (max %.3g)", what, i,
+			      a[i], b[i], mx);
+}
+
+/* forward and backward of m on the reference (nthreads 0) or the fast
+ * plan */
+static void attn_run(struct tu_model *m, int nthreads)
+{
+	struct dtf_pool *p = NULL;
+	struct dtf_fast_plan fp;
+	if (nthreads) {
+		ck_assert_int_eq(dtf_pool_new(nthreads, &p), 0);
+		ck_assert_int_eq(dtf_fast_plan_init(&fp, &m->g, p), 0);
+		m->ctx.fast = &fp;
+	}
+	for (size_t i = 0; i < m->g.nparams; i++)
+		m->grads[i] = NAN;
+	dtf_exec_forward(&m->g, &m->ctx);
+	dtf_exec_backward(&m->g, &m->ctx);
+	if (nthreads) {
+		m->ctx.fast = NULL;
+		dtf_fast_plan_deinit(&fp);
+		dtf_pool_free(p);
+	}
+}
+
+START_TEST(attention_equals_composition)
+{
+	ON_ISA();
+	struct tu_model f, c;
+	attn_model(&f, attn_fused);
+	attn_model(&c, attn_composed);
+	ck_assert_int_eq(f.g.nodes[dtf_graph_find(&f.g, "attn")].op,
+			 DTF_OP_CAUSAL_SELF_ATTENTION);
+	ck_assert_uint_eq(f.g.nparams, c.g.nparams);
+	ck_assert(memcmp(f.params, c.params, f.g.nparams * sizeof(float)) == 0);
+	const struct dtf_node *fa = &f.g.nodes[dtf_graph_find(&f.g, "attn")];
+	const struct dtf_node *ca = &c.g.nodes[dtf_graph_find(&c.g, "attn")];
+	size_t na = (size_t)dtf_shape_numel(&fa->shape);
+	ck_assert_uint_eq(na, (size_t)dtf_shape_numel(&ca->shape));
+	for (int nt = 0; nt <= 3; nt += 3) {
+		attn_run(&f, nt);
+		attn_run(&c, nt);
+		close_to_max("attention output", fa->data, ca->data, na, 1e-5);
+		ck_assert_msg(fabs(f.ctx.loss_sum - c.ctx.loss_sum) <=
+				      1e-5 * fabs(c.ctx.loss_sum),
+			      "loss %.9g vs %.9g", f.ctx.loss_sum, c.ctx.loss_sum);
+		for (int i = 0; i < f.g.nforward; i++) {
+			const struct dtf_node *n = &f.g.nodes[i];
+			if (n->op != DTF_OP_VARIABLE)
+				continue;
+			size_t o = n->a.var.offset, cnt = (size_t)dtf_shape_numel(&n->shape);
+			close_to_max(n->name, f.grads + o, c.grads + o, cnt, 1e-5);
+		}
+	}
+	tu_model_free(&f);
+	tu_model_free(&c);
+}
+END_TEST
+
 /* ---- runner ------------------------------------------------------------- */
 
 static Suite *fast_suite(void)
@@ -983,6 +1162,8 @@ static Suite *fast_suite(void)
 				pool_grad_conv_filter_matches_reference}},
 		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
 		{"dropout", {dropout_is_bit_identical}},
+		{"attention", {attention_matches_reference,
+			       attention_equals_composition}},
 		{"graph", {fused_graph_matches_reference}},
 		{"batch_matmul", {batch_matmul_matches_reference}},
 	};

@@ -1338,6 +1338,101 @@ START_TEST(layers_over_sequences)
 }
 END_TEST
 
+/* The graph form's causal_self_attention: qkv (4, 5, 12) made by a dense
+ * layer and a reshape, 2 heads of 2 channels, its output (4, 5, 6), the
+ * FLOP rules of the op and its gradient, and every parameter's gradient
+ * (through the attention's, which recomputes the probabilities) against
+ * central differences of the loss. */
+static const char attention_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    x: {type: float, shape: [8]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    w1: {variable: {shape: [8, 60]}}\n"
+	"    h: {matmul: {inputs: [x, w1]}}\n"
+	"    qkv: {reshape: {inputs: [h], shape: [5, 12]}}\n"
+	"    attn: {causal_self_attention: {inputs: [qkv], heads: 2}}\n"
+	"    flat: {flatten: {inputs: [attn]}}\n"
+	"    w2: {variable: {shape: [20, 3]}}\n"
+	"    logits: {matmul: {inputs: [flat, w2]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(attention_gradient_matches_finite_differences)
+{
+	struct tu_model m;
+	model_build(&m, attention_job);
+	struct dtf_graph *g = &m.g;
+	int at = dtf_graph_find(g, "attn");
+	ck_assert_int_ge(at, 0);
+	ck_assert_int_eq(g->nodes[at].op, DTF_OP_CAUSAL_SELF_ATTENTION);
+	ck_assert_int_eq(g->nodes[at].a.attn.heads, 2);
+	ck_assert_int_eq(g->nodes[at].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[at].shape.d[0], 4);
+	ck_assert_int_eq(g->nodes[at].shape.d[1], 5);
+	ck_assert_int_eq(g->nodes[at].shape.d[2], 4);
+	/* 4 b t t c over the full square; the gradient 10 */
+	ck_assert_int_eq(dtf_graph_node_flops(g, at), 4LL * 4 * 5 * 5 * 4);
+	int ag = -1;
+	for (int i = g->nforward; i < g->nnodes; i++)
+		if (g->nodes[i].op == DTF_OP_CAUSAL_SELF_ATTENTION_GRAD)
+			ag = i;
+	ck_assert_int_ge(ag, 0);
+	ck_assert_int_eq(g->nodes[ag].a.attn.heads, 2);
+	ck_assert_int_eq(g->nodes[ag].shape.d[2], 12);
+	ck_assert_int_eq(dtf_graph_node_flops(g, ag), 10LL * 4 * 5 * 5 * 4);
+	gmodel_check(&m, "causal_self_attention");
+	tu_model_free(&m);
+}
+END_TEST
+
+/* causal_self_attention's constructor: a (b, t, 3c) float32 input, heads
+ * dividing c, dropout 0 only; the job language names the key's place. */
+START_TEST(attention_errors)
+{
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_init(&g, 2), 0);
+	struct dtf_feature_spec f2 = {.name = "x2", .rank = 1, .shape = {12}};
+	struct dtf_feature_spec f3 = {.name = "x3", .rank = 2, .shape = {5, 13}};
+	struct dtf_feature_spec ok = {.name = "ok", .rank = 2, .shape = {5, 12}};
+	int x2 = OK(dtf_graph_input(&g, "x2", 0, &f2));
+	int x3 = OK(dtf_graph_input(&g, "x3", 1, &f3));
+	int q = OK(dtf_graph_input(&g, "ok", 2, &ok));
+	ck_assert_int_eq(dtf_graph_causal_self_attention(&g, "a", x2, 1, 0), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "causal_self_attention needs a float32 qkv input of shape (batch, time, 3 * channels): 'x2' has shape (2, 12)");
+	ck_assert_int_eq(dtf_graph_causal_self_attention(&g, "a", x3, 1, 0), -DTF_ERR_GRAPH);
+	ck_assert_int_eq(dtf_graph_causal_self_attention(&g, "a", q, 3, 0), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "causal_self_attention 'a': heads (3) must be >= 1 and divide the channels (4)");
+	ck_assert_int_eq(dtf_graph_causal_self_attention(&g, "a", q, 0, 0), -DTF_ERR_GRAPH);
+	ck_assert_int_eq(dtf_graph_causal_self_attention(&g, "a", q, 2, 0.1f), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "causal_self_attention 'a': dropout 0.1 is not implemented (only 0)");
+	int a = OK(dtf_graph_causal_self_attention(&g, "a", q, 4, 0));
+	ck_assert_int_eq(g.nodes[a].shape.d[2], 4);
+	dtf_graph_deinit(&g);
+
+	/* the job language: file:line:col of the dropout key */
+	const char *bad = strstr(attention_job, "heads: 2");
+	char text[2048];
+	snprintf(text, sizeof text, "%.*sheads: 2, dropout: 0.1%s",
+		 (int)(bad - attention_job), attention_job, bad + strlen("heads: 2"));
+	struct dtf_job *job = NULL;
+	ck_assert_int_ne(dtf_job_load_string("tiny.yaml", text, NULL, 0, &job), 0);
+	ck_assert_msg(strstr(dtf_error_msg(), "tiny.yaml:11:") &&
+			      strstr(dtf_error_msg(), "dropout 0.1 is not implemented"),
+		      "%s", dtf_error_msg());
+	snprintf(text, sizeof text, "%.*sheads: 0%s",
+		 (int)(bad - attention_job), attention_job, bad + strlen("heads: 2"));
+	ck_assert_int_ne(dtf_job_load_string("tiny.yaml", text, NULL, 0, &job), 0);
+	ck_assert_msg(strstr(dtf_error_msg(), "heads"), "%s", dtf_error_msg());
+}
+END_TEST
+
 /* embedding's constructor: int32 ids, a (vocab, d) float32 table. */
 START_TEST(embedding_errors)
 {
@@ -1402,6 +1497,10 @@ static Suite *graph_suite(void)
 	tcase_add_test(tc, layers_over_sequences);
 	tcase_add_test(tc, batch_matmul_adjoints);
 	tcase_add_test(tc, transpose_and_batch_matmul_errors);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("attention");
+	tcase_add_test(tc, attention_gradient_matches_finite_differences);
+	tcase_add_test(tc, attention_errors);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("toposort");
 	tcase_add_test(tc, toposort_orders_and_finds_cycles);

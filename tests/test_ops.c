@@ -1991,6 +1991,111 @@ START_TEST(test_embedding)
 }
 END_TEST
 
+/* ---- causal self-attention ------------------------------------------------
+ * Against a plain loop written here the other way round: per (example,
+ * head) the whole t x t score matrix in double with the upper triangle
+ * masked to -inf, a row softmax, then P V (atol = rtol = 1e-5: the kernel
+ * sums in double and rounds once per product into float outputs that are
+ * convex combinations of values in [-1, 1]); by hand for q = 0 (uniform
+ * attention: y_i is the mean of v_0..v_i) and for causality (changing the
+ * last position's k and v leaves every earlier row bit for bit); the
+ * gradient by central differences of L = sum(y * r) w.r.t. every qkv
+ * element (smooth: eps 5e-3, atol 1e-3, rtol 1e-3; truncation ~eps^2).
+ */
+static void attention_naive(int b, int t, int c, int heads, const float *qkv,
+			    double *y)
+{
+	int d = c / heads;
+	double *s = malloc((size_t)t * t * sizeof *s);
+	for (int n = 0; n < b; n++)
+		for (int h = 0; h < heads; h++) {
+			const float *base = qkv + (size_t)n * t * 3 * c + (size_t)h * d;
+			for (int i = 0; i < t; i++)
+				for (int j = 0; j < t; j++) {
+					double acc = 0.0;
+					for (int k = 0; k < d; k++)
+						acc += (double)base[(size_t)i * 3 * c + k] *
+						       base[(size_t)j * 3 * c + c + k];
+					s[i * t + j] = j <= i ? acc / sqrt((double)d) : -INFINITY;
+				}
+			for (int i = 0; i < t; i++) {
+				double m = -INFINITY, sum = 0.0;
+				for (int j = 0; j < t; j++)
+					m = fmax(m, s[i * t + j]);
+				for (int j = 0; j < t; j++)
+					sum += (s[i * t + j] = exp(s[i * t + j] - m));
+				for (int k = 0; k < d; k++) {
+					double acc = 0.0;
+					for (int j = 0; j < t; j++)
+						acc += s[i * t + j] / sum *
+						       base[(size_t)j * 3 * c + 2 * c + k];
+					y[((size_t)n * t + i) * c + (size_t)h * d + k] = acc;
+				}
+			}
+		}
+	free(s);
+}
+
+struct attn_ctx {
+	int b, t, c, heads;
+	float *qkv, *y, *r;
+};
+
+static double attn_loss(void *p)
+{
+	struct attn_ctx *a = p;
+	dtf_cpu_causal_self_attention(a->b, a->t, a->c, a->heads, a->qkv, a->y);
+	return dot(a->y, a->r, (size_t)a->b * a->t * a->c);
+}
+
+START_TEST(test_attention)
+{
+	tu_rng_seed(777);
+	const int shapes[][4] = {{2, 5, 6, 2}, {1, 9, 12, 1}, {3, 7, 12, 4},
+				 {1, 1, 4, 2}};
+	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+		int b = shapes[si][0], t = shapes[si][1], c = shapes[si][2];
+		int heads = shapes[si][3];
+		size_t nq = (size_t)b * t * 3 * c, ny = (size_t)b * t * c;
+		float *qkv = tu_frandom(nq, -1, 1), *y = tu_falloc(ny);
+		double *want = malloc(ny * sizeof *want);
+		poison(y, ny);
+		dtf_cpu_causal_self_attention(b, t, c, heads, qkv, y);
+		attention_naive(b, t, c, heads, qkv, want);
+		assert_close("attention", y, want, ny, 1e-5, 1e-5);
+		/* the gradient by finite differences */
+		float *r = tu_frandom(ny, -1, 1), *dq = tu_falloc(nq);
+		poison(dq, nq);
+		dtf_cpu_causal_self_attention_grad(b, t, c, heads, qkv, r, dq);
+		struct attn_ctx a = {b, t, c, heads, qkv, y, r};
+		fd_check("attention qkv", qkv, nq, dq, attn_loss, &a, 5e-3f,
+			 1e-3, 1e-3);
+		free(qkv), free(y), free(want), free(r), free(dq);
+	}
+
+	/* q = 0: every key weighs the same; y_i = mean(v_0..v_i) */
+	enum { T = 4, C = 2 };
+	float qkv[T * 3 * C], y[T * C], y2[T * C];
+	for (int i = 0; i < T; i++)
+		for (int k = 0; k < C; k++) {
+			qkv[i * 3 * C + k] = 0.0f;
+			qkv[i * 3 * C + C + k] = (float)(i + k) * 0.5f - 1.0f;
+			qkv[i * 3 * C + 2 * C + k] = (float)((i + 1) * (k ? -1 : 1));
+		}
+	dtf_cpu_causal_self_attention(1, T, C, 1, qkv, y);
+	for (int i = 0; i < T; i++) /* mean of 1..i+1 = (i + 2) / 2 */
+		for (int k = 0; k < C; k++)
+			ck_assert_msg(fabs(y[i * C + k] - (k ? -1 : 1) * (i + 2) / 2.0) < 1e-6,
+				      "y[%d][%d] = %g", i, k, y[i * C + k]);
+	/* causal: the last key and value are seen by the last query only */
+	for (int k = 0; k < 3 * C; k++)
+		qkv[(T - 1) * 3 * C + k] = 3.0f + (float)k;
+	dtf_cpu_causal_self_attention(1, T, C, 1, qkv, y2);
+	ck_assert(memcmp(y, y2, (T - 1) * C * sizeof(float)) == 0);
+	ck_assert(y2[(T - 1) * C] != y[(T - 1) * C]);
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -2027,6 +2132,7 @@ static Suite *ops_suite(void)
 		{"dense_losses", {test_dense_losses_hand, test_dense_losses_fd}},
 		{"top_k", {test_top_k_ties}},
 		{"embedding", {test_embedding}},
+		{"attention", {test_attention}},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		TCase *tc = tcase_create(cases[i].name);

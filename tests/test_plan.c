@@ -53,6 +53,9 @@ enum kind {
 	K_SOURCE, /* input, variable */
 	K_LOSS,   /* a loss: the head of every graph, in turn */
 	K_GRAD,   /* emitted by autodiff only */
+	K_OUTSIDE, /* a forward op whose input the rank-2 and rank-4 cases
+		      cannot give (causal_self_attention: (b, t, 3c)); its
+		      graphs are planned by the tests of the op */
 };
 
 static enum kind kind_of(enum dtf_op op)
@@ -92,7 +95,10 @@ static enum kind kind_of(enum dtf_op op)
 	case DTF_OP_SIGMOID_XENT_GRAD:
 	case DTF_OP_MSE_GRAD:
 	case DTF_OP_EMBEDDING_GRAD:
+	case DTF_OP_CAUSAL_SELF_ATTENTION_GRAD:
 		return K_GRAD;
+	case DTF_OP_CAUSAL_SELF_ATTENTION:
+		return K_OUTSIDE;
 	case DTF_OP_CONV2D:
 	case DTF_OP_MAX_POOL2D:
 	case DTF_OP_MATMUL:

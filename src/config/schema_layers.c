@@ -680,8 +680,8 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add", "embedding", "causal_self_attention",
-	"slice", "transpose", "batch_matmul", "position_embedding",
+	"constant", "matmul", "bias_add", "embedding", "slice", "transpose",
+	"batch_matmul", "causal_self_attention", "position_embedding",
 	"transformer_block",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==

@@ -600,6 +600,89 @@ static int emit_softmax(struct ox *x, int id)
 	return 0;
 }
 
+/* One head-split tensor of causal_self_attention: part (0 q, 1 k, 2 v) of
+ * qkv (b, t, 3c) sliced, reshaped to (b, t, h, d) and transposed by perm
+ * into "<node>:<what>" (buf). */
+static void attn_part(struct ox *x, int id, int part, const int64_t *perm,
+		      const char *what, char (*buf)[TNAME])
+{
+	const struct dtf_node *n = nd(x, id);
+	int64_t c = n->shape.d[2], h = n->a.attn.heads;
+	int64_t b0 = part * c, e0 = b0 + c, ax = 2;
+	int64_t dims[4] = {0, n->shape.d[1], h, c / h};
+	char sl[TNAME], st[TNAME], en[TNAME], axs[TNAME], shp[TNAME], rs[TNAME];
+	snprintf(st, TNAME, "%s:%s_starts", n->name, what);
+	snprintf(en, TNAME, "%s:%s_ends", n->name, what);
+	snprintf(axs, TNAME, "%s:%s_axes", n->name, what);
+	snprintf(sl, TNAME, "%s:%s_slice", n->name, what);
+	snprintf(shp, TNAME, "%s:%s_shape", n->name, what);
+	snprintf(rs, TNAME, "%s:%s_heads", n->name, what);
+	init_i64(x, st, &b0, 1);
+	init_i64(x, en, &e0, 1);
+	init_i64(x, axs, &ax, 1);
+	init_i64(x, shp, dims, 4);
+	const char *si[4] = {in(x, id, 0), st, en, axs};
+	node(x, "Slice", sl, si, 4, sl);
+	const char *ri[2] = {sl, shp};
+	node(x, "Reshape", rs, ri, 2, rs);
+	snprintf(*buf, TNAME, "%s:%s", n->name, what);
+	transpose(x, *buf, rs, *buf, perm, 4);
+}
+
+/* causal_self_attention as the composition it fuses: q, k, v sliced and
+ * split into heads (b, h, t, d) (k as (b, h, d, t)), MatMul, Mul by
+ * 1/sqrt(d), Add of the causal -inf mask, Softmax, MatMul by v, heads
+ * merged back by Transpose and Reshape to (b, t, c). */
+static int emit_causal_self_attention(struct ox *x, int id)
+{
+	const struct dtf_node *n = nd(x, id);
+	int64_t t = n->shape.d[1], c = n->shape.d[2], h = n->a.attn.heads;
+	static const int64_t heads_first[4] = {0, 2, 1, 3};
+	static const int64_t keys_last[4] = {0, 2, 3, 1};
+	char q[TNAME], k[TNAME], v[TNAME], s[TNAME], sc[TNAME], ms[TNAME];
+	char mk[TNAME], p[TNAME], o[TNAME], ot[TNAME], al[TNAME], shp[TNAME];
+	attn_part(x, id, 0, heads_first, "q", &q);
+	attn_part(x, id, 1, keys_last, "k_t", &k);
+	attn_part(x, id, 2, heads_first, "v", &v);
+	snprintf(s, TNAME, "%s:scores", n->name);
+	const char *mi[2] = {q, k};
+	node(x, "MatMul", s, mi, 2, s);
+	snprintf(al, TNAME, "%s:scale", n->name);
+	init_scalar(x, al, (float)(1.0 / sqrt((double)(c / h))));
+	snprintf(sc, TNAME, "%s:scaled", n->name);
+	const char *ai[2] = {s, al};
+	node(x, "Mul", sc, ai, 2, sc);
+	float *mask = dtf_malloc((size_t)(t * t) * sizeof(float));
+	if (!mask)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	for (int64_t i = 0; i < t; i++)
+		for (int64_t j = 0; j < t; j++)
+			mask[i * t + j] = j <= i ? 0.0f : -INFINITY;
+	int64_t md[2] = {t, t};
+	snprintf(mk, TNAME, "%s:causal_mask", n->name);
+	init_f32(x, mk, md, 2, mask, (size_t)(t * t));
+	dtf_free(mask);
+	snprintf(ms, TNAME, "%s:masked", n->name);
+	const char *ki[2] = {sc, mk};
+	node(x, "Add", ms, ki, 2, ms);
+	snprintf(p, TNAME, "%s:probs", n->name);
+	const char *pi = ms;
+	node_begin(x, "Softmax", p, &pi, 1, p);
+	attr_int(x, "axis", -1);
+	node_end(x);
+	snprintf(o, TNAME, "%s:context", n->name);
+	const char *oi[2] = {p, v};
+	node(x, "MatMul", o, oi, 2, o);
+	snprintf(ot, TNAME, "%s:merged", n->name);
+	transpose(x, ot, o, ot, heads_first, 4);
+	int64_t dims[3] = {0, t, c};
+	snprintf(shp, TNAME, "%s:shape", n->name);
+	init_i64(x, shp, dims, 3);
+	const char *ri[2] = {ot, shp};
+	node(x, "Reshape", n->name, ri, 2, x->name[id]);
+	return 0;
+}
+
 /* a op b -> "<node>:<what>" in buf */
 static const char *binary(struct ox *x, int id, const char *op,
 			  const char *a, const char *b, const char *what,
@@ -718,11 +801,10 @@ struct onnx_rule {
 #define ONNX_mean_squared_error_grad GRADIENT
 #define ONNX_embedding EMIT(emit_embedding)
 #define ONNX_embedding_grad GRADIENT
-#define ONNX_causal_self_attention \
-	NOT_EXPORTED("no ONNX rule yet (ONNX's Attention is opset 23)")
-#define ONNX_causal_self_attention_grad GRADIENT
 #define ONNX_transpose EMIT(emit_transpose)
 #define ONNX_batch_matmul EMIT(emit_batch_matmul)
+#define ONNX_causal_self_attention EMIT(emit_causal_self_attention)
+#define ONNX_causal_self_attention_grad GRADIENT
 
 /* One entry per row of DTF_OPS, in enum order; an op without an
  * ONNX_<name> above is an undeclared identifier here. */

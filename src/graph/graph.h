@@ -131,10 +131,10 @@
 	X(MSE_GRAD,                         mean_squared_error_grad,           2, -1, GRAD,     IN0,       3,  NULL)                  \
 	X(EMBEDDING,                        embedding,                         2, -1, GATHER,   ZERO,      0,  grad_embedding)        \
 	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)                  \
-	X(CAUSAL_SELF_ATTENTION,            causal_self_attention,             1, -1, ATTENTION, ATTENTION, 4, grad_attention)       \
-	X(CAUSAL_SELF_ATTENTION_GRAD,       causal_self_attention_grad,        2, -1, GRAD,     ATTENTION, 10, NULL) \
 	X(TRANSPOSE,                        transpose,                         1, -1, TRANSPOSE, ZERO,     0,  grad_transpose)        \
-	X(BATCH_MATMUL,                     batch_matmul,                      2, -1, BATCH_MATMUL, BATCH_MATMUL, 1, grad_batch_matmul)
+	X(BATCH_MATMUL,                     batch_matmul,                      2, -1, BATCH_MATMUL, BATCH_MATMUL, 1, grad_batch_matmul)  \
+	X(CAUSAL_SELF_ATTENTION,            causal_self_attention,             1, -1, ATTENTION, ATTENTION, 4, grad_attention)       \
+	X(CAUSAL_SELF_ATTENTION_GRAD,       causal_self_attention_grad,        2, -1, GRAD,     ATTENTION, 10, NULL)
 
 /* How an op's output shape follows from its inputs and attributes. */
 enum dtf_shape_rule {

@@ -50,8 +50,8 @@ static char *keras_shape(const struct dtf_shape *s, char *buf, size_t size)
 	return buf;
 }
 
-#define RULE "==================================================================================================="
-#define WIDTH 99
+#define RULE "======================================================================================================="
+#define WIDTH 103
 
 static void row(FILE *out, const char *name, const char *op,
 		const char *shape, size_t params, int64_t flops, int batch)
@@ -61,7 +61,7 @@ static void row(FILE *out, const char *name, const char *op,
 		human((double)flops / batch, "", f, sizeof(f));
 	else
 		snprintf(f, sizeof(f), "0");
-	fprintf(out, "%-28s %-18s %-22s %12zu %14s\n", name, op, shape, params,
+	fprintf(out, "%-28s %-22s %-22s %12zu %14s\n", name, op, shape, params,
 		f);
 }
 
@@ -77,7 +77,7 @@ int dtf_summary_print(const struct dtf_job *job, const struct dtf_graph *g,
 
 	fprintf(out, "Model: \"%s\" (%s), per-replica batch %d\n", job->name,
 		graph ? "model.graph" : "model.layers", g->batch);
-	fprintf(out, "%-28s %-18s %-22s %12s %14s\n", "Layer (name)",
+	fprintf(out, "%-28s %-22s %-22s %12s %14s\n", "Layer (name)",
 		graph ? "Op" : "Type", "Output shape", "Params",
 		"FLOPs/example");
 	fprintf(out, "%.*s\n", WIDTH, RULE);

@@ -517,22 +517,21 @@ KERNEL(mean_squared_error_grad)
 					(size_t)ctx->valid, ctx->loss_scale, y);
 }
 
-/* (b, t, c) and heads of an attention node; q is its qkv input */
-static void attention_dims(const struct dtf_graph *g, const struct dtf_node *n,
-			   int q, int *b, int *t, int *c)
+/* (b, t, c) of an attention node's qkv input q (b, t, 3c) */
+static void attention_dims(const struct dtf_graph *g, int q, int *b, int *t,
+			   int *c)
 {
 	const struct dtf_shape *s = &g->nodes[q].shape;
 	*b = (int)s->d[0];
 	*t = (int)s->d[1];
 	*c = (int)(s->d[2] / 3);
-	(void)n;
 }
 
 KERNEL(causal_self_attention) /* qkv */
 {
 	KERNEL_VARS;
 	int nb, t, c;
-	attention_dims(g, n, a, &nb, &t, &c);
+	attention_dims(g, a, &nb, &t, &c);
 	dtf_cpu_causal_self_attention(nb, t, c, n->a.attn.heads, F(g, a), y);
 }
 
@@ -540,7 +539,7 @@ KERNEL(causal_self_attention_grad) /* qkv, dy */
 {
 	KERNEL_VARS;
 	int nb, t, c;
-	attention_dims(g, n, a, &nb, &t, &c);
+	attention_dims(g, a, &nb, &t, &c);
 	dtf_cpu_causal_self_attention_grad(nb, t, c, n->a.attn.heads, F(g, a),
 					   F(g, b), y);
 }

@@ -58,11 +58,12 @@
 #include "ops/cpu/attention_isa.h"
 
 /* Floats of workspace one task needs (attn_head_bwd's blocks; the forward
- * uses fewer). */
+ * uses fewer): q, k, dy, dk, dv (t, d), k and v transposed (d, tp), four
+ * rows of scores and of their gradients (tp). */
 static size_t thread_floats(int t, int d)
 {
 	size_t tp = (size_t)(t + 15) / 16 * 16;
-	return (5 * (size_t)t * d + 2 * (size_t)d * tp + 2 * tp + 15) / 16 * 16;
+	return (5 * (size_t)t * d + 2 * (size_t)d * tp + 8 * tp + 15) / 16 * 16;
 }
 
 size_t dtf_fast_attention_workspace(int t, int c, int heads, int nthreads)

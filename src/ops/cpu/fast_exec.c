@@ -30,8 +30,8 @@ enum action {
 	A_DROPOUT,      /* dropout or dropout_grad */
 	A_POOL_GRAD_BWF, /* A_POOL_GRAD, then the filter gradient next[i]
 			    from dx, which is not stored */
-	A_ATTENTION,    /* causal_self_attention or its gradient */
 	A_BMM,          /* batch_matmul: sgemm per matrix */
+	A_ATTENTION,    /* causal_self_attention or its gradient */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -578,11 +578,11 @@ struct fast_kernel {
 #define FAST_SIGMOID_XENT_GRAD REFERENCE
 #define FAST_MSE REFERENCE
 #define FAST_MSE_GRAD REFERENCE
-#define FAST_CAUSAL_SELF_ATTENTION {plan_attention, run_attention}
-#define FAST_CAUSAL_SELF_ATTENTION_GRAD {plan_attention, run_attention}
 /* an odometer walk, one copy per element already */
 #define FAST_TRANSPOSE REFERENCE
 #define FAST_BATCH_MATMUL {plan_bmm, run_batch_matmul}
+#define FAST_CAUSAL_SELF_ATTENTION {plan_attention, run_attention}
+#define FAST_CAUSAL_SELF_ATTENTION_GRAD {plan_attention, run_attention}
 static const struct fast_kernel fast_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = FAST_##id,

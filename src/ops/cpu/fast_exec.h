@@ -17,7 +17,8 @@
  * and it is the producer's only consumer in the whole graph (forward and
  * backward), so no other node ever reads the buffers that fusion leaves
  * unwritten.  Everything else runs on the pool where a fast kernel exists
- * (conv2d and its gradients, matmul, max pooling, add, dropout) and on the reference
+ * (conv2d and its gradients, matmul, max pooling, add, dropout,
+ * causal_self_attention and its gradient) and on the reference
  * kernel otherwise (the REFERENCE entries of fast_exec.c's kernel table,
  * indexed by the op).  The executor asks dtf_fast_exec_node() first
  * (ops/cpu/exec.c); with no plan (ctx->fast == NULL) every node runs the

@@ -527,11 +527,11 @@ struct cuda_kernel {
 #define CUDA_MSE_GRAD NO_KERNEL_YET
 #define CUDA_EMBEDDING {NULL, cu_embedding, NULL}
 #define CUDA_EMBEDDING_GRAD {NULL, cu_embedding_grad, NULL}
+#define CUDA_TRANSPOSE {NULL, cu_transpose, NULL}
+#define CUDA_BATCH_MATMUL {NULL, cu_batch_matmul, NULL}
 #define CUDA_CAUSAL_SELF_ATTENTION {NULL, cu_causal_self_attention, NULL}
 #define CUDA_CAUSAL_SELF_ATTENTION_GRAD \
 	{plan_attention_grad, cu_causal_self_attention_grad, NULL}
-#define CUDA_TRANSPOSE {NULL, cu_transpose, NULL}
-#define CUDA_BATCH_MATMUL {NULL, cu_batch_matmul, NULL}
 static const struct cuda_kernel cuda_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = CUDA_##id,
