@@ -135,7 +135,7 @@ static int detect(const char *file, const struct dtf_ckpt_file *f, int heads,
 	const struct dtf_ckpt_tensor *wpe = find_f32(f, "wpe/embeddings", 2);
 	if (!wte || !wpe || !dtf_ckpt_file_find(f, "h0/ln_1/gamma"))
 		return dtf_error(DTF_ERR_CONFIG,
-				 "%s is not a GPT's checkpoint: it has no float32 variable '%s' (generate reads the GPT of dtf-train(1), GENERATE)",
+				 "%s is not a GPT's checkpoint: it has no float32 variable '%s' (dtf-train(1), GENERATING TEXT)",
 				 file,
 				 !wte ? "wte/embeddings"
 				 : !wpe ? "wpe/embeddings"
