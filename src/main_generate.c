@@ -194,10 +194,24 @@ static int check_job(const struct dtf_job *job)
 			 job->path);
 }
 
-/* The job's attention heads; 0 when it does not say. */
+/* The job's attention heads; 0 when it does not say (the layers form's
+ * transformer_block heads, once the job language has them: --heads). */
 static int job_heads(const struct dtf_job *job)
 {
 	(void)job;
+	return 0;
+}
+
+/* The epsilon of the job's layer or graph node `name` (a layer_norm, or
+ * a block holding them); 0 when there is none. */
+static float job_epsilon(const struct dtf_job *job, const char *name)
+{
+	const struct dtf_layer *ls = job->model.nnodes ? job->model.nodes
+						       : job->model.layers;
+	int n = job->model.nnodes ? job->model.nnodes : job->model.nlayers;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ls[i].name, name))
+			return ls[i].epsilon;
 	return 0;
 }
 
@@ -255,8 +269,17 @@ static int generate(const struct dtf_job *job, const struct gen_args *a)
 	struct dtf_vocab vocab;
 	if ((rc = dtf_vocab_read(vpath, &vocab)) < 0)
 		return rc;
+	/* the variables' names are the spec's (wte, wpe, h0.., ln_f); the
+	 * head is the loss's logits layer; the epsilons are the job's */
+	struct dtf_gpt_opts go = {
+		.heads = heads,
+		.head = job->model.loss_logits[0] ? job->model.loss_logits : NULL,
+		.epsilon = job->model.nnodes ? job_epsilon(job, "h0/ln_1")
+					     : job_epsilon(job, "h0"),
+		.epsilon_final = job_epsilon(job, "ln_f"),
+	};
 	struct dtf_gpt g;
-	if ((rc = dtf_gpt_load(ckpt, heads, &g)) < 0)
+	if ((rc = dtf_gpt_load(ckpt, &go, &g)) < 0)
 		return rc;
 	const char *prompt = a->prompt ? a->prompt : "\n";
 	size_t plen = strlen(prompt);

@@ -5,7 +5,9 @@
  * The model is a small GPT (2 blocks, 2 heads, width 8, vocabulary 11,
  * block_size 6) of random variables (biases and layer_norm parameters
  * random too, so every term counts), written here as a checkpoint file in
- * the documented format (train/checkpoint.h), tied and untied.
+ * the documented format (train/checkpoint.h): tied with an MLP of 4C, and
+ * untied (the head under the job's logits name, with a bias) with an MLP
+ * of 20.
  *  - the cached decoder, fed one id at a time, gives at every position
  *    the logits of a plain-loop full forward of the window written here
  *    in double (no cache, nanoGPT's structure from the spec) to 1e-5,
@@ -58,6 +60,7 @@ struct var {
 struct model {
 	struct var v[MAXT];
 	int n, tied;
+	int hidden; /* the MLP width: 4C tied, 20 untied */
 };
 
 static void add_var(struct model *m, const char *name, int rank, int64_t d0,
@@ -84,6 +87,8 @@ static void make_model(struct model *m, int tied, uint64_t seed)
 {
 	memset(m, 0, sizeof(*m));
 	m->tied = tied;
+	m->hidden = tied ? 4 * C : 20;
+	int F = m->hidden;
 	tu_rng_seed(seed);
 	add_var(m, "wte/embeddings", 2, V, C, -1, 1);
 	add_var(m, "wpe/embeddings", 2, T, C, -1, 1);
@@ -102,16 +107,18 @@ static void make_model(struct model *m, int tied, uint64_t seed)
 		BV("attn/proj/bias", 1, C, 0, -0.3f, 0.3f);
 		BV("ln_2/gamma", 1, C, 0, 0.5f, 1.5f);
 		BV("ln_2/beta", 1, C, 0, -0.3f, 0.3f);
-		BV("mlp/fc/kernel", 2, C, 4 * C, -0.5f, 0.5f);
-		BV("mlp/fc/bias", 1, 4 * C, 0, -0.3f, 0.3f);
-		BV("mlp/proj/kernel", 2, 4 * C, C, -0.3f, 0.3f);
+		BV("mlp/fc/kernel", 2, C, F, -0.5f, 0.5f);
+		BV("mlp/fc/bias", 1, F, 0, -0.3f, 0.3f);
+		BV("mlp/proj/kernel", 2, F, C, -0.3f, 0.3f);
 		BV("mlp/proj/bias", 1, C, 0, -0.3f, 0.3f);
 #undef BV
 	}
 	add_var(m, "ln_f/gamma", 1, C, 0, 0.5f, 1.5f);
 	add_var(m, "ln_f/beta", 1, C, 0, -0.3f, 0.3f);
-	if (!tied)
-		add_var(m, "lm_head/kernel", 2, C, V, -1, 1);
+	if (!tied) { /* the head under the job's name, with a bias */
+		add_var(m, "logits/kernel", 2, C, V, -1, 1);
+		add_var(m, "logits/bias", 1, V, 0, -0.5f, 0.5f);
+	}
 }
 
 static void free_model(struct model *m)
@@ -225,6 +232,7 @@ static void ref_forward(const struct model *m, const int32_t *ids, int n,
 			double logits[][V])
 {
 	static double h[T][C], q[T][3 * C], y[T][C], a[C], f[4 * C], t[C];
+	int F = m->hidden;
 	const float *wte = var(m, "wte/embeddings"), *wpe = var(m, "wpe/embeddings");
 	for (int p = 0; p < n; p++)
 		for (int i = 0; i < C; i++)
@@ -265,14 +273,14 @@ static void ref_forward(const struct model *m, const int32_t *ids, int n,
 				h[p][i] += t[i];
 			ref_layer_norm(h[p], W("ln_2/gamma"), W("ln_2/beta"), a);
 			ref_affine(a, W("mlp/fc/kernel"), W("mlp/fc/bias"), C,
-				   4 * C, f);
-			for (int i = 0; i < 4 * C; i++) {
+				   F, f);
+			for (int i = 0; i < F; i++) {
 				double x = f[i];
 				f[i] = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) *
 							   (x + 0.044715 * x * x * x)));
 			}
 			ref_affine(f, W("mlp/proj/kernel"), W("mlp/proj/bias"),
-				   4 * C, C, t);
+				   F, C, t);
 			for (int i = 0; i < C; i++)
 				h[p][i] += t[i];
 		}
@@ -281,10 +289,10 @@ static void ref_forward(const struct model *m, const int32_t *ids, int n,
 	for (int p = 0; p < n; p++) {
 		ref_layer_norm(h[p], var(m, "ln_f/gamma"), var(m, "ln_f/beta"), a);
 		for (int j = 0; j < V; j++) {
-			double s = 0;
+			double s = m->tied ? 0 : var(m, "logits/bias")[j];
 			for (int i = 0; i < C; i++)
 				s += a[i] * (m->tied ? wte[j * C + i]
-						     : var(m, "lm_head/kernel")[i * V + j]);
+						     : var(m, "logits/kernel")[i * V + j]);
 			logits[p][j] = s;
 		}
 	}
@@ -330,14 +338,17 @@ static void load(const struct model *m, struct dtf_gpt *g)
 {
 	write_checkpoint(m, -1, tmpdir, "model.dtf");
 	char path[512];
+	struct dtf_gpt_opts o = {.heads = H, .head = "logits"};
 	int rc = dtf_gpt_load(tu_path(path, sizeof(path), tmpdir, "model.dtf"),
-			      H, g);
+			      &o, g);
 	ck_assert_msg(rc == 0, "load: %s", dtf_error_msg());
 	ck_assert_int_eq(g->n_layer, L);
 	ck_assert_int_eq(g->n_embd, C);
 	ck_assert_int_eq(g->vocab_size, V);
 	ck_assert_int_eq(g->block_size, T);
 	ck_assert_int_eq(g->tied, m->tied);
+	ck_assert_int_eq(g->blocks[1].hidden, m->hidden);
+	ck_assert(m->tied == (g->lm_head_bias == NULL));
 	ck_assert_int_eq(g->step, 3);
 }
 

@@ -91,8 +91,10 @@ static void add_want(struct want *w, int *n, const char *name, int rank,
 	x->dst = dst;
 }
 
-/* The list of variables of g's structure (sizes already known). */
-static int list_vars(struct dtf_gpt *g, struct want *w)
+/* The list of variables of g's structure (sizes already known); the
+ * head's bias when the file has one. */
+static int list_vars(struct dtf_gpt *g, const struct dtf_ckpt_file *f,
+		     const char *head, struct want *w)
 {
 	int n = 0;
 	int64_t C = g->n_embd, V = g->vocab_size, T = g->block_size;
@@ -114,23 +116,30 @@ static int list_vars(struct dtf_gpt *g, struct want *w)
 		BLOCK_VAR("attn/proj/bias", 1, C, 0, proj_bias);
 		BLOCK_VAR("ln_2/gamma", 1, C, 0, ln_2_gamma);
 		BLOCK_VAR("ln_2/beta", 1, C, 0, ln_2_beta);
-		BLOCK_VAR("mlp/fc/kernel", 2, C, 4 * C, fc_kernel);
-		BLOCK_VAR("mlp/fc/bias", 1, 4 * C, 0, fc_bias);
-		BLOCK_VAR("mlp/proj/kernel", 2, 4 * C, C, mlp_proj_kernel);
+		BLOCK_VAR("mlp/fc/kernel", 2, C, b->hidden, fc_kernel);
+		BLOCK_VAR("mlp/fc/bias", 1, b->hidden, 0, fc_bias);
+		BLOCK_VAR("mlp/proj/kernel", 2, b->hidden, C, mlp_proj_kernel);
 		BLOCK_VAR("mlp/proj/bias", 1, C, 0, mlp_proj_bias);
 #undef BLOCK_VAR
 	}
 	add_want(w, &n, "ln_f/gamma", 1, C, 0, &g->ln_f_gamma);
 	add_want(w, &n, "ln_f/beta", 1, C, 0, &g->ln_f_beta);
+	char nm[DTF_CKPT_NAME_MAX + 1];
+	snprintf(nm, sizeof(nm), "%s/kernel", head);
 	if (!g->tied)
-		add_want(w, &n, "lm_head/kernel", 2, C, V, &g->lm_head);
+		add_want(w, &n, nm, 2, C, V, &g->lm_head);
+	snprintf(nm, sizeof(nm), "%s/bias", head);
+	if (dtf_ckpt_file_find(f, nm))
+		add_want(w, &n, nm, 1, V, 0, &g->lm_head_bias);
 	return n;
 }
 
 /* Sizes and structure from the variables' names and shapes. */
-static int detect(const char *file, const struct dtf_ckpt_file *f, int heads,
+static int detect(const char *file, const struct dtf_ckpt_file *f,
+		  const struct dtf_gpt_opts *o, const char *head,
 		  struct dtf_gpt *g)
 {
+	int heads = o->heads;
 	const struct dtf_ckpt_tensor *wte = find_f32(f, "wte/embeddings", 2);
 	const struct dtf_ckpt_tensor *wpe = find_f32(f, "wpe/embeddings", 2);
 	if (!wte || !wpe || !dtf_ckpt_file_find(f, "h0/ln_1/gamma"))
@@ -155,20 +164,42 @@ static int detect(const char *file, const struct dtf_ckpt_file *f, int heads,
 				 "%d heads do not divide the embedding width %d of %s",
 				 heads, g->n_embd, file);
 	g->n_head = heads;
-	char nm[64];
+	char nm[DTF_CKPT_NAME_MAX + 1];
 	for (g->n_layer = 0;; g->n_layer++) {
 		snprintf(nm, sizeof(nm), "h%d/ln_1/gamma", g->n_layer);
 		if (!dtf_ckpt_file_find(f, nm))
 			break;
 	}
-	g->tied = dtf_ckpt_file_find(f, "lm_head/kernel") == NULL;
-	g->epsilon = 1e-5f;
+	snprintf(nm, sizeof(nm), "%s/kernel", head);
+	g->tied = dtf_ckpt_file_find(f, nm) == NULL;
+	g->epsilon = o->epsilon > 0 ? o->epsilon : 1e-5f;
+	g->epsilon_final = o->epsilon_final > 0 ? o->epsilon_final : 1e-5f;
 	return 0;
 }
 
-int dtf_gpt_load(const char *path, int heads, struct dtf_gpt *g)
+/* Each block's MLP width from its fc kernel (4C when it is missing or
+ * malformed: the load then names the variable). */
+static void detect_hidden(const struct dtf_ckpt_file *f, struct dtf_gpt *g)
+{
+	g->max_hidden = 0;
+	for (int i = 0; i < g->n_layer; i++) {
+		char nm[64];
+		snprintf(nm, sizeof(nm), "h%d/mlp/fc/kernel", i);
+		const struct dtf_ckpt_tensor *t = find_f32(f, nm, 2);
+		int64_t F = t ? t->dims[1] : 4 * (int64_t)g->n_embd;
+		if (F < 1 || F > (1 << 24))
+			F = 4 * (int64_t)g->n_embd;
+		g->blocks[i].hidden = (int)F;
+		if (F > g->max_hidden)
+			g->max_hidden = (int)F;
+	}
+}
+
+int dtf_gpt_load(const char *path, const struct dtf_gpt_opts *o,
+		 struct dtf_gpt *g)
 {
 	memset(g, 0, sizeof(*g));
+	const char *head = o->head && o->head[0] ? o->head : "lm_head";
 	int rc = resolve(path, g->checkpoint, sizeof(g->checkpoint));
 	if (rc < 0)
 		return rc;
@@ -178,15 +209,16 @@ int dtf_gpt_load(const char *path, int heads, struct dtf_gpt *g)
 		return rc;
 	g->step = f.pos.step;
 	struct want *w = NULL;
-	if ((rc = detect(file, &f, heads, g)) < 0)
+	if ((rc = detect(file, &f, o, head, g)) < 0)
 		goto out;
 	g->blocks = dtf_calloc((size_t)g->n_layer, sizeof(*g->blocks));
-	w = dtf_calloc((size_t)g->n_layer * 12 + 5, sizeof(*w));
+	w = dtf_calloc((size_t)g->n_layer * 12 + 6, sizeof(*w));
 	if (!g->blocks || !w) {
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	int nw = list_vars(g, w);
+	detect_hidden(&f, g);
+	int nw = list_vars(g, &f, head, w);
 	size_t total = 0;
 	for (int i = 0; i < nw; i++)
 		total += (size_t)w[i].dims[0] * (size_t)(w[i].rank == 2 ? w[i].dims[1] : 1);
@@ -239,7 +271,8 @@ int dtf_gpt_cache_init(const struct dtf_gpt *g, struct dtf_gpt_cache *c)
 {
 	memset(c, 0, sizeof(*c));
 	size_t kv = (size_t)g->n_layer * g->block_size * g->n_embd;
-	size_t ws = (size_t)g->block_size * (10 * (size_t)g->n_embd + 1);
+	size_t ws = (size_t)g->block_size *
+		    (6 * (size_t)g->n_embd + (size_t)g->max_hidden + 1);
 	c->k = dtf_malloc((kv ? kv : 1) * sizeof(float));
 	c->v = dtf_malloc((kv ? kv : 1) * sizeof(float));
 	c->ws = dtf_malloc(ws * sizeof(float));
@@ -281,7 +314,7 @@ static void attention(const struct dtf_gpt *g, const float *qkv,
 	for (int r = 0; r < n; r++) {
 		int keys = p0 + r + 1;
 		const float *q = qkv + (size_t)r * 3 * C;
-		for (int j = 0; j < H; j++) {
+		for (int j = 0; j < H; j++) { /* head j: columns j*D .. */
 			cblas_sgemv(CblasRowMajor, CblasNoTrans, keys, D, scale,
 				    kc + (size_t)j * D, C, q + (size_t)j * D, 1,
 				    0.0f, scores, 1);
@@ -300,8 +333,9 @@ static void block_forward(const struct dtf_gpt *g, const struct dtf_gpt_block *b
 {
 	int C = g->n_embd;
 	size_t T = (size_t)g->block_size;
+	int F = b->hidden;
 	float *a = ws, *qkv = a + T * C, *y = qkv + T * 3 * C, *m = y + T * C;
-	float *scores = m + T * 4 * C;
+	float *scores = m + T * (size_t)g->max_hidden;
 	dtf_cpu_layer_norm((size_t)n, C, h, b->ln_1_gamma, b->ln_1_beta,
 			   g->epsilon, a);
 	affine(n, C, 3 * C, a, b->qkv_kernel, b->qkv_bias, qkv);
@@ -318,9 +352,9 @@ static void block_forward(const struct dtf_gpt *g, const struct dtf_gpt_block *b
 		h[i] += a[i];
 	dtf_cpu_layer_norm((size_t)n, C, h, b->ln_2_gamma, b->ln_2_beta,
 			   g->epsilon, a);
-	affine(n, C, 4 * C, a, b->fc_kernel, b->fc_bias, m);
-	dtf_cpu_gelu((size_t)n * 4 * C, 1, m, m);
-	affine(n, 4 * C, C, m, b->mlp_proj_kernel, b->mlp_proj_bias, a);
+	affine(n, C, F, a, b->fc_kernel, b->fc_bias, m);
+	dtf_cpu_gelu((size_t)n * F, 1, m, m);
+	affine(n, F, C, m, b->mlp_proj_kernel, b->mlp_proj_bias, a);
 	for (size_t i = 0; i < (size_t)n * C; i++)
 		h[i] += a[i];
 }
@@ -346,11 +380,13 @@ void dtf_gpt_extend(const struct dtf_gpt *g, struct dtf_gpt_cache *c,
 	int rows = all_rows ? n : 1;
 	const float *top = all_rows ? h : h + (size_t)(n - 1) * C;
 	dtf_cpu_layer_norm((size_t)rows, C, top, g->ln_f_gamma, g->ln_f_beta,
-			   g->epsilon, ws);
+			   g->epsilon_final, ws);
 	if (g->tied)
 		dtf_cpu_matmul(rows, V, C, ws, 0, g->wte, 1, logits);
 	else
 		dtf_cpu_matmul(rows, V, C, ws, 0, g->lm_head, 0, logits);
+	if (g->lm_head_bias)
+		dtf_cpu_bias_add((size_t)rows, V, logits, g->lm_head_bias, logits);
 }
 
 /* ---- sampling ------------------------------------------------------------ */

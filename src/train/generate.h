@@ -13,20 +13,24 @@
  *                                             of each: j*D .. j*D+D-1)
  *   h{i}/attn/proj/kernel [C, C], bias [C]
  *   h{i}/ln_2/gamma, beta [C]
- *   h{i}/mlp/fc/kernel [C, 4C], bias [4C]
- *   h{i}/mlp/proj/kernel [4C, C], bias [C]
+ *   h{i}/mlp/fc/kernel [C, F], bias [F]   (F: the MLP width, 4C in GPT-2)
+ *   h{i}/mlp/proj/kernel [F, C], bias [C]
  *   ln_f/gamma, beta [C]
- *   lm_head/kernel [C, V]   (absent: the head is tied to wte)
+ *   HEAD/kernel [C, V]      (absent: the head is tied to wte)
+ *   HEAD/bias [V]           (optional)
  *
- * for i = 0 .. n_layer-1, with D = C / heads.  Per position t of a window
+ * for i = 0 .. n_layer-1, with D = C / heads; HEAD is the name of the
+ * output layer (the job's logits layer, nanoGPT's lm_head).  Per
+ * position t of a window
  * of ids x (t < T):
  *   h = wte[x_t] + wpe[t]
  *   per block: a = layer_norm(h); q|k|v = a W_qkv + b_qkv;
  *              h += attention(q, k, v) W_proj + b_proj   (causal: keys
  *              0..t, scale 1/sqrt(D), softmax per head);
  *              h += gelu_tanh(layer_norm(h) W_fc + b_fc) W_mp + b_mp
- *   logits_t = layer_norm(h) wte^T  (tied)  or  layer_norm(h) W_lm_head
- * layer_norm with epsilon 1e-5 (nanoGPT's), the CPU kernels of the graph
+ *   logits_t = layer_norm(h) wte^T  (tied)  or  layer_norm(h) W_head,
+ *              + b_head when there is one
+ * layer_norm with the job's epsilon (nanoGPT's 1e-5), the CPU kernels of the graph
  * (ops/cpu/kernels.h: dtf_cpu_layer_norm, dtf_cpu_gelu approximate,
  * dtf_cpu_softmax); products by OpenBLAS sgemm / sgemv.
  *
@@ -52,8 +56,17 @@ struct dtf_gpt_block {
 	const float *qkv_kernel, *qkv_bias;    /* [C, 3C], [3C] */
 	const float *proj_kernel, *proj_bias;  /* [C, C], [C] */
 	const float *ln_2_gamma, *ln_2_beta;   /* [C] */
-	const float *fc_kernel, *fc_bias;      /* [C, 4C], [4C] */
-	const float *mlp_proj_kernel, *mlp_proj_bias; /* [4C, C], [C] */
+	const float *fc_kernel, *fc_bias;      /* [C, F], [F] */
+	const float *mlp_proj_kernel, *mlp_proj_bias; /* [F, C], [C] */
+	int hidden;                            /* F */
+};
+
+/* What the variables do not say (dtf_gpt_load). */
+struct dtf_gpt_opts {
+	int heads;            /* > 0, divides C */
+	const char *head;     /* the output layer's name; NULL: "lm_head" */
+	float epsilon;        /* the blocks' layer_norm; 0: 1e-5 */
+	float epsilon_final;  /* ln_f's; 0: 1e-5 */
 };
 
 /* A GPT's structure and variables (owned: dtf_gpt_deinit). */
@@ -61,10 +74,12 @@ struct dtf_gpt {
 	int n_layer, n_head, n_embd; /* blocks, heads, C */
 	int vocab_size, block_size;  /* V, T */
 	int tied;                    /* 1: logits = h wte^T */
-	float epsilon;               /* layer_norm's, 1e-5 */
+	float epsilon, epsilon_final; /* the blocks' layer_norm, ln_f's */
+	int max_hidden;              /* the widest block's F */
 	const float *wte, *wpe;      /* [V, C], [T, C] */
 	const float *ln_f_gamma, *ln_f_beta; /* [C] */
 	const float *lm_head;        /* [C, V]; NULL when tied */
+	const float *lm_head_bias;   /* [V]; NULL: none */
 	struct dtf_gpt_block *blocks; /* n_layer */
 	float *params;               /* every variable above, one buffer */
 	char checkpoint[DTF_GPT_PATH_MAX]; /* the file read */
@@ -74,24 +89,25 @@ struct dtf_gpt {
 /*
  * Read the GPT from a checkpoint: `path` is a checkpoint file, or a
  * directory whose index names the newest (tf.train.latest_checkpoint, as
- * `dtf-train export` reads one).  n_layer, C, V and T come from the
+ * `dtf-train export` reads one).  n_layer, C, F, V and T come from the
  * variables' shapes (h0, h1, ... until h{n}/ln_1/gamma is missing), tying
- * from whether lm_head/kernel is there; `heads` (> 0) must divide C.
- * Every variable must be float32 of the shape above.
+ * from whether HEAD/kernel is there; o->heads must divide C.  Every
+ * variable must be float32 of the shape above.
  * Errors: DTF_ERR_CHECKPOINT (path missing, no index, the file does not
  * verify, a variable of the wrong shape, naming the file and variable),
  * DTF_ERR_CONFIG (no wte/embeddings or h0: not a GPT's checkpoint; heads
  * do not divide C), DTF_ERR_NOMEM.
  */
-int dtf_gpt_load(const char *path, int heads, struct dtf_gpt *g);
+int dtf_gpt_load(const char *path, const struct dtf_gpt_opts *o,
+		 struct dtf_gpt *g);
 void dtf_gpt_deinit(struct dtf_gpt *g);
 
 /* The key/value cache and the workspace of one sequence. */
 struct dtf_gpt_cache {
 	int len;        /* positions held, 0 .. block_size */
 	float *k, *v;   /* [n_layer][block_size][C] */
-	float *ws;      /* rows of h, a, qkv, y, mlp: block_size * 10C,
-			   then block_size scores */
+	float *ws;      /* rows of h, a, qkv, y, mlp: block_size *
+			   (6C + max_hidden), then block_size scores */
 };
 
 /* Allocate for g's sizes (len 0).  Errors: DTF_ERR_NOMEM. */
