@@ -194,14 +194,6 @@ static int check_job(const struct dtf_job *job)
 			 job->path);
 }
 
-/* The job's attention heads; 0 when it does not say (the layers form's
- * transformer_block heads, once the job language has them: --heads). */
-static int job_heads(const struct dtf_job *job)
-{
-	(void)job;
-	return 0;
-}
-
 /* The epsilon of the job's layer or graph node `name` (a layer_norm, or
  * a block holding them); 0 when there is none. */
 static float job_epsilon(const struct dtf_job *job, const char *name)
@@ -212,6 +204,62 @@ static float job_epsilon(const struct dtf_job *job, const char *name)
 	for (int i = 0; i < n; i++)
 		if (!strcmp(ls[i].name, name))
 			return ls[i].epsilon;
+	return 0;
+}
+
+/*
+ * The GPT's structure from the job into *o (blocks[] holds the blocks'
+ * names): the layers form's embedding, position_embedding,
+ * transformer_block layers (their heads, which must agree, and epsilon),
+ * the last layer_norm and the loss's logits layer; the graph form's
+ * nodes keep the spec's names (wte, wpe, h0.., ln_f) with the heads of
+ * its first causal_self_attention.  --heads (heads > 0) overrides.
+ */
+static int job_structure(const struct dtf_job *job, int heads,
+			 const char **blocks, struct dtf_gpt_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->head = job->model.loss_logits[0] ? job->model.loss_logits : NULL;
+	if (job->model.nnodes) {
+		for (int i = 0; i < job->model.nnodes && !o->heads; i++)
+			if (job->model.nodes[i].kind == DTF_LAYER_CAUSAL_SELF_ATTENTION)
+				o->heads = job->model.nodes[i].heads;
+		o->epsilon = job_epsilon(job, "h0/ln_1");
+		o->epsilon_final = job_epsilon(job, "ln_f");
+	} else {
+		const struct dtf_layer *lnf = NULL;
+		for (int i = 0; i < job->model.nlayers; i++) {
+			const struct dtf_layer *l = &job->model.layers[i];
+			if (l->kind == DTF_LAYER_EMBEDDING && !o->wte)
+				o->wte = l->name;
+			else if (l->kind == DTF_LAYER_POSITION_EMBEDDING)
+				o->wpe = l->name;
+			else if (l->kind == DTF_LAYER_LAYER_NORM && o->nblocks)
+				lnf = l;
+			if (l->kind != DTF_LAYER_TRANSFORMER_BLOCK)
+				continue;
+			if (o->nblocks && l->heads != o->heads && !heads)
+				return dtf_error(DTF_ERR_CONFIG,
+						 "%s: transformer_block %s has %d heads, %s %d: generate takes one number of heads",
+						 l->where, l->name, l->heads,
+						 blocks[0], o->heads);
+			o->heads = l->heads;
+			o->epsilon = l->epsilon;
+			blocks[o->nblocks++] = l->name;
+		}
+		if (!o->nblocks)
+			return dtf_error(DTF_ERR_CONFIG,
+					 "%s: the job's model is not a GPT: it has no transformer_block layer",
+					 job->path);
+		o->blocks = blocks;
+		o->epsilon_final = lnf ? lnf->epsilon : 0;
+		o->ln_f = lnf ? lnf->name : NULL;
+	}
+	if (heads)
+		o->heads = heads;
+	if (!o->heads)
+		return dtf_error(DTF_ERR_USAGE,
+				 "the job does not say its attention heads: give --heads H");
 	return 0;
 }
 
@@ -247,16 +295,34 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The job, the model, the prompt; then the text. */
+static int generate_with(const struct dtf_job *job, const struct gen_args *a,
+			 const struct dtf_gpt_opts *go);
+
+/* The job and its GPT's structure; then generate_with. */
 static int generate(const struct dtf_job *job, const struct gen_args *a)
 {
 	int rc = check_job(job);
 	if (rc < 0)
 		return rc;
-	int heads = a->heads ? a->heads : job_heads(job);
-	if (heads == 0)
-		return dtf_error(DTF_ERR_USAGE,
-				 "the job does not say its attention heads: give --heads H");
+	const char **blocks = dtf_calloc((size_t)job->model.nlayers + 1,
+					 sizeof(char *));
+	struct dtf_gpt_opts go;
+	if (!blocks)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if ((rc = job_structure(job, a->heads, blocks, &go)) < 0) {
+		dtf_free(blocks);
+		return rc;
+	}
+	rc = generate_with(job, a, &go);
+	dtf_free(blocks);
+	return rc;
+}
+
+/* The vocabulary, the checkpoint and the prompt; then the text. */
+static int generate_with(const struct dtf_job *job, const struct gen_args *a,
+			 const struct dtf_gpt_opts *go)
+{
+	int rc;
 	const char *ckpt = a->checkpoint ? a->checkpoint : job->checkpoint.dir;
 	if (!ckpt)
 		return dtf_error(DTF_ERR_USAGE,
@@ -269,17 +335,8 @@ static int generate(const struct dtf_job *job, const struct gen_args *a)
 	struct dtf_vocab vocab;
 	if ((rc = dtf_vocab_read(vpath, &vocab)) < 0)
 		return rc;
-	/* the variables' names are the spec's (wte, wpe, h0.., ln_f); the
-	 * head is the loss's logits layer; the epsilons are the job's */
-	struct dtf_gpt_opts go = {
-		.heads = heads,
-		.head = job->model.loss_logits[0] ? job->model.loss_logits : NULL,
-		.epsilon = job->model.nnodes ? job_epsilon(job, "h0/ln_1")
-					     : job_epsilon(job, "h0"),
-		.epsilon_final = job_epsilon(job, "ln_f"),
-	};
 	struct dtf_gpt g;
-	if ((rc = dtf_gpt_load(ckpt, &go, &g)) < 0)
+	if ((rc = dtf_gpt_load(ckpt, go, &g)) < 0)
 		return rc;
 	const char *prompt = a->prompt ? a->prompt : "\n";
 	size_t plen = strlen(prompt);

@@ -19,7 +19,9 @@
  *    top-k never draws outside the k largest;
  *  - the command: the same seed gives the same text, another seed another
  *    text; --temperature 0 and --top-k 1 print the greedy text; the job's
- *    seed is the default; the vocabulary is found next to data.train;
+ *    seed is the default; the vocabulary is found next to data.train; a
+ *    layers-form job names the layers (their variables' prefixes) and
+ *    gives the heads;
  *  - errors: a prompt character outside the vocabulary (named, exit 2), a
  *    missing checkpoint (exit 4), a job whose input is not token ids
  *    (exit 2, "not a GPT"), a checkpoint without the GPT's variables
@@ -118,6 +120,19 @@ static void make_model(struct model *m, int tied, uint64_t seed)
 	if (!tied) { /* the head under the job's name, with a bias */
 		add_var(m, "logits/kernel", 2, C, V, -1, 1);
 		add_var(m, "logits/bias", 1, V, 0, -0.5f, 0.5f);
+	}
+}
+
+/* Every variable "FROM/..." renamed "TO/..." */
+static void rename_prefix(struct model *m, const char *from, const char *to)
+{
+	size_t n = strlen(from);
+	for (int i = 0; i < m->n; i++) {
+		char *name = m->v[i].name, buf[64];
+		if (!strncmp(name, from, n) && name[n] == '/') {
+			snprintf(buf, sizeof(buf), "%s%s", to, name + n);
+			snprintf(name, sizeof(m->v[i].name), "%s", buf);
+		}
 	}
 }
 
@@ -575,6 +590,69 @@ START_TEST(same_seed_same_text_greedy_is_argmax)
 }
 END_TEST
 
+/* The layers form of the job language: the structure, the layers' names
+ * and the heads from the job (no --heads), the greedy text the
+ * reference's. */
+static const char layers_job[] =
+	"name: gen-layers\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\"}\n"
+	"  features:\n"
+	"    tokens: {type: bytes, decode: uint8, dtype: int32, shape: [6]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  input: tokens\n"
+	"  layers:\n"
+	"    - {embedding: {input_dim: 11, output_dim: 8, name: tok}}\n"
+	"    - {position_embedding: {name: pos}}\n"
+	"    - {transformer_block: {heads: 2, name: blk_a}}\n"
+	"    - {transformer_block: {heads: %d, name: blk_b}}\n"
+	"    - {layer_norm: {epsilon: 1.0e-5, name: final_norm}}\n"
+	"    - {dense: {tied_to: tok, use_bias: false, name: out}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: out, labels: label}}\n"
+	"train: {batch_size: 2}\n";
+
+START_TEST(layers_form_job_gives_the_structure)
+{
+	cli_setup(42);
+	struct model m = cli_model;
+	rename_prefix(&m, "wte", "tok");
+	rename_prefix(&m, "wpe", "pos");
+	rename_prefix(&m, "h0", "blk_a");
+	rename_prefix(&m, "h1", "blk_b");
+	rename_prefix(&m, "ln_f", "final_norm");
+	write_checkpoint(&m, -1, tmpdir, "layers.dtf");
+	tu_write_file(tmpdir, "layers.yaml", layers_job, tmpdir, 2);
+	int rc = tu_run("cd %s && %s/dtf-train generate layers.yaml -c layers.dtf -p 'ab c' -n 30 --temperature 0 >out 2>out.err",
+			tmpdir, tu_build_root());
+	ck_assert_msg(rc == 0, "exit %d: %s", rc, tu_slurp(tmpdir, "out.err"));
+	static const int32_t prompt[4] = {2, 3, 1, 4};
+	int32_t want[30];
+	ref_greedy(&cli_model, prompt, 4, 30, want);
+	char text[40] = "ab c";
+	for (int i = 0; i < 30; i++)
+		text[4 + i] = vocab_text[want[i]];
+	text[34] = '\n';
+	text[35] = 0;
+	ck_assert_str_eq(tu_slurp(tmpdir, "out"), text);
+	/* the spec's names are not this job's: the checkpoint of h0.. is
+	 * another model's */
+	rc = tu_run("cd %s && %s/dtf-train generate layers.yaml -c ckpt -p ab -n 3 2>out.err",
+		    tmpdir, tu_build_root());
+	ck_assert_int_eq(rc, 2);
+	ck_assert_ptr_nonnull(strstr(tu_slurp(tmpdir, "out.err"),
+				     "no float32 variable 'tok/embeddings'"));
+	/* blocks of different heads */
+	tu_write_file(tmpdir, "layers.yaml", layers_job, tmpdir, 4);
+	rc = tu_run("cd %s && %s/dtf-train generate layers.yaml -c layers.dtf -p ab -n 3 2>out.err",
+		    tmpdir, tu_build_root());
+	ck_assert_int_eq(rc, 2);
+	ck_assert_ptr_nonnull(strstr(tu_slurp(tmpdir, "out.err"),
+				     "transformer_block blk_b has 4 heads, blk_a 2"));
+	free_model(&cli_model);
+}
+END_TEST
+
 static void expect_error(const char *args, int status, const char *text)
 {
 	int rc = gen("x", args);
@@ -630,6 +708,7 @@ static Suite *generate_suite(void)
 	tcase_add_checked_fixture(cli, setup, teardown);
 	tcase_add_test(cli, same_seed_same_text_greedy_is_argmax);
 	tcase_add_test(cli, errors_are_clear);
+	tcase_add_test(cli, layers_form_job_gives_the_structure);
 	suite_add_tcase(s, cli);
 	return s;
 }

@@ -44,6 +44,20 @@ static int resolve(const char *path, char *file, size_t size)
 	return 0;
 }
 
+/* The layers' names: o's, else the spec's. */
+struct names {
+	const char *wte, *wpe, *ln_f, *head;
+	const struct dtf_gpt_opts *o;
+};
+
+static void block_name(const struct names *nm, int i, char *buf, size_t size)
+{
+	if (nm->o->nblocks)
+		snprintf(buf, size, "%s", nm->o->blocks[i]);
+	else
+		snprintf(buf, size, "h%d", i);
+}
+
 /* One variable to load: its name and shape (dims < 0: any, taken from the
  * file and stored through *dims_out). */
 struct want {
@@ -94,18 +108,21 @@ static void add_want(struct want *w, int *n, const char *name, int rank,
 /* The list of variables of g's structure (sizes already known); the
  * head's bias when the file has one. */
 static int list_vars(struct dtf_gpt *g, const struct dtf_ckpt_file *f,
-		     const char *head, struct want *w)
+		     const struct names *names, struct want *w)
 {
 	int n = 0;
 	int64_t C = g->n_embd, V = g->vocab_size, T = g->block_size;
-	add_want(w, &n, "wte/embeddings", 2, V, C, &g->wte);
-	add_want(w, &n, "wpe/embeddings", 2, T, C, &g->wpe);
+	char nm[DTF_CKPT_NAME_MAX + 1], bn[DTF_CKPT_NAME_MAX + 1];
+	snprintf(nm, sizeof(nm), "%s/embeddings", names->wte);
+	add_want(w, &n, nm, 2, V, C, &g->wte);
+	snprintf(nm, sizeof(nm), "%s/embeddings", names->wpe);
+	add_want(w, &n, nm, 2, T, C, &g->wpe);
 	for (int i = 0; i < g->n_layer; i++) {
 		struct dtf_gpt_block *b = &g->blocks[i];
-		char nm[64];
+		block_name(names, i, bn, 128);
 #define BLOCK_VAR(suffix, rank, d0, d1, field)                           \
 	do {                                                              \
-		snprintf(nm, sizeof(nm), "h%d/%s", i, suffix);            \
+		snprintf(nm, sizeof(nm), "%.127s/%s", bn, suffix);        \
 		add_want(w, &n, nm, rank, d0, d1, &b->field);              \
 	} while (0)
 		BLOCK_VAR("ln_1/gamma", 1, C, 0, ln_1_gamma);
@@ -122,13 +139,14 @@ static int list_vars(struct dtf_gpt *g, const struct dtf_ckpt_file *f,
 		BLOCK_VAR("mlp/proj/bias", 1, C, 0, mlp_proj_bias);
 #undef BLOCK_VAR
 	}
-	add_want(w, &n, "ln_f/gamma", 1, C, 0, &g->ln_f_gamma);
-	add_want(w, &n, "ln_f/beta", 1, C, 0, &g->ln_f_beta);
-	char nm[DTF_CKPT_NAME_MAX + 1];
-	snprintf(nm, sizeof(nm), "%s/kernel", head);
+	snprintf(nm, sizeof(nm), "%s/gamma", names->ln_f);
+	add_want(w, &n, nm, 1, C, 0, &g->ln_f_gamma);
+	snprintf(nm, sizeof(nm), "%s/beta", names->ln_f);
+	add_want(w, &n, nm, 1, C, 0, &g->ln_f_beta);
+	snprintf(nm, sizeof(nm), "%s/kernel", names->head);
 	if (!g->tied)
 		add_want(w, &n, nm, 2, C, V, &g->lm_head);
-	snprintf(nm, sizeof(nm), "%s/bias", head);
+	snprintf(nm, sizeof(nm), "%s/bias", names->head);
 	if (dtf_ckpt_file_find(f, nm))
 		add_want(w, &n, nm, 1, V, 0, &g->lm_head_bias);
 	return n;
@@ -136,55 +154,63 @@ static int list_vars(struct dtf_gpt *g, const struct dtf_ckpt_file *f,
 
 /* Sizes and structure from the variables' names and shapes. */
 static int detect(const char *file, const struct dtf_ckpt_file *f,
-		  const struct dtf_gpt_opts *o, const char *head,
-		  struct dtf_gpt *g)
+		  const struct names *names, struct dtf_gpt *g)
 {
-	int heads = o->heads;
-	const struct dtf_ckpt_tensor *wte = find_f32(f, "wte/embeddings", 2);
-	const struct dtf_ckpt_tensor *wpe = find_f32(f, "wpe/embeddings", 2);
-	if (!wte || !wpe || !dtf_ckpt_file_find(f, "h0/ln_1/gamma"))
+	int heads = names->o->heads;
+	char nm[DTF_CKPT_NAME_MAX + 1], wten[DTF_CKPT_NAME_MAX + 1],
+		wpen[DTF_CKPT_NAME_MAX + 1], bn[DTF_CKPT_NAME_MAX + 1];
+	snprintf(wten, sizeof(wten), "%s/embeddings", names->wte);
+	snprintf(wpen, sizeof(wpen), "%s/embeddings", names->wpe);
+	block_name(names, 0, bn, 128);
+	snprintf(nm, sizeof(nm), "%.127s/ln_1/gamma", bn);
+	const struct dtf_ckpt_tensor *wte = find_f32(f, wten, 2);
+	const struct dtf_ckpt_tensor *wpe = find_f32(f, wpen, 2);
+	if (!wte || !wpe || !dtf_ckpt_file_find(f, nm))
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%s is not a GPT's checkpoint: it has no float32 variable '%s' (dtf-train(1), GENERATING TEXT)",
-				 file,
-				 !wte ? "wte/embeddings"
-				 : !wpe ? "wpe/embeddings"
-					: "h0/ln_1/gamma");
+				 file, !wte ? wten : !wpe ? wpen : nm);
 	g->vocab_size = (int)wte->dims[0];
 	g->n_embd = (int)wte->dims[1];
 	g->block_size = (int)wpe->dims[0];
 	if (g->vocab_size < 1 || g->vocab_size > 256 || g->n_embd < 1 ||
 	    g->block_size < 1 || wpe->dims[1] != g->n_embd)
 		return dtf_error(DTF_ERR_CHECKPOINT,
-				 "%s: wte/embeddings (%lld, %lld) and wpe/embeddings (%lld, %lld) are not a character GPT's (a vocabulary of 1 to 256, the same width)",
-				 file, (long long)wte->dims[0],
-				 (long long)wte->dims[1], (long long)wpe->dims[0],
-				 (long long)wpe->dims[1]);
+				 "%s: %s (%lld, %lld) and %s (%lld, %lld) are not a character GPT's (a vocabulary of 1 to 256, the same width)",
+				 file, wten, (long long)wte->dims[0],
+				 (long long)wte->dims[1], wpen,
+				 (long long)wpe->dims[0], (long long)wpe->dims[1]);
 	if (heads < 1 || g->n_embd % heads)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%d heads do not divide the embedding width %d of %s",
 				 heads, g->n_embd, file);
 	g->n_head = heads;
-	char nm[DTF_CKPT_NAME_MAX + 1];
-	for (g->n_layer = 0;; g->n_layer++) {
-		snprintf(nm, sizeof(nm), "h%d/ln_1/gamma", g->n_layer);
-		if (!dtf_ckpt_file_find(f, nm))
-			break;
+	if (names->o->nblocks) {
+		g->n_layer = names->o->nblocks;
+	} else {
+		for (g->n_layer = 0;; g->n_layer++) {
+			snprintf(nm, sizeof(nm), "h%d/ln_1/gamma", g->n_layer);
+			if (!dtf_ckpt_file_find(f, nm))
+				break;
+		}
 	}
-	snprintf(nm, sizeof(nm), "%s/kernel", head);
+	snprintf(nm, sizeof(nm), "%s/kernel", names->head);
 	g->tied = dtf_ckpt_file_find(f, nm) == NULL;
-	g->epsilon = o->epsilon > 0 ? o->epsilon : 1e-5f;
-	g->epsilon_final = o->epsilon_final > 0 ? o->epsilon_final : 1e-5f;
+	g->epsilon = names->o->epsilon > 0 ? names->o->epsilon : 1e-5f;
+	g->epsilon_final = names->o->epsilon_final > 0 ? names->o->epsilon_final
+						       : 1e-5f;
 	return 0;
 }
 
 /* Each block's MLP width from its fc kernel (4C when it is missing or
  * malformed: the load then names the variable). */
-static void detect_hidden(const struct dtf_ckpt_file *f, struct dtf_gpt *g)
+static void detect_hidden(const struct dtf_ckpt_file *f,
+			  const struct names *names, struct dtf_gpt *g)
 {
 	g->max_hidden = 0;
 	for (int i = 0; i < g->n_layer; i++) {
-		char nm[64];
-		snprintf(nm, sizeof(nm), "h%d/mlp/fc/kernel", i);
+		char nm[DTF_CKPT_NAME_MAX + 1], bn[DTF_CKPT_NAME_MAX + 1];
+		block_name(names, i, bn, 128);
+		snprintf(nm, sizeof(nm), "%.127s/mlp/fc/kernel", bn);
 		const struct dtf_ckpt_tensor *t = find_f32(f, nm, 2);
 		int64_t F = t ? t->dims[1] : 4 * (int64_t)g->n_embd;
 		if (F < 1 || F > (1 << 24))
@@ -199,7 +225,13 @@ int dtf_gpt_load(const char *path, const struct dtf_gpt_opts *o,
 		 struct dtf_gpt *g)
 {
 	memset(g, 0, sizeof(*g));
-	const char *head = o->head && o->head[0] ? o->head : "lm_head";
+	const struct names names = {
+		.wte = o->wte && o->wte[0] ? o->wte : "wte",
+		.wpe = o->wpe && o->wpe[0] ? o->wpe : "wpe",
+		.ln_f = o->ln_f && o->ln_f[0] ? o->ln_f : "ln_f",
+		.head = o->head && o->head[0] ? o->head : "lm_head",
+		.o = o,
+	};
 	int rc = resolve(path, g->checkpoint, sizeof(g->checkpoint));
 	if (rc < 0)
 		return rc;
@@ -209,7 +241,7 @@ int dtf_gpt_load(const char *path, const struct dtf_gpt_opts *o,
 		return rc;
 	g->step = f.pos.step;
 	struct want *w = NULL;
-	if ((rc = detect(file, &f, o, head, g)) < 0)
+	if ((rc = detect(file, &f, &names, g)) < 0)
 		goto out;
 	g->blocks = dtf_calloc((size_t)g->n_layer, sizeof(*g->blocks));
 	w = dtf_calloc((size_t)g->n_layer * 12 + 6, sizeof(*w));
@@ -217,8 +249,8 @@ int dtf_gpt_load(const char *path, const struct dtf_gpt_opts *o,
 		rc = dtf_error(DTF_ERR_NOMEM, "out of memory");
 		goto out;
 	}
-	detect_hidden(&f, g);
-	int nw = list_vars(g, &f, head, w);
+	detect_hidden(&f, &names, g);
+	int nw = list_vars(g, &f, &names, w);
 	size_t total = 0;
 	for (int i = 0; i < nw; i++)
 		total += (size_t)w[i].dims[0] * (size_t)(w[i].rank == 2 ? w[i].dims[1] : 1);

@@ -61,9 +61,16 @@ struct dtf_gpt_block {
 	int hidden;                            /* F */
 };
 
-/* What the variables do not say (dtf_gpt_load). */
+/* What the variables do not say (dtf_gpt_load): the heads, the layers'
+ * names (the prefixes of their variables) and the epsilons. */
 struct dtf_gpt_opts {
 	int heads;            /* > 0, divides C */
+	const char *wte, *wpe; /* NULL: "wte", "wpe" */
+	/* the blocks in order; nblocks 0: "h0", "h1", ... as long as the
+	 * checkpoint has h{i}/ln_1/gamma */
+	const char *const *blocks;
+	int nblocks;
+	const char *ln_f;     /* NULL: "ln_f" */
 	const char *head;     /* the output layer's name; NULL: "lm_head" */
 	float epsilon;        /* the blocks' layer_norm; 0: 1e-5 */
 	float epsilon_final;  /* ln_f's; 0: 1e-5 */
@@ -90,8 +97,9 @@ struct dtf_gpt {
  * Read the GPT from a checkpoint: `path` is a checkpoint file, or a
  * directory whose index names the newest (tf.train.latest_checkpoint, as
  * `dtf-train export` reads one).  n_layer, C, F, V and T come from the
- * variables' shapes (h0, h1, ... until h{n}/ln_1/gamma is missing), tying
- * from whether HEAD/kernel is there; o->heads must divide C.  Every
+ * variables' shapes (the blocks o names, or h0, h1, ... until
+ * h{n}/ln_1/gamma is missing), tying from whether HEAD/kernel is there;
+ * o->heads must divide C.  The names above are the defaults of o's.  Every
  * variable must be float32 of the shape above.
  * Errors: DTF_ERR_CHECKPOINT (path missing, no index, the file does not
  * verify, a variable of the wrong shape, naming the file and variable),
