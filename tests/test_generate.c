@@ -11,7 +11,10 @@
  *  - the cached decoder, fed one id at a time, gives at every position
  *    the logits of a plain-loop full forward of the window written here
  *    in double (no cache, nanoGPT's structure from the spec) to 1e-5,
- *    and so does one batched extend of the whole window;
+ *    and so does one batched extend of the whole window, and so does
+ *    the window through the graph's CPU reference kernels op by op
+ *    (causal_self_attention among them), as the graph of a
+ *    transformer_block computes it;
  *  - greedy generation past block_size (the window slides) equals a loop
  *    over the plain forward of the cropped window, as nanoGPT's generate;
  *  - the sampler: temperature 0 and top-k 1 are the argmax; over 20000
@@ -36,6 +39,7 @@
 
 #include "core/error.h"
 #include "data/crc32c.h"
+#include "ops/cpu/kernels.h"
 #include "train/generate.h"
 
 #include "testutil.h"
@@ -313,6 +317,50 @@ static void ref_forward(const struct model *m, const int32_t *ids, int n,
 	}
 }
 
+/* logits [n][V] of the window by the graph's CPU reference kernels, op
+ * by op as graph/lower_gpt.c lowers a transformer_block (layer_norm,
+ * matmul, bias_add, causal_self_attention, add, gelu tanh), for one
+ * example of n positions: what `predict --outputs logits` computes on
+ * the reference executor. */
+static void kernel_forward(const struct model *m, const int32_t *ids, int n,
+			   float *logits)
+{
+	int F = m->hidden;
+	float h[T * C], a[T * C], qkv[T * 3 * C], y[T * C], t[T * C];
+	float f[T * 4 * C];
+	dtf_cpu_embedding((size_t)n, V, C, ids, var(m, "wte/embeddings"), h);
+	for (int i = 0; i < n * C; i++)
+		h[i] += var(m, "wpe/embeddings")[i];
+	for (int l = 0; l < L; l++) {
+		char nm[64];
+#define W(s) (snprintf(nm, sizeof(nm), "h%d/%s", l, s), var(m, nm))
+		dtf_cpu_layer_norm((size_t)n, C, h, W("ln_1/gamma"), W("ln_1/beta"), 1e-5f, a);
+		dtf_cpu_matmul(n, 3 * C, C, a, 0, W("attn/qkv/kernel"), 0, qkv);
+		dtf_cpu_bias_add((size_t)n, 3 * C, qkv, W("attn/qkv/bias"), qkv);
+		dtf_cpu_causal_self_attention(1, n, C, H, qkv, y);
+		dtf_cpu_matmul(n, C, C, y, 0, W("attn/proj/kernel"), 0, t);
+		dtf_cpu_bias_add((size_t)n, C, t, W("attn/proj/bias"), t);
+		for (int i = 0; i < n * C; i++)
+			h[i] += t[i];
+		dtf_cpu_layer_norm((size_t)n, C, h, W("ln_2/gamma"), W("ln_2/beta"), 1e-5f, a);
+		dtf_cpu_matmul(n, F, C, a, 0, W("mlp/fc/kernel"), 0, f);
+		dtf_cpu_bias_add((size_t)n, F, f, W("mlp/fc/bias"), f);
+		dtf_cpu_gelu((size_t)n * F, 1, f, f);
+		dtf_cpu_matmul(n, C, F, f, 0, W("mlp/proj/kernel"), 0, t);
+		dtf_cpu_bias_add((size_t)n, C, t, W("mlp/proj/bias"), t);
+		for (int i = 0; i < n * C; i++)
+			h[i] += t[i];
+#undef W
+	}
+	dtf_cpu_layer_norm((size_t)n, C, h, var(m, "ln_f/gamma"), var(m, "ln_f/beta"), 1e-5f, a);
+	if (m->tied) {
+		dtf_cpu_matmul(n, V, C, a, 0, var(m, "wte/embeddings"), 1, logits);
+	} else {
+		dtf_cpu_matmul(n, V, C, a, 0, var(m, "logits/kernel"), 0, logits);
+		dtf_cpu_bias_add((size_t)n, V, logits, var(m, "logits/bias"), logits);
+	}
+}
+
 static int ref_argmax(const double *x)
 {
 	int b = 0;
@@ -395,6 +443,13 @@ static void check_cached_equals_full(int tied)
 			spread = fmax(spread, fabs(ref[p][j] - ref[p][0]));
 		}
 	ck_assert_msg(worst < 1e-5, "cached vs full: %g", worst);
+	/* and the graph's kernels op by op give the same logits */
+	float kern[T * V];
+	kernel_forward(&m, ids, T, kern);
+	double kworst = 0;
+	for (int i = 0; i < T * V; i++)
+		kworst = fmax(kworst, fabs(kern[i] - lg[i]));
+	ck_assert_msg(kworst < 1e-5, "cached vs the graph's kernels: %g", kworst);
 	ck_assert_msg(spread > 0.5, "logits too flat to tell: %g", spread);
 	/* the last row alone (all_rows 0) is the full run's last row */
 	c.len = 0;
