@@ -25,6 +25,10 @@
  *    seed is the default; the vocabulary is found next to data.train; a
  *    layers-form job names the layers (their variables' prefixes) and
  *    gives the heads;
+ *  - the small GPT of tests/fixtures/gpt-small.yaml trained 20 steps:
+ *    `dtf-train predict --outputs logits` of its graph on 3 windows equals
+ *    the decoder's logits at every position (full window and cached
+ *    steps) to 1e-5;
  *  - errors: a prompt character outside the vocabulary (named, exit 2), a
  *    missing checkpoint (exit 4), a job whose input is not token ids
  *    (exit 2, "not a GPT"), a checkpoint without the GPT's variables
@@ -32,6 +36,7 @@
  *    of another size (exit 2).
  */
 #include <check.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +44,8 @@
 
 #include "core/error.h"
 #include "data/crc32c.h"
+#include "data/example.h"
+#include "data/tfrecord.h"
 #include "ops/cpu/kernels.h"
 #include "train/generate.h"
 
@@ -708,6 +715,109 @@ START_TEST(layers_form_job_gives_the_structure)
 }
 END_TEST
 
+/* ---- a trained GPT: the decoder against the graph's own forward ------------ */
+
+#define ST 16 /* tests/fixtures/gpt-small.yaml: V = C = T = 16, 2 blocks, 2 heads */
+
+/* DIR/NAME: n windows of ST + 1 ids; window r's ids from `id(r, i)` */
+static void write_windows(const char *name, int n, int noise)
+{
+	char path[512];
+	struct dtf_tfrecord_writer *w;
+	ck_assert_int_eq(dtf_tfrecord_writer_open(tu_path(path, sizeof(path), tmpdir, name), &w), 0);
+	struct dtf_example_builder b;
+	dtf_example_builder_init(&b);
+	for (int r = 0; r < n; r++) {
+		uint8_t ids[ST + 1];
+		for (int i = 0; i <= ST; i++)
+			ids[i] = (uint8_t)(noise && tu_next_u64() % 4 == 0
+						   ? (int)(tu_next_u64() % ST)
+						   : (r + 3 * i) % ST);
+		const uint8_t *data;
+		size_t len;
+		dtf_example_builder_reset(&b);
+		ck_assert_int_eq(dtf_example_builder_add_bytes(&b, "tokens", ids, ST + 1), 0);
+		ck_assert_int_eq(dtf_example_builder_finish(&b, &data, &len), 0);
+		ck_assert_int_eq(dtf_tfrecord_writer_write(w, data, len), 0);
+	}
+	dtf_example_builder_deinit(&b);
+	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
+}
+
+/* The small GPT of test_gpt trained 20 steps: `predict --outputs logits`
+ * of its graph (the fused causal_self_attention, the executor training
+ * uses) on 3 windows equals the decoder's logits at every position, by a
+ * full window and by cached steps, to 1e-5; generate takes the heads
+ * from the job. */
+START_TEST(trained_gpt_matches_predict_logits)
+{
+	tu_rng_seed(3);
+	write_windows("train-00000-of-00001.tfrecord", 96, 1);
+	write_windows("validation-00000-of-00001.tfrecord", 3, 0);
+	char fixture[512];
+	snprintf(fixture, sizeof(fixture), "%s/tests/fixtures/gpt-small.yaml",
+		 tu_source_root());
+	int rc = tu_run("cd %s && %s/dtf-train -q --set checkpoint.dir=ckpt %s >train.log 2>&1",
+			tmpdir, tu_build_root(), fixture);
+	ck_assert_msg(rc == 0, "train: exit %d: %s", rc, tu_slurp(tmpdir, "train.log"));
+	rc = tu_run("cd %s && %s/dtf-train predict %s -c ckpt --data 'validation-*.tfrecord' --outputs logits --output p.jsonl 2>predict.log",
+		    tmpdir, tu_build_root(), fixture);
+	ck_assert_msg(rc == 0, "predict: exit %d: %s", rc, tu_slurp(tmpdir, "predict.log"));
+	struct dtf_gpt g;
+	struct dtf_gpt_opts o = {.heads = 2, .head = "logits"};
+	char ckpt[512];
+	rc = dtf_gpt_load(tu_path(ckpt, sizeof(ckpt), tmpdir, "ckpt"), &o, &g);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	ck_assert_int_eq(g.step, 20);
+	ck_assert_int_eq(g.n_layer, 2);
+	ck_assert_int_eq(g.block_size, ST);
+	ck_assert_int_eq(g.tied, 1);
+	struct dtf_gpt_cache c;
+	ck_assert_int_eq(dtf_gpt_cache_init(&g, &c), 0);
+	char *text = tu_read_file(tmpdir, "p.jsonl", NULL), *line = text;
+	double worst = 0, spread = 0;
+	for (int r = 0; r < 3; r++) {
+		char *nl = strchr(line, '\n');
+		ck_assert_ptr_nonnull(nl);
+		*nl = 0;
+		json_error_t err;
+		json_t *j = json_loads(line, 0, &err), *lg = json_object_get(j, "logits");
+		ck_assert_msg(json_array_size(lg) == ST * ST, "line %d: %s", r, line);
+		ck_assert_int_eq(json_integer_value(json_object_get(j, "record")), r);
+		int32_t ids[ST];
+		for (int i = 0; i < ST; i++)
+			ids[i] = (r + 3 * i) % ST;
+		float full[ST * ST], step[ST * ST];
+		c.len = 0;
+		dtf_gpt_extend(&g, &c, ids, ST, 1, full);
+		c.len = 0;
+		for (int i = 0; i < ST; i++)
+			dtf_gpt_extend(&g, &c, ids + i, 1, 0, step + i * ST);
+		for (int i = 0; i < ST * ST; i++) {
+			double want = json_number_value(json_array_get(lg, (size_t)i));
+			worst = fmax(worst, fabs(full[i] - want));
+			worst = fmax(worst, fabs(step[i] - want));
+			spread = fmax(spread, fabs(want - json_number_value(json_array_get(lg, 0))));
+		}
+		json_decref(j);
+		line = nl + 1;
+	}
+	fprintf(stderr, "trained GPT: decoder vs predict logits: max |difference| %.3g (logits spread %.3g)\n",
+		worst, spread);
+	ck_assert_msg(worst <= 1e-5, "decoder vs predict: %g", worst);
+	ck_assert_msg(spread > 0.1, "logits of a trained model too flat: %g", spread);
+	free(text);
+	dtf_gpt_cache_deinit(&c);
+	dtf_gpt_deinit(&g);
+	/* the command: the heads and names from the job */
+	tu_write_bytes(tmpdir, "vocab.txt", "abcdefghijklmnop", ST);
+	rc = tu_run("cd %s && %s/dtf-train generate %s -c ckpt -p abc -n 40 --temperature 0 >gen.txt 2>gen.log",
+		    tmpdir, tu_build_root(), fixture);
+	ck_assert_msg(rc == 0, "generate: exit %d: %s", rc, tu_slurp(tmpdir, "gen.log"));
+	ck_assert_uint_eq(strlen(tu_slurp(tmpdir, "gen.txt")), 3 + 40 + 1);
+}
+END_TEST
+
 static void expect_error(const char *args, int status, const char *text)
 {
 	int rc = gen("x", args);
@@ -764,6 +874,7 @@ static Suite *generate_suite(void)
 	tcase_add_test(cli, same_seed_same_text_greedy_is_argmax);
 	tcase_add_test(cli, errors_are_clear);
 	tcase_add_test(cli, layers_form_job_gives_the_structure);
+	tcase_add_test(cli, trained_gpt_matches_predict_logits);
 	suite_add_tcase(s, cli);
 	return s;
 }
