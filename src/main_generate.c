@@ -295,29 +295,6 @@ static double now(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int generate_with(const struct dtf_job *job, const struct gen_args *a,
-			 const struct dtf_gpt_opts *go);
-
-/* The job and its GPT's structure; then generate_with. */
-static int generate(const struct dtf_job *job, const struct gen_args *a)
-{
-	int rc = check_job(job);
-	if (rc < 0)
-		return rc;
-	const char **blocks = dtf_calloc((size_t)job->model.nlayers + 1,
-					 sizeof(char *));
-	struct dtf_gpt_opts go;
-	if (!blocks)
-		return dtf_error(DTF_ERR_NOMEM, "out of memory");
-	if ((rc = job_structure(job, a->heads, blocks, &go)) < 0) {
-		dtf_free(blocks);
-		return rc;
-	}
-	rc = generate_with(job, a, &go);
-	dtf_free(blocks);
-	return rc;
-}
-
 /* The vocabulary, the checkpoint and the prompt; then the text. */
 static int generate_with(const struct dtf_job *job, const struct gen_args *a,
 			 const struct dtf_gpt_opts *go)
@@ -347,7 +324,7 @@ static int generate_with(const struct dtf_job *job, const struct gen_args *a,
 	}
 	if (vocab.size != g.vocab_size) {
 		rc = dtf_error(DTF_ERR_USAGE,
-			       "vocabulary %s has %d characters, the model of %s %d",
+			       "vocabulary %s has %d characters, the model of %s has %d",
 			       vpath, vocab.size, g.checkpoint, g.vocab_size);
 		goto out;
 	}
@@ -380,6 +357,26 @@ static int generate_with(const struct dtf_job *job, const struct gen_args *a,
 out:
 	dtf_free(ids);
 	dtf_gpt_deinit(&g);
+	return rc;
+}
+
+/* The job and its GPT's structure; then generate_with. */
+static int generate(const struct dtf_job *job, const struct gen_args *a)
+{
+	int rc = check_job(job);
+	if (rc < 0)
+		return rc;
+	const char **blocks = dtf_calloc((size_t)job->model.nlayers + 1,
+					 sizeof(char *));
+	struct dtf_gpt_opts go;
+	if (!blocks)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	if ((rc = job_structure(job, a->heads, blocks, &go)) < 0) {
+		dtf_free(blocks);
+		return rc;
+	}
+	rc = generate_with(job, a, &go);
+	dtf_free(blocks);
 	return rc;
 }
 
