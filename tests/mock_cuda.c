@@ -173,6 +173,17 @@ void dtf_cuda_add(struct dtf_cuda_ctx *c, size_t n, const float *a, const float 
 }
 void dtf_cuda_slice(struct dtf_cuda_ctx *c, size_t o, size_t i, size_t b, size_t l, const float *x, float *y) { c->kernels++, total_kernels++; dtf_cpu_slice_inner(o, i, b, l, x, y); }
 void dtf_cuda_slice_grad(struct dtf_cuda_ctx *c, size_t o, size_t i, size_t b, size_t l, const float *dy, float *dx) { c->kernels++, total_kernels++; dtf_cpu_slice_grad(o, i, b, l, dy, dx); }
+void dtf_cuda_batch_matmul(struct dtf_cuda_ctx *c, int nb, int m, int n, int k, const float *a, int ta, const float *b, int tb, float al, float *o) { c->kernels++, total_kernels++; dtf_cpu_batch_matmul(nb, m, n, k, a, ta, b, tb, al, o); }
+void dtf_cuda_transpose(struct dtf_cuda_ctx *c, int r, const int64_t *d, const int *p, const float *x, float *y) { c->kernels++, total_kernels++; dtf_cpu_transpose(r, d, p, x, y); }
+void dtf_cuda_softmax(struct dtf_cuda_ctx *c, size_t r, int k, int tq, const float *x, float *y)
+{
+	c->kernels++, total_kernels++;
+	if (tq > 0)
+		dtf_cpu_softmax_causal(r, k, tq, x, y);
+	else
+		dtf_cpu_softmax(r, k, x, y);
+}
+void dtf_cuda_softmax_grad(struct dtf_cuda_ctx *c, size_t r, int k, const float *dy, const float *y, float *dx) { c->kernels++, total_kernels++; dtf_cpu_softmax_grad(r, k, dy, y, dx); }
 void dtf_cuda_fill(struct dtf_cuda_ctx *c, float *p, size_t n, float v) { (void)c; for (size_t i = 0; i < n; i++) p[i] = v; }
 void dtf_cuda_layer_norm(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *b, float e, float *y)
 { c->kernels++, total_kernels++; dtf_cpu_layer_norm(r, k, x, g, b, e, y); }

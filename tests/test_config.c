@@ -257,7 +257,6 @@ START_TEST(test_sketch_parses)
 	ck_assert(job->train.epsilon == 1e-7);
 	ck_assert(job->train.momentum == 0.0);
 	ck_assert_int_eq(job->train.nesterov, 0);
-	ck_assert_int_eq(job->train.eval_batch_size, 0);
 	ck_assert_str_eq(job->train.where, "graphs/x.yaml:23:15");
 
 	ck_assert_int_eq(job->strategy.type,
@@ -293,7 +292,6 @@ START_TEST(test_minimal_defaults)
 	ck_assert(job->train.beta_1 == 0.9);
 	ck_assert(job->train.beta_2 == 0.999);
 	ck_assert(job->train.epsilon == 1e-7);
-	ck_assert_int_eq(job->train.eval_batch_size, 0);
 	ck_assert_int_eq(job->strategy.type,
 			 DTF_STRATEGY_MULTI_WORKER_MIRRORED);
 	ck_assert_int_eq(job->logging.every_steps, 100);
@@ -536,7 +534,7 @@ START_TEST(test_missing_required)
 	ck_assert_msg_is(load_fail(edit("{units: 1024, ", "{"), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:17:8: model.layers[5].dense: missing "
-			 "required key 'units'");
+			 "required key 'units' (or 'tied_to')");
 	ck_assert_msg_is(load_fail(edit("  input: image\n", ""), NULL, 0,
 				   DTF_ERR_CONFIG),
 			 "graphs/x.yaml:9:1: model: missing required key "
@@ -1013,7 +1011,8 @@ START_TEST(test_override_errors_blame_set)
 	ck_assert_msg_is(load_fail(SKETCH, ov4, 1, DTF_ERR_CONFIG),
 			 "--set model.input: model.input: feature 'label' is "
 			 "int32 (ids); the model input must be a float32 "
-			 "feature (ids go through an embedding in model.graph)");
+			 "feature, or ids for a first layer that is an "
+			 "embedding or a slice");
 	const char *ov5[] = {"strategy.type=parameter_server",
 			     "checkpoint.dir=ck"};
 	ck_assert_msg_is(load_fail(SKETCH, ov5, 2, DTF_ERR_CONFIG),
@@ -1152,7 +1151,8 @@ START_TEST(test_override_errors_say_what)
 				   NULL, 0, DTF_ERR_CONFIG),
 			 "graphs/x.yaml:10:10: model.input: feature 'label' is "
 			 "int32 (ids); the model input must be a float32 "
-			 "feature (ids go through an embedding in model.graph)");
+			 "feature, or ids for a first layer that is an "
+			 "embedding or a slice");
 	const char *aug[] = {"data.train.augment={feature: label, "
 			     "flip_left_right: true}"};
 	ck_assert_msg_is(load_fail(SKETCH, aug, 1, DTF_ERR_CONFIG),

@@ -174,6 +174,70 @@ START_TEST(layers_lower_to_gpt2_variables)
 }
 END_TEST
 
+/* ---- fused and composed attention ------------------------------------------ */
+
+/* The small GPT, its blocks with fused_attention: false when `composed`,
+ * lowered at batch 4 with its backward pass, fed the same ids. */
+static void gpt_model(struct tu_model *m, int composed)
+{
+	char *text = tu_read_file(NULL, fixture("gpt-small.yaml"), NULL);
+	char *t = text, *at;
+	static char out[8192];
+	size_t o = 0;
+	while ((at = strstr(t, "{heads: 2, name: ")) != NULL) {
+		o += (size_t)snprintf(out + o, sizeof(out) - o, "%.*s%s",
+				      (int)(at - t), t,
+				      composed ? "{heads: 2, fused_attention: false, name: "
+					       : "{heads: 2, name: ");
+		t = at + strlen("{heads: 2, name: ");
+	}
+	snprintf(out + o, sizeof(out) - o, "%s", t);
+	free(text);
+	struct dtf_job *job = NULL;
+	int rc = dtf_job_load_string("gpt-small.yaml", out, NULL, 0, &job);
+	ck_assert_msg(rc == 0, "%s", dtf_error_msg());
+	tu_model_build(m, job, 4, DTF_PLANNER_LIVENESS, 0, 1, 1);
+	int tok = dtf_graph_find(&m->g, "tokens");
+	ck_assert_int_ge(tok, 0);
+	int32_t *ids = m->g.nodes[tok].data;
+	tu_rng_seed(23);
+	for (int i = 0; i < 4 * 17; i++)
+		ids[i] = (int32_t)(tu_next_u64() % 16);
+}
+
+/* fused_attention: false (slice, reshape, transpose, batch_matmul,
+ * causal softmax) gives the fused op's loss and every gradient to float
+ * rounding, with the same variables. */
+START_TEST(fused_and_composed_attention_agree)
+{
+	struct tu_model f, c;
+	gpt_model(&f, 0);
+	gpt_model(&c, 1);
+	ck_assert_uint_eq(f.g.nparams, c.g.nparams);
+	ck_assert_int_lt(dtf_graph_find(&f.g, "h0/attn/scores"), 0);
+	ck_assert_int_ge(dtf_graph_find(&c.g, "h0/attn/scores"), 0);
+	ck_assert_int_ge(dtf_graph_find(&f.g, "h0/attn/attention"), 0);
+	ck_assert(memcmp(f.params, c.params, f.g.nparams * 4) == 0);
+	double lf = tu_model_loss(&f), lc = tu_model_loss(&c);
+	dtf_exec_backward(&f.g, &f.ctx);
+	dtf_exec_backward(&c.g, &c.ctx);
+	printf("gpt-small loss: fused %.9g, composed %.9g\n", lf, lc);
+	ck_assert(fabs(lf - lc) <= 1e-6 * fabs(lf));
+	ck_assert(lf > 2.0 && lf < 3.5); /* about ln 16 = 2.77 at the start */
+	double gmax = 0;
+	for (size_t i = 0; i < f.g.nparams; i++)
+		gmax = fmax(gmax, fabs(f.grads[i]));
+	double worst = 0;
+	for (size_t i = 0; i < f.g.nparams; i++)
+		worst = fmax(worst, fabs(f.grads[i] - c.grads[i]));
+	printf("gradients: max |fused - composed| %g of max |g| %g\n", worst, gmax);
+	ck_assert(gmax > 1e-3);
+	ck_assert(worst <= 1e-5 * gmax);
+	tu_model_free(&f);
+	tu_model_free(&c);
+}
+END_TEST
+
 /* ---- training runs --------------------------------------------------------- */
 
 /* mpirun -np np dtf-train JOB for 20 steps on the test's records,
@@ -437,6 +501,7 @@ static Suite *gpt_suite(void)
 	tcase_add_unchecked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, layers_lower_to_gpt2_variables);
+	tcase_add_test(tc, fused_and_composed_attention_agree);
 	tcase_add_test(tc, layers_and_graph_forms_same_bits);
 	tcase_add_test(tc, one_and_two_ranks_agree);
 	tcase_add_test(tc, shipped_gpt_plan_saves_memory);

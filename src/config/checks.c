@@ -231,7 +231,7 @@ int dtf_cfg_check_job(struct ctx *c)
 						    job->data.nfeatures, feature_name_at, sug,
 						    sizeof(sug)));
 	int sparse = job->model.loss == DTF_LOSS_SPARSE_SOFTMAX_XENT;
-	if (sparse && lab->type != DTF_FEATURE_INT64)
+	if (sparse && lab->type != DTF_FEATURE_INT64 && lab->dtype != DTF_INT32)
 		return dtf_cfg_fail(c, c->slot[SLOT_LABELS], ypath,
 				    "feature '%s' is not an int64 feature (class "
 				    "labels are)",

@@ -57,6 +57,8 @@ enum dtf_layer_kind {
 	DTF_LAYER_EMBEDDING, /* both forms: the layer makes its table */
 	DTF_LAYER_CAUSAL_SELF_ATTENTION,
 	DTF_LAYER_SLICE,           /* both forms */
+	DTF_LAYER_TRANSPOSE,       /* graph form */
+	DTF_LAYER_BATCH_MATMUL,    /* graph form */
 	/* layers form only: the GPT's layers (dtf-train-job(5)) */
 	DTF_LAYER_POSITION_EMBEDDING,
 	DTF_LAYER_TRANSFORMER_BLOCK,
@@ -168,6 +170,7 @@ struct dtf_layer {
 	int perm[DTF_MAX_RANK];
 	/* softmax: mask (.., i, j > i) of the last two axes */
 	int causal;                /* default 0 */
+	/* batch_matmul: alpha (default 1) is `alpha` above */
 	/* reshape (target shape without the batch; one -1 allowed),
 	 * variable, constant (full shape) */
 	int shape_rank;
@@ -320,7 +323,6 @@ struct dtf_job {
 					 kernels only */
 		double clipnorm;      /* global-norm clipping; 0 = off */
 		struct dtf_schedule_spec schedule;
-		int64_t eval_batch_size; /* per replica; default 0 = as train */
 		int64_t eval_every_steps; /* default 0 = after each epoch */
 		double stop_at_accuracy;  /* default 0 = train to the end */
 		int accumulate_steps; /* micro-batches per update, default 1 */

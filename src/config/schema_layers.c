@@ -172,6 +172,38 @@ static int read_layer_shape(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+/* transpose perm: a list of the input's axes, 1 to DTF_MAX_RANK of them
+ * (the graph checks it is a permutation of the input's) */
+static int read_perm(struct ctx *c, void *base, const yaml_node_t *key,
+		     const yaml_node_t *val, const char *path)
+{
+	struct dtf_layer *l = base;
+	char buf[80], ipath[PATH_MAX_];
+	long n = val->type == YAML_SEQUENCE_NODE
+			 ? val->data.sequence.items.top -
+				   val->data.sequence.items.start
+			 : 0;
+	if (n < 1 || n > DTF_MAX_RANK)
+		return dtf_cfg_fail(c, val, path,
+				    "expected a list of 1 to %d axes (a permutation "
+				    "of the input's, starting with 0), got %s",
+				    DTF_MAX_RANK,
+				    dtf_cfg_describe(val, buf, sizeof(buf)));
+	for (long i = 0; i < n; i++) {
+		int64_t v;
+		dtf_cfg_path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = dtf_cfg_read_int(c, it, ipath, F_NONNEG, 0,
+					  DTF_MAX_RANK - 1, &v);
+		if (rc)
+			return rc;
+		l->perm[i] = (int)v;
+	}
+	l->perm_rank = (int)n;
+	return 0;
+}
+
 /* initializer: a name, or {constant: {value: v}} / {truncated_normal:
  * {mean: m, stddev: s}} / {random_normal: {mean: m, stddev: s}}. */
 static const struct field init_constant_fields[] = {
@@ -382,6 +414,12 @@ static const struct field axis_fields[] = {
 	NAME_FIELD, INPUTS_FIELD,
 };
 
+static const struct field softmax_fields[] = {
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},
+	{.key = "causal", .type = T_BOOL, .off = LAY(causal), .def = 0},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
 static const struct field reshape_fields[] = {
 	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
 	 .read = read_layer_shape},
@@ -427,6 +465,24 @@ static const struct field op_matmul_fields[] = {
 		     .off = LAY(transpose_b), .def = 0},
 };
 static const struct field op_slice_fields[] = {INPUTS_REQ, SLICE_FIELDS};
+static const struct field op_transpose_fields[] = {
+	INPUTS_REQ, {.key = "perm", .type = T_CUSTOM, .flags = F_REQUIRED,
+		     .read = read_perm},
+};
+/* adj_x / adj_y (TF's BatchMatMul) and transpose_a / transpose_b
+ * (tf.linalg.matmul) are the same switches */
+static const struct field op_batch_matmul_fields[] = {
+	INPUTS_REQ,
+	{.key = "adj_x", .type = T_BOOL, .off = LAY(transpose_a), .def = 0},
+	{.key = "adj_y", .type = T_BOOL, .off = LAY(transpose_b), .def = 0},
+	{.key = "transpose_a", .type = T_BOOL, .off = LAY(transpose_a), .def = 0},
+	{.key = "transpose_b", .type = T_BOOL, .off = LAY(transpose_b), .def = 0},
+	{.key = "alpha", .type = T_FLOAT, .off = LAY(alpha), .def = 1.0},
+};
+static const struct field op_softmax_fields[] = {
+	INPUTS_REQ, {.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},
+	{.key = "causal", .type = T_BOOL, .off = LAY(causal), .def = 0},
+};
 static const struct field op_dropout_fields[] = {
 	INPUTS_REQ,
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
@@ -591,6 +647,7 @@ SECTION(dropout_section, dropout_fields, NULL);
 SECTION(batch_norm_section, batch_norm_fields, NULL);
 SECTION(layer_norm_section, layer_norm_fields, NULL);
 SECTION(axis_section, axis_fields, NULL);
+SECTION(softmax_section, softmax_fields, NULL);
 SECTION(reshape_section, reshape_fields, NULL);
 SECTION(leaky_relu_section, leaky_relu_fields, NULL);
 SECTION(elu_section, elu_fields, NULL);
@@ -598,6 +655,9 @@ SECTION(gelu_section, gelu_fields, NULL);
 SECTION(plain_section, plain_fields, NULL);
 SECTION(slice_section, slice_fields, NULL);
 SECTION(op_slice_section, op_slice_fields, NULL);
+SECTION(op_transpose_section, op_transpose_fields, NULL);
+SECTION(op_batch_matmul_section, op_batch_matmul_fields, NULL);
+SECTION(op_softmax_section, op_softmax_fields, NULL);
 SECTION(op_conv_section, op_conv_fields, NULL);
 SECTION(op_pool_section, op_pool_fields, check_pool);
 SECTION(op_plain_section, op_plain_fields, NULL);
@@ -621,7 +681,8 @@ static const char *const kind_names[] = {
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
 	"constant", "matmul", "bias_add", "embedding", "causal_self_attention",
-	"slice", "position_embedding", "transformer_block",
+	"slice", "transpose", "batch_matmul", "position_embedding",
+	"transformer_block",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -649,7 +710,7 @@ static const struct choice layer_kinds[] = {
 	{"gelu", DTF_LAYER_GELU, &gelu_section},
 	{"tanh", DTF_LAYER_TANH, &plain_section},
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
-	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &softmax_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
 	{"slice", DTF_LAYER_SLICE, &slice_section},
 	{"embedding", DTF_LAYER_EMBEDDING, &embedding_section},
@@ -687,7 +748,9 @@ static const struct choice op_kinds[] = {
 	{"gelu", DTF_LAYER_GELU, &op_gelu_section},
 	{"tanh", DTF_LAYER_TANH, &op_plain_section},
 	{"sigmoid", DTF_LAYER_SIGMOID, &op_plain_section},
-	{"softmax", DTF_LAYER_SOFTMAX, &op_axis_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &op_softmax_section},
+	{"transpose", DTF_LAYER_TRANSPOSE, &op_transpose_section},
+	{"batch_matmul", DTF_LAYER_BATCH_MATMUL, &op_batch_matmul_section},
 	{"identity", DTF_LAYER_IDENTITY, &op_plain_section},
 	{"slice", DTF_LAYER_SLICE, &op_slice_section},
 };

@@ -132,7 +132,9 @@
 	X(EMBEDDING,                        embedding,                         2, -1, GATHER,   ZERO,      0,  grad_embedding)        \
 	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)                  \
 	X(CAUSAL_SELF_ATTENTION,            causal_self_attention,             1, -1, ATTENTION, ATTENTION, 4, grad_attention)       \
-	X(CAUSAL_SELF_ATTENTION_GRAD,       causal_self_attention_grad,        2, -1, GRAD,     ATTENTION, 10, NULL)
+	X(CAUSAL_SELF_ATTENTION_GRAD,       causal_self_attention_grad,        2, -1, GRAD,     ATTENTION, 10, NULL) \
+	X(TRANSPOSE,                        transpose,                         1, -1, TRANSPOSE, ZERO,     0,  grad_transpose)        \
+	X(BATCH_MATMUL,                     batch_matmul,                      2, -1, BATCH_MATMUL, BATCH_MATMUL, 1, grad_batch_matmul)
 
 /* How an op's output shape follows from its inputs and attributes. */
 enum dtf_shape_rule {
@@ -146,6 +148,9 @@ enum dtf_shape_rule {
 	DTF_SHAPE_RESHAPE,  /* the target shape, one -1 inferred */
 	DTF_SHAPE_CONCAT,   /* input 0's shape, the axis summed with input 1's */
 	DTF_SHAPE_SLICE,    /* input 0's shape, `size` along the axis */
+	DTF_SHAPE_TRANSPOSE, /* input 0's dimensions in the order of perm */
+	DTF_SHAPE_BATCH_MATMUL, /* (..., m, n) from a (..., m, k), b (..., k, n),
+				   adjoints applied */
 	DTF_SHAPE_SCALAR,   /* a loss: rank 0 */
 	DTF_SHAPE_GATHER,   /* embedding: ids' shape (n, ...) with the table's
 			       row length appended: (n, ..., d) */
@@ -163,6 +168,7 @@ enum dtf_flops_basis {
 	DTF_FLOPS_DWCONV,    /* 2 n oh ow o kh kw (o = c * multiplier) */
 	DTF_FLOPS_POOL,      /* 1 per window tap: n oh ow c kh kw */
 	DTF_FLOPS_MATMUL,    /* 2 m n k (dtf_graph_matmul_dims) */
+	DTF_FLOPS_BATCH_MATMUL, /* 2 batch m n k, +1 per output with alpha != 1 */
 	DTF_FLOPS_GELU,      /* per output element: 5 (erf form), 9 (tanh) */
 	DTF_FLOPS_GELU_GRAD, /* per output element: 9 (erf form), 14 (tanh) */
 	DTF_FLOPS_ATTENTION, /* b t t c of a (b, t, 3c) input 0 */
@@ -217,9 +223,17 @@ struct dtf_node {
 			    AVG_POOL2D* */
 			struct dtf_window_geom g;
 		} win;
-		struct { /* MATMUL */
+		struct { /* MATMUL (alpha unused); BATCH_MATMUL (TF's adj_x,
+			    adj_y; c = alpha op(a) op(b)) */
 			int trans_a, trans_b;
+			float alpha;
 		} mm;
+		struct { /* TRANSPOSE: output axis i is input axis perm[i] */
+			int perm[DTF_MAX_RANK];
+		} tr;
+		struct { /* SOFTMAX: causal mask of the last two axes */
+			int causal;
+		} sm;
 		struct { /* DROPOUT* */
 			float rate;
 			uint32_t salt; /* FNV-1a of the node name; mixed
@@ -482,6 +496,40 @@ int dtf_graph_tanh(struct dtf_graph *g, const char *name, int x);
 int dtf_graph_sigmoid(struct dtf_graph *g, const char *name, int x);
 /* Softmax over the last axis. */
 int dtf_graph_softmax(struct dtf_graph *g, const char *name, int x);
+/*
+ * Softmax over the last axis of x (..., tq, tk) (rank >= 2) with, when
+ * causal, the mask of a decoder's self-attention: element (..., i, j)
+ * with j > i gets probability 0 (a lower-triangular mask, as
+ * tf.linalg.band_part(ones, -1, 0) or PyTorch's is_causal, aligned at the
+ * top left); row i is the softmax of its first i + 1 entries.  The
+ * gradient is softmax_grad's (0 where masked).
+ */
+int dtf_graph_softmax_ex(struct dtf_graph *g, const char *name, int x,
+			 int causal);
+/*
+ * tf.transpose(x, perm): output axis i is input axis perm[i]; perm is a
+ * permutation of 0 .. rank - 1 (rank = x's, up to DTF_MAX_RANK) that
+ * keeps the batch first (perm[0] == 0).  x float32.  The gradient is the
+ * transpose by the inverse permutation.  No FLOPs (data movement).
+ */
+int dtf_graph_transpose(struct dtf_graph *g, const char *name, int x,
+			const int *perm, int rank);
+/*
+ * tf.linalg.matmul on batches (TF's BatchMatMulV2 without broadcasting):
+ * a (..., m, k) and b (..., k, n) float32 of the same rank >= 3 and the
+ * same leading (batch) dimensions give c (..., m, n) = alpha op(a) op(b);
+ * adj_a: a is (..., k, m) and op(a) its transpose on the last two axes
+ * (TF's adj_x / transpose_a), adj_b likewise (adj_y / transpose_b).
+ * alpha scales the product (1: none), e.g. attention's 1 / sqrt(d).
+ * FLOPs 2 batch m n k (+ batch m n for alpha != 1).
+ */
+int dtf_graph_batch_matmul(struct dtf_graph *g, const char *name, int a,
+			   int b, int adj_a, int adj_b, float alpha);
+/* The gemms of a BATCH_MATMUL node: batch products c (m, n) = alpha
+ * op(a) (m, k) op(b) (k, n). */
+void dtf_graph_batch_matmul_dims(const struct dtf_graph *g,
+				 const struct dtf_node *n, int *batch, int *m,
+				 int *cols, int *k);
 int dtf_graph_identity(struct dtf_graph *g, const char *name, int x);
 /* Losses: each returns a scalar node and becomes g->loss.
  * logits (n, classes), labels float32 (n, classes) one-hot; Keras's

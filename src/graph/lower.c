@@ -265,7 +265,7 @@ static int lower_common(struct dtf_graph *g, const struct dtf_layer *l,
 		int rank = g->nodes[x].shape.rank;
 		if (l->axis != -1 && l->axis != rank - 1)
 			return unsupported(l, "softmax over an axis other than the last");
-		return dtf_graph_softmax(g, name, x);
+		return dtf_graph_softmax_ex(g, name, x, l->causal);
 	}
 	case DTF_LAYER_IDENTITY:
 		return dtf_graph_identity(g, name, x);
@@ -414,6 +414,17 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
 		return dtf_graph_bias_add(g, l->name, in[0], in[1]);
+	case DTF_LAYER_TRANSPOSE:
+		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
+			return rc;
+		return dtf_graph_transpose(g, l->name, in[0], l->perm,
+					   l->perm_rank);
+	case DTF_LAYER_BATCH_MATMUL:
+		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
+			return rc;
+		return dtf_graph_batch_matmul(g, l->name, in[0], in[1],
+					      l->transpose_a, l->transpose_b,
+					      l->alpha);
 	case DTF_LAYER_EMBEDDING: /* inputs: [ids, table] */
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;

@@ -238,14 +238,54 @@ int dtf_lower_tied_dense(struct dtf_graph *g, const struct dtf_layer *l,
  * The attention of qkv (b, t, 3c) without the fused op, nanoGPT's
  * non-flash path op by op:
  *     q, k, v = split(qkv) -> (b, t, heads, d) -> (b, heads, t, d)
- *     att = softmax_causal(q k^T / sqrt(d)) ; y = att v
- *     y -> (b, t, heads, d) -> (b, t, c)
+ *     att = softmax_causal(q k^T / sqrt(d))       (b, heads, t, t)
+ *     y = att v -> (b, t, heads, d) -> (b, t, c)
+ * with dropout on att when the block's dropout is not 0.
  */
 int dtf_lower_attention_composed(struct dtf_graph *g,
 				 const struct dtf_layer *l, int qkv)
 {
-	(void)g;
-	(void)qkv;
-	return dtf_error(DTF_ERR_GRAPH, "%s: fused_attention: false is not supported yet",
-			 l->name);
+	static const char *const part[3] = {"q", "k", "v"};
+	static const int to_heads[4] = {0, 2, 1, 3};
+	char name[2 * DTF_NAME_MAX], what[DTF_NAME_MAX];
+	const struct dtf_shape *s = &g->nodes[qkv].shape;
+	int64_t b = s->d[0], t = s->d[1], c = s->d[2] / 3, d = c / l->heads;
+	int64_t heads_dims[4] = {b, t, l->heads, d}, out_dims[3] = {b, t, c};
+	int x[3];
+	for (int p = 0; p < 3; p++) {
+		snprintf(what, sizeof(what), "attn/%s", part[p]);
+		sub_name(name, sizeof(name), l, what);
+		int y = dtf_graph_slice(g, name, qkv, 2, p * c, c);
+		if (y < 0)
+			return y;
+		snprintf(what, sizeof(what), "attn/%s/heads", part[p]);
+		sub_name(name, sizeof(name), l, what);
+		if ((y = dtf_graph_reshape(g, name, y, heads_dims, 4)) < 0)
+			return y;
+		snprintf(what, sizeof(what), "attn/%s/transpose", part[p]);
+		sub_name(name, sizeof(name), l, what);
+		if ((x[p] = dtf_graph_transpose(g, name, y, to_heads, 4)) < 0)
+			return x[p];
+	}
+	sub_name(name, sizeof(name), l, "attn/scores");
+	int y = dtf_graph_batch_matmul(g, name, x[0], x[1], 0, 1,
+				       (float)(1.0 / sqrt((double)d)));
+	if (y < 0)
+		return y;
+	sub_name(name, sizeof(name), l, "attn/probs");
+	if ((y = dtf_graph_softmax_ex(g, name, y, 1)) < 0)
+		return y;
+	if (l->rate > 0) {
+		sub_name(name, sizeof(name), l, "attn/probs/dropout");
+		if ((y = dtf_graph_dropout(g, name, y, l->rate)) < 0)
+			return y;
+	}
+	sub_name(name, sizeof(name), l, "attn/values");
+	if ((y = dtf_graph_batch_matmul(g, name, y, x[2], 0, 0, 1.0f)) < 0)
+		return y;
+	sub_name(name, sizeof(name), l, "attn/values/transpose");
+	if ((y = dtf_graph_transpose(g, name, y, to_heads, 4)) < 0)
+		return y;
+	sub_name(name, sizeof(name), l, "attn/attention");
+	return dtf_graph_reshape(g, name, y, out_dims, 3);
 }

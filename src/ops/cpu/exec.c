@@ -426,7 +426,11 @@ KERNEL(softmax)
 	size_t rows;
 	int c;
 	rows_cols(&n->shape, &rows, &c);
-	dtf_cpu_softmax(rows, c, F(g, a), y);
+	if (n->a.sm.causal)
+		dtf_cpu_softmax_causal(rows, c, (int)n->shape.d[n->shape.rank - 2],
+				       F(g, a), y);
+	else
+		dtf_cpu_softmax(rows, c, F(g, a), y);
 }
 
 KERNEL(softmax_grad)
@@ -539,6 +543,22 @@ KERNEL(causal_self_attention_grad) /* qkv, dy */
 	attention_dims(g, n, a, &nb, &t, &c);
 	dtf_cpu_causal_self_attention_grad(nb, t, c, n->a.attn.heads, F(g, a),
 					   F(g, b), y);
+}
+
+KERNEL(transpose)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	dtf_cpu_transpose(s->rank, s->d, n->a.tr.perm, F(g, a), y);
+}
+
+KERNEL(batch_matmul)
+{
+	KERNEL_VARS;
+	int nb, m, cols, k;
+	dtf_graph_batch_matmul_dims(g, n, &nb, &m, &cols, &k);
+	dtf_cpu_batch_matmul(nb, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
+			     n->a.mm.trans_b, n->a.mm.alpha, y);
 }
 
 typedef void (*cpu_kernel_fn)(const struct dtf_graph *g,

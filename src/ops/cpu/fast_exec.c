@@ -31,6 +31,7 @@ enum action {
 	A_POOL_GRAD_BWF, /* A_POOL_GRAD, then the filter gradient next[i]
 			    from dx, which is not stored */
 	A_ATTENTION,    /* causal_self_attention or its gradient */
+	A_BMM,          /* batch_matmul: sgemm per matrix */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -346,6 +347,7 @@ static void plan_max_pool2d_grad(struct planner *P, int i)
 }
 
 static void plan_add(struct planner *P, int i) { P->fp->action[i] = A_ADD; }
+static void plan_bmm(struct planner *P, int i) { P->fp->action[i] = A_BMM; }
 static void plan_dropout(struct planner *P, int i) { P->fp->action[i] = A_DROPOUT; }
 
 /* CAUSAL_SELF_ATTENTION and its gradient: input 0 is qkv (b, t, 3c) */
@@ -473,6 +475,15 @@ RUN(run_add)
 	dtf_fast_add_inplace(p, numel, F(g, b), y);
 }
 
+RUN(run_batch_matmul)
+{
+	RUN_VARS;
+	int nb, m, cols, k;
+	dtf_graph_batch_matmul_dims(g, n, &nb, &m, &cols, &k);
+	dtf_fast_batch_matmul(p, nb, m, cols, k, F(g, a), n->a.mm.trans_a,
+			      F(g, b), n->a.mm.trans_b, n->a.mm.alpha, F(g, i));
+}
+
 /* DROPOUT and DROPOUT_GRAD */
 RUN(run_dropout)
 {
@@ -569,6 +580,9 @@ struct fast_kernel {
 #define FAST_MSE_GRAD REFERENCE
 #define FAST_CAUSAL_SELF_ATTENTION {plan_attention, run_attention}
 #define FAST_CAUSAL_SELF_ATTENTION_GRAD {plan_attention, run_attention}
+/* an odometer walk, one copy per element already */
+#define FAST_TRANSPOSE REFERENCE
+#define FAST_BATCH_MATMUL {plan_bmm, run_batch_matmul}
 static const struct fast_kernel fast_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = FAST_##id,

@@ -511,6 +511,25 @@ void dtf_cuda_slice_grad(struct dtf_cuda_ctx *ctx, size_t outer, size_t inner,
 					 cudaMemcpyDeviceToDevice, STREAM(ctx)));
 }
 
+void dtf_cuda_transpose(struct dtf_cuda_ctx *ctx, int rank,
+			const int64_t *dims, const int *perm, const float *x,
+			float *y)
+{
+	LAUNCHED(ctx, dtf_cu_transpose_nd(STREAM(ctx), rank, dims, perm, x, y));
+}
+
+void dtf_cuda_softmax(struct dtf_cuda_ctx *ctx, size_t rows, int c, int tq,
+		      const float *x, float *y)
+{
+	LAUNCHED(ctx, dtf_cu_softmax(STREAM(ctx), rows, c, tq, x, y));
+}
+
+void dtf_cuda_softmax_grad(struct dtf_cuda_ctx *ctx, size_t rows, int c,
+			   const float *dy, const float *y, float *dx)
+{
+	LAUNCHED(ctx, dtf_cu_softmax_grad(STREAM(ctx), rows, c, dy, y, dx));
+}
+
 void dtf_cuda_fill(struct dtf_cuda_ctx *ctx, float *p, size_t n, float v)
 {
 	LAUNCHED(ctx, dtf_cu_fill(STREAM(ctx), p, n, v));

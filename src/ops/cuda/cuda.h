@@ -190,6 +190,24 @@ void dtf_cuda_relu_grad(struct dtf_cuda_ctx *ctx, size_t n, const float *dy,
 void dtf_cuda_matmul(struct dtf_cuda_ctx *ctx, int m, int n, int k,
 		     const float *a, int trans_a, const float *b, int trans_b,
 		     float *c);
+/* As dtf_cpu_batch_matmul: cublasSgemmStridedBatched (the matrices of
+ * each operand one after the other). */
+void dtf_cuda_batch_matmul(struct dtf_cuda_ctx *ctx, int batch, int m, int n,
+			   int k, const float *a, int trans_a, const float *b,
+			   int trans_b, float alpha, float *c);
+/* As dtf_cpu_transpose (rank <= DTF_MAX_RANK): one thread per output
+ * element.  y must not overlap x. */
+void dtf_cuda_transpose(struct dtf_cuda_ctx *ctx, int rank,
+			const int64_t *dims, const int *perm, const float *x,
+			float *y);
+/* Softmax over rows of c as dtf_cpu_softmax (tq == 0) or
+ * dtf_cpu_softmax_causal (tq > 0: row r is query r % tq), one thread per
+ * row, the max and the sum in the CPU's order (sum in double); and its
+ * gradient as dtf_cpu_softmax_grad.  In place allowed for the forward. */
+void dtf_cuda_softmax(struct dtf_cuda_ctx *ctx, size_t rows, int c, int tq,
+		      const float *x, float *y);
+void dtf_cuda_softmax_grad(struct dtf_cuda_ctx *ctx, size_t rows, int c,
+			   const float *dy, const float *y, float *dx);
 /* y (rows, c) = x + bias (c); in place allowed. */
 void dtf_cuda_bias_add(struct dtf_cuda_ctx *ctx, size_t rows, int c,
 		       const float *x, const float *bias, float *y);

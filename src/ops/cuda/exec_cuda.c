@@ -336,6 +336,46 @@ KERNEL(cu_slice_grad)
 	dtf_cuda_slice_grad(ctx, outer, inner, off, len, D(ex, a), y);
 }
 
+KERNEL(cu_softmax)
+{
+	KERNEL_VARS;
+	int ch = (int)n->shape.d[n->shape.rank - 1];
+	int tq = n->a.sm.causal ? (int)n->shape.d[n->shape.rank - 2] : 0;
+	dtf_cuda_softmax(ctx, numel / (size_t)ch, ch, tq, D(ex, a), y);
+}
+
+KERNEL(cu_softmax_grad) /* dy, y */
+{
+	KERNEL_VARS;
+	int ch = (int)n->shape.d[n->shape.rank - 1];
+	dtf_cuda_softmax_grad(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b),
+			      y);
+}
+
+KERNEL(cu_identity)
+{
+	KERNEL_VARS;
+	if (y != D(ex, a))
+		dtf_cuda_copy_async(ctx, DTF_CUDA_COMPUTE, y, D(ex, a),
+				    numel * sizeof(float));
+}
+
+KERNEL(cu_transpose)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	dtf_cuda_transpose(ctx, s->rank, s->d, n->a.tr.perm, D(ex, a), y);
+}
+
+KERNEL(cu_batch_matmul)
+{
+	KERNEL_VARS;
+	int nb, m, cols, k;
+	dtf_graph_batch_matmul_dims(g, n, &nb, &m, &cols, &k);
+	dtf_cuda_batch_matmul(ctx, nb, m, cols, k, D(ex, a), n->a.mm.trans_a,
+			      D(ex, b), n->a.mm.trans_b, n->a.mm.alpha, y);
+}
+
 /* ---- planning: the plan column of the kernel table ------------------- */
 
 static int plan_conv2d(struct dtf_cuda_exec *ex, int i)
@@ -476,9 +516,9 @@ struct cuda_kernel {
 #define CUDA_TANH_GRAD NO_KERNEL_YET
 #define CUDA_SIGMOID NO_KERNEL_YET
 #define CUDA_SIGMOID_GRAD NO_KERNEL_YET
-#define CUDA_SOFTMAX NO_KERNEL_YET
-#define CUDA_SOFTMAX_GRAD NO_KERNEL_YET
-#define CUDA_IDENTITY NO_KERNEL_YET
+#define CUDA_SOFTMAX {NULL, cu_softmax, NULL}
+#define CUDA_SOFTMAX_GRAD {NULL, cu_softmax_grad, NULL}
+#define CUDA_IDENTITY {NULL, cu_identity, NULL}
 #define CUDA_SOFTMAX_XENT NO_KERNEL_YET
 #define CUDA_SOFTMAX_XENT_GRAD NO_KERNEL_YET
 #define CUDA_SIGMOID_XENT NO_KERNEL_YET
@@ -490,6 +530,8 @@ struct cuda_kernel {
 #define CUDA_CAUSAL_SELF_ATTENTION {NULL, cu_causal_self_attention, NULL}
 #define CUDA_CAUSAL_SELF_ATTENTION_GRAD \
 	{plan_attention_grad, cu_causal_self_attention_grad, NULL}
+#define CUDA_TRANSPOSE {NULL, cu_transpose, NULL}
+#define CUDA_BATCH_MATMUL {NULL, cu_batch_matmul, NULL}
 static const struct cuda_kernel cuda_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = CUDA_##id,

@@ -106,6 +106,14 @@ extern "C" {
  * cudaGetLastError().  Arguments as the public kernels of cuda.h. */
 void dtf_cu_transpose(cudaStream_t s, int rows, int cols, const float *in,
 		      float *out);
+/* tf.transpose of x (dims[0..rank)) by perm; rank <= 8 */
+void dtf_cu_transpose_nd(cudaStream_t s, int rank, const int64_t *dims,
+			 const int *perm, const float *x, float *y);
+/* softmax rows (tq > 0: causal, row r is query r % tq) and its gradient */
+void dtf_cu_softmax(cudaStream_t s, size_t rows, int c, int tq,
+		    const float *x, float *y);
+void dtf_cu_softmax_grad(cudaStream_t s, size_t rows, int c, const float *dy,
+			 const float *y, float *dx);
 void dtf_cu_relu_grad(cudaStream_t s, size_t n, const float *dy,
 		      const float *y, float *dx);
 void dtf_cu_bias_add(cudaStream_t s, size_t rows, int c, const float *x,

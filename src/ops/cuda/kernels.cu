@@ -699,7 +699,112 @@ __global__ void k_adam(size_t n, float *p, const float *g, float *m, float *v,
 /* tests/test_cuda_emu.cpp compiles the kernels above as host C++ (one
  * thread, one block) and leaves the launchers out. */
 #ifndef DTF_CUDA_EMULATE
+/* ---- transpose, softmax (shape.c, activation.c) ------------------------- */
+
+#define MAXR 8 /* DTF_MAX_RANK */
+struct tgeom {
+	int rank;
+	long long odims[MAXR];   /* output dimensions */
+	long long ostride[MAXR]; /* input stride of each output axis */
+};
+
+__global__ void k_transpose_nd(struct tgeom t, size_t total, const float *x,
+			       float *y)
+{
+	GRID_STRIDE(o, total)
+	{
+		size_t rest = o, off = 0;
+		for (int i = t.rank - 1; i >= 0; i--) {
+			size_t d = (size_t)t.odims[i];
+			off += (rest % d) * (size_t)t.ostride[i];
+			rest /= d;
+		}
+		y[o] = x[off];
+	}
+}
+
+/* dtf_cpu_softmax's arithmetic per row: float max and exp, double sum */
+__device__ void softmax_row(int c, const float *x, float *y)
+{
+	if (c <= 0)
+		return;
+	float m = x[0];
+	for (int j = 1; j < c; j++)
+		m = x[j] > m ? x[j] : m;
+	double s = 0.0;
+	for (int j = 0; j < c; j++) {
+		float e = expf(x[j] - m);
+		y[j] = e;
+		s += e;
+	}
+	float inv = (float)(1.0 / s);
+	for (int j = 0; j < c; j++)
+		y[j] *= inv;
+}
+
+__global__ void k_softmax(size_t rows, int c, int tq, const float *x, float *y)
+{
+	GRID_STRIDE(r, rows)
+	{
+		int keep = c;
+		if (tq > 0) {
+			int i = (int)(r % (size_t)tq);
+			keep = i + 1 < c ? i + 1 : c;
+		}
+		softmax_row(keep, x + r * (size_t)c, y + r * (size_t)c);
+		for (int j = keep; j < c; j++)
+			y[r * (size_t)c + j] = 0.0f;
+	}
+}
+
+__global__ void k_softmax_grad(size_t rows, int c, const float *dy,
+			       const float *y, float *dx)
+{
+	GRID_STRIDE(r, rows)
+	{
+		const float *gr = dy + r * (size_t)c, *yr = y + r * (size_t)c;
+		float *dr = dx + r * (size_t)c;
+		double s = 0.0;
+		for (int j = 0; j < c; j++)
+			s += (double)gr[j] * yr[j];
+		for (int j = 0; j < c; j++)
+			dr[j] = (float)(yr[j] * (gr[j] - s));
+	}
+}
+
 extern "C" {
+
+void dtf_cu_transpose_nd(cudaStream_t s, int rank, const int64_t *dims,
+			 const int *perm, const float *x, float *y)
+{
+	struct tgeom t;
+	long long stride[MAXR];
+	size_t total = 1;
+	t.rank = rank;
+	for (int i = rank - 1, st = 1; i >= 0; i--) {
+		stride[i] = st;
+		st *= (int)dims[i];
+	}
+	for (int i = 0; i < rank; i++) {
+		t.odims[i] = dims[perm[i]];
+		t.ostride[i] = stride[perm[i]];
+		total *= (size_t)dims[i];
+	}
+	k_transpose_nd<<<blocks_for(total), THREADS, 0, s>>>(t, total, x, y);
+}
+
+void dtf_cu_softmax(cudaStream_t s, size_t rows, int c, int tq,
+		    const float *x, float *y)
+{
+	k_softmax<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, tq, x, y);
+}
+
+void dtf_cu_softmax_grad(cudaStream_t s, size_t rows, int c, const float *dy,
+			 const float *y, float *dx)
+{
+	k_softmax_grad<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, dy, y, dx);
+}
+
 
 void dtf_cu_transpose(cudaStream_t s, int rows, int cols, const float *in,
 		      float *out)

@@ -72,6 +72,10 @@ void dtf_cuda_bias_add_grad(struct dtf_cuda_ctx *c, size_t r, int k, const float
 void dtf_cuda_add(struct dtf_cuda_ctx *c, size_t n, const float *a, const float *b, float *y) { (void)c; (void)n; (void)a; (void)b; (void)y; UNREACHABLE; }
 void dtf_cuda_slice(struct dtf_cuda_ctx *c, size_t o, size_t i, size_t b, size_t l, const float *x, float *y) { (void)c; (void)o; (void)i; (void)b; (void)l; (void)x; (void)y; UNREACHABLE; }
 void dtf_cuda_slice_grad(struct dtf_cuda_ctx *c, size_t o, size_t i, size_t b, size_t l, const float *dy, float *dx) { (void)c; (void)o; (void)i; (void)b; (void)l; (void)dy; (void)dx; UNREACHABLE; }
+void dtf_cuda_batch_matmul(struct dtf_cuda_ctx *c, int nb, int m, int n, int k, const float *a, int ta, const float *b, int tb, float al, float *o) { (void)c; (void)nb; (void)m; (void)n; (void)k; (void)a; (void)ta; (void)b; (void)tb; (void)al; (void)o; UNREACHABLE; }
+void dtf_cuda_transpose(struct dtf_cuda_ctx *c, int r, const int64_t *d, const int *p, const float *x, float *y) { (void)c; (void)r; (void)d; (void)p; (void)x; (void)y; UNREACHABLE; }
+void dtf_cuda_softmax(struct dtf_cuda_ctx *c, size_t r, int k, int tq, const float *x, float *y) { (void)c; (void)r; (void)k; (void)tq; (void)x; (void)y; UNREACHABLE; }
+void dtf_cuda_softmax_grad(struct dtf_cuda_ctx *c, size_t r, int k, const float *dy, const float *y, float *dx) { (void)c; (void)r; (void)k; (void)dy; (void)y; (void)dx; UNREACHABLE; }
 void dtf_cuda_fill(struct dtf_cuda_ctx *c, float *p, size_t n, float v) { (void)c; (void)p; (void)n; (void)v; UNREACHABLE; }
 void dtf_cuda_layer_norm(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *b, float e, float *y) { (void)c; (void)r; (void)k; (void)x; (void)g; (void)b; (void)e; (void)y; UNREACHABLE; }
 void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *dy, float e, float *dx) { (void)c; (void)r; (void)k; (void)x; (void)g; (void)dy; (void)e; (void)dx; UNREACHABLE; }
