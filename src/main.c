@@ -32,9 +32,11 @@ static const char usage[] =
 	"       dtf-train predict JOB.yaml --data GLOB --output FILE [OPTION]...\n"
 	"       dtf-train export JOB.yaml [--checkpoint PATH] [--format onnx|safetensors]\n"
 	"                        --output FILE\n"
+	"       dtf-train generate JOB.yaml [--checkpoint PATH] [--prompt TEXT]\n"
+	"                          [--tokens N] [OPTION]...\n"
 	"Train the model described by the job file, data parallel over MPI ranks;\n"
-	"evaluate, predict or export with a checkpoint of it (dtf-train evaluate\n"
-	"--help, and so on).\n"
+	"evaluate, predict, export or generate (sample text from a GPT) with a\n"
+	"checkpoint of it (dtf-train evaluate --help, and so on).\n"
 	"\n"
 	"Options:\n"
 	"  -n, --dry-run            build and check the graph, print the layer table, exit\n"
@@ -307,6 +309,7 @@ static const struct subcommand {
 	{"evaluate", dtf_main_evaluate},
 	{"predict", dtf_main_predict},
 	{"export", export_main},
+	{"generate", dtf_main_generate},
 };
 
 int dtf_main_start_mpi(int *argc, char ***argv, struct dtf_comm **comm)

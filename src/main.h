@@ -14,6 +14,8 @@ struct dtf_job;
 int dtf_main_evaluate(int argc, char **argv);
 /* dtf-train predict JOB.yaml [OPTION]... (main_use.c) */
 int dtf_main_predict(int argc, char **argv);
+/* dtf-train generate JOB.yaml [OPTION]... (main_generate.c) */
+int dtf_main_generate(int argc, char **argv);
 
 /*
  * Start MPI (a singleton without mpirun), name this rank in log lines and

@@ -26,7 +26,7 @@ for tool in dtf-train dtf-records dtf-launch; do
 done
 # the subcommands of dtf-train (`dtf-train NAME --help`), in dtf-train.1
 text=$(sed 's/\\-/-/g' "$src/man/dtf-train.1")
-for sub in evaluate predict export; do
+for sub in evaluate predict export generate; do
 	opts=$("$build/dtf-train" "$sub" --help | grep -o -- '--[a-z][a-z-]*' | sort -u)
 	[ -n "$opts" ] || { echo "dtf-train $sub --help printed no options"; fail=1; }
 	printf '%s\n' "$text" | grep -q -- "dtf-train $sub" ||

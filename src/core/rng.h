@@ -23,6 +23,7 @@ enum dtf_rng_purpose {
 	DTF_RNG_DROPOUT = 0xd409, /* dropout masks */
 	DTF_RNG_SHUFFLE = 0x5aff, /* shuffle buffers */
 	DTF_RNG_AUGMENT = 0xa06e, /* data augmentation */
+	DTF_RNG_SAMPLE = 0x5a3b,  /* dtf-train generate's draws */
 };
 
 struct dtf_philox_key {
