@@ -8,6 +8,9 @@
 #
 # Usage: tests/arm64.sh [BUILD_DIR]        (default build-arm64)
 #
+# From scratch about 3 minutes of CPU time (compiler and qemu); qemu is
+# there for correctness, not speed.
+#
 # Needs (Debian 12, as root, once):
 #   dpkg --add-architecture arm64 && apt-get update && apt-get install \
 #     gcc-aarch64-linux-gnu qemu-user libyaml-dev:arm64 libjansson-dev:arm64 \
