@@ -257,7 +257,6 @@ START_TEST(test_sketch_parses)
 	ck_assert(job->train.epsilon == 1e-7);
 	ck_assert(job->train.momentum == 0.0);
 	ck_assert_int_eq(job->train.nesterov, 0);
-	ck_assert_int_eq(job->train.eval_batch_size, 0);
 	ck_assert_str_eq(job->train.where, "graphs/x.yaml:23:15");
 
 	ck_assert_int_eq(job->strategy.type,
@@ -293,7 +292,6 @@ START_TEST(test_minimal_defaults)
 	ck_assert(job->train.beta_1 == 0.9);
 	ck_assert(job->train.beta_2 == 0.999);
 	ck_assert(job->train.epsilon == 1e-7);
-	ck_assert_int_eq(job->train.eval_batch_size, 0);
 	ck_assert_int_eq(job->strategy.type,
 			 DTF_STRATEGY_MULTI_WORKER_MIRRORED);
 	ck_assert_int_eq(job->logging.every_steps, 100);
@@ -723,7 +721,7 @@ START_TEST(test_cross_references)
 				   NULL, 0, DTF_ERR_CONFIG),
 			 "graphs/x.yaml:20:65: model.loss."
 			 "sparse_softmax_cross_entropy.labels: no feature "
-			 "named 'labels' in data.features (did you mean "
+			 "named 'labels' in data.features (nor a layer) (did you mean "
 			 "'label'?)");
 	/* shared-memory reduction where the job alone rules it out: at the
 	 * key, so --dry-run finds it too */

@@ -462,6 +462,134 @@ START_TEST(dropout_same_stream_as_cpu)
 }
 END_TEST
 
+/* The sequence form of the loss: rows of 4 positions per example, the
+ * sum and the count divided by the positions, as the CPU kernel's. */
+START_TEST(xent_positions_vs_cpu)
+{
+	const size_t rows = 48, valid = 40; /* 12 examples of 4 positions, 10 valid */
+	const int classes = 7, per = 4;
+	float *logits = tu_frandom(rows * classes, -3, 3);
+	int32_t labels[48];
+	for (size_t r = 0; r < rows; r++)
+		labels[r] = (int32_t)(tu_next_u64() % classes);
+	double sum = dtf_cpu_sparse_softmax_xent(rows, classes, logits, labels,
+						 valid, NULL) / per;
+	double right = (double)dtf_cpu_count_correct(rows, classes, logits,
+						     labels, valid) / per;
+	float *d_l = dup_dev(logits, rows * classes * 4);
+	int32_t *d_lab = dup_dev(labels, sizeof(labels));
+	float *d_out = dev_nan(3);
+	double zeros[2] = {0.0, 0.0};
+	double *d_acc = dup_dev(zeros, sizeof(zeros));
+	dtf_cuda_sparse_softmax_xent(ctx, rows, classes, d_l, d_lab, valid, per,
+				     0.1f, d_out, d_out + 1, d_acc);
+	dtf_cuda_count_correct(ctx, rows, classes, d_l, d_lab, valid, per,
+			       d_out + 2, d_acc + 1);
+	float *out = fetch(d_out, 3);
+	double acc[2];
+	ck_assert_int_eq(dtf_cuda_download(ctx, acc, d_acc, sizeof(acc)), 0);
+	ck_assert_msg(fabs(out[1] - sum) <= 1e-6 * fabs(sum), "sum %.9g vs %.9g",
+		      (double)out[1], sum);
+	ck_assert_msg(fabs(acc[0] - sum) <= 1e-9 * fabs(sum), "acc %.17g vs %.17g",
+		      acc[0], sum);
+	ck_assert(fabs(out[0] - 0.1 * sum) <= 1e-6 * fabs(sum));
+	ck_assert(acc[1] == right && out[2] == (float)right);
+	dtf_cuda_free(ctx, d_l);
+	dtf_cuda_free(ctx, d_lab);
+	dtf_cuda_free(ctx, d_out);
+	dtf_cuda_free(ctx, d_acc);
+	free(logits), free(out);
+}
+END_TEST
+
+/* ---- the GPT's shape and attention ops ------------------------------- */
+
+/* batch_matmul (cublasSgemmStridedBatched) in every adjoint pair with
+ * alpha against the CPU's double sums; transpose (4-D, a GPT's head
+ * split) and slice / slice_grad bit for bit (copies); softmax plain and
+ * causal and its gradient against the CPU (expf may differ by an ulp). */
+START_TEST(gpt_ops_vs_cpu)
+{
+	const int nb = 6, m = 33, n = 17, k = 40;
+	float *a = tu_frandom((size_t)nb * m * k, -1, 1);
+	float *b = tu_frandom((size_t)nb * k * n, -1, 1);
+	float *c = halloc((size_t)nb * m * n);
+	float *d_a = dup_dev(a, (size_t)nb * m * k * 4);
+	float *d_b = dup_dev(b, (size_t)nb * k * n * 4);
+	float *d_c = dev_nan((size_t)nb * m * n);
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			dtf_cpu_batch_matmul(nb, m, n, k, a, ta, b, tb, 0.25f, c);
+			dtf_cuda_batch_matmul(ctx, nb, m, n, k, d_a, ta, d_b, tb,
+					      0.25f, d_c);
+			float *gc = fetch(d_c, (size_t)nb * m * n);
+			assert_close("batch_matmul", gc, c, (size_t)nb * m * n,
+				     1e-5, 1e-4);
+			free(gc);
+		}
+	/* (2, 5, 3, 4) -> perm [0, 2, 1, 3] and [0, 3, 1, 2] */
+	const int64_t dims[4] = {2, 5, 3, 4};
+	static const int perms[2][4] = {{0, 2, 1, 3}, {0, 3, 1, 2}};
+	float *x = tu_frandom(120, -1, 1), *y = halloc(120);
+	float *d_x = dup_dev(x, 480), *d_y = dev_nan(120);
+	for (int p = 0; p < 2; p++) {
+		dtf_cpu_transpose(4, dims, perms[p], x, y);
+		dtf_cuda_transpose(ctx, 4, dims, perms[p], d_x, d_y);
+		float *gy = fetch(d_y, 120);
+		ck_assert(memcmp(gy, y, 480) == 0);
+		free(gy);
+	}
+	/* slice (10, 12)[:, 3:8] and its gradient */
+	dtf_cpu_slice_inner(10, 12, 3, 5, x, y);
+	dtf_cuda_slice(ctx, 10, 12, 3, 5, d_x, d_y);
+	float *gs = fetch(d_y, 50);
+	ck_assert(memcmp(gs, y, 200) == 0);
+	dtf_cpu_slice_grad(10, 12, 3, 5, gs, y);
+	float *d_s = dup_dev(gs, 200);
+	dtf_cuda_slice_grad(ctx, 10, 12, 3, 5, d_s, d_x);
+	float *gg = fetch(d_x, 120);
+	ck_assert(memcmp(gg, y, 480) == 0);
+	free(gs), free(gg);
+	dtf_cuda_free(ctx, d_s);
+	/* softmax over (3, 7, 9) rows, causal over 7 queries */
+	const size_t rows = 21;
+	const int cols = 9;
+	float *sx = tu_frandom(rows * cols, -5, 5), *sdy = tu_frandom(rows * cols, -1, 1);
+	float *sy = halloc(rows * cols), *sdx = halloc(rows * cols);
+	float *d_sx = dup_dev(sx, rows * cols * 4), *d_sdy = dup_dev(sdy, rows * cols * 4);
+	float *d_sy = dev_nan(rows * cols), *d_sdx = dev_nan(rows * cols);
+	for (int causal = 0; causal < 2; causal++) {
+		if (causal)
+			dtf_cpu_softmax_causal(rows, cols, 7, sx, sy);
+		else
+			dtf_cpu_softmax(rows, cols, sx, sy);
+		dtf_cpu_softmax_grad(rows, cols, sdy, sy, sdx);
+		dtf_cuda_softmax(ctx, rows, cols, causal ? 7 : 0, d_sx, d_sy);
+		dtf_cuda_softmax_grad(ctx, rows, cols, d_sdy, d_sy, d_sdx);
+		float *gy = fetch(d_sy, rows * cols), *gdx = fetch(d_sdx, rows * cols);
+		assert_close(causal ? "softmax causal" : "softmax", gy, sy,
+			     rows * cols, 1e-7, 1e-6);
+		assert_close("softmax_grad", gdx, sdx, rows * cols, 1e-7, 1e-5);
+		if (causal)
+			for (size_t r = 0; r < rows; r++)
+				for (int j = (int)(r % 7) + 1; j < cols; j++)
+					ck_assert(gy[r * cols + j] == 0.0f);
+		free(gy), free(gdx);
+	}
+	dtf_cuda_free(ctx, d_a);
+	dtf_cuda_free(ctx, d_b);
+	dtf_cuda_free(ctx, d_c);
+	dtf_cuda_free(ctx, d_x);
+	dtf_cuda_free(ctx, d_y);
+	dtf_cuda_free(ctx, d_sx);
+	dtf_cuda_free(ctx, d_sdy);
+	dtf_cuda_free(ctx, d_sy);
+	dtf_cuda_free(ctx, d_sdx);
+	free(a), free(b), free(c), free(x), free(y);
+	free(sx), free(sdy), free(sy), free(sdx);
+}
+END_TEST
+
 /* ---- loss --------------------------------------------------------------- */
 
 START_TEST(xent_and_count_correct_vs_cpu)
@@ -485,12 +613,12 @@ START_TEST(xent_and_count_correct_vs_cpu)
 	float *d_out = dev_nan(4), *d_dl = dev_nan(rows * classes);
 	double zeros[2] = {0.5, 2.0}; /* accumulate onto these */
 	double *d_acc = dup_dev(zeros, sizeof(zeros));
-	dtf_cuda_sparse_softmax_xent(ctx, rows, classes, d_l, d_lab, valid,
+	dtf_cuda_sparse_softmax_xent(ctx, rows, classes, d_l, d_lab, valid, 1,
 				     scale, d_out, d_out + 1, d_acc);
 	dtf_cuda_sparse_softmax_xent_grad(ctx, rows, classes, d_l, d_lab, valid,
 					  scale, d_dl);
-	dtf_cuda_count_correct(ctx, rows, classes, d_l, d_lab, valid, d_out + 2,
-			       d_acc + 1);
+	dtf_cuda_count_correct(ctx, rows, classes, d_l, d_lab, valid, 1,
+			       d_out + 2, d_acc + 1);
 	float *out = fetch(d_out, 3), *gdl = fetch(d_dl, rows * classes);
 	double acc[2];
 	ck_assert_int_eq(dtf_cuda_download(ctx, acc, d_acc, sizeof(acc)), 0);
@@ -736,6 +864,8 @@ static Suite *cuda_suite(void)
 	tcase_add_test(tc, gelu_vs_cpu);
 	tcase_add_test(tc, dropout_same_stream_as_cpu);
 	tcase_add_test(tc, xent_and_count_correct_vs_cpu);
+	tcase_add_test(tc, gpt_ops_vs_cpu);
+	tcase_add_test(tc, xent_positions_vs_cpu);
 	tcase_add_test(tc, optimizers_vs_cpu);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("training");

@@ -218,6 +218,109 @@ START_TEST(gpu_path_equals_cpu_embedding)
 }
 END_TEST
 
+/* A tiny causal language model over the image bytes as tokens, built of
+ * the graph ops a GPT needs (slices of one int32 window as inputs and
+ * labels, token and position embeddings added by broadcast, causal
+ * attention from matmul, reshape, transpose, batch_matmul with alpha and
+ * a causal softmax, a head tied to the token table by transpose_b, the
+ * sequence loss over (batch, 8, 256)) trains through the GPU path to the
+ * CPU path's bits. */
+static const char lm_job_text[] =
+	"name: tiny-lm\n"
+	"seed: 9\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\", shuffle_buffer: 64}\n"
+	"  eval: {files: \"%s/test-*.tfrecord\"}\n"
+	"  features:\n"
+	"    image: {type: bytes, decode: uint8, dtype: int32, shape: [64]}\n"
+	"model:\n"
+	"  graph:\n"
+	"    x: {slice: {inputs: [image], begin: 0, size: 8}}\n"
+	"    y: {slice: {inputs: [image], begin: 1, size: 8}}\n"
+	"    wte: {variable: {shape: [256, 8], initializer: {random_normal: {stddev: 0.02}}}}\n"
+	"    wpe: {variable: {shape: [8, 8], initializer: {random_normal: {stddev: 0.02}}}}\n"
+	"    tok: {embedding: {inputs: [x, wte]}}\n"
+	"    h: {add: {inputs: [tok, wpe]}}\n"
+	"    ln: {layer_norm: {inputs: [h], epsilon: 1.0e-5}}\n"
+	"    wq: {variable: {shape: [8, 8]}}\n"
+	"    wk: {variable: {shape: [8, 8]}}\n"
+	"    wv: {variable: {shape: [8, 8]}}\n"
+	"    q: {matmul: {inputs: [ln, wq]}}\n"
+	"    k: {matmul: {inputs: [ln, wk]}}\n"
+	"    v: {matmul: {inputs: [ln, wv]}}\n"
+	"    qh: {reshape: {inputs: [q], shape: [8, 2, 4]}}\n"
+	"    kh: {reshape: {inputs: [k], shape: [8, 2, 4]}}\n"
+	"    vh: {reshape: {inputs: [v], shape: [8, 2, 4]}}\n"
+	"    qt: {transpose: {inputs: [qh], perm: [0, 2, 1, 3]}}\n"
+	"    kt: {transpose: {inputs: [kh], perm: [0, 2, 1, 3]}}\n"
+	"    vt: {transpose: {inputs: [vh], perm: [0, 2, 1, 3]}}\n"
+	"    att: {batch_matmul: {inputs: [qt, kt], adj_y: true, alpha: 0.5}}\n"
+	"    p: {softmax: {inputs: [att], causal: true}}\n"
+	"    o: {batch_matmul: {inputs: [p, vt]}}\n"
+	"    ot: {transpose: {inputs: [o], perm: [0, 2, 1, 3]}}\n"
+	"    merged: {reshape: {inputs: [ot], shape: [8, 8]}}\n"
+	"    h2: {add: {inputs: [h, merged]}}\n"
+	"    logits: {matmul: {inputs: [h2, wte], transpose_b: true}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: y}}\n"
+	"  metrics: [accuracy]\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  epochs: 1\n"
+	"  optimizer: {adam: {learning_rate: 0.01}}\n"
+	"logging: {every_steps: 1000}\n";
+
+static float *train_lm(const char *device, struct dtf_train_result *res,
+		       size_t *n)
+{
+	char path[512], out[512], dev[64];
+	tu_write_file(tmpdir, "lm.yaml", lm_job_text, tmpdir, tmpdir);
+	tu_path(path, sizeof(path), tmpdir, "lm.yaml");
+	snprintf(out, sizeof(out), "%s/lm-%s.bin", tmpdir, device);
+	snprintf(dev, sizeof(dev), "device=%s", device);
+	const char *sets[] = {dev};
+	struct dtf_job *job = NULL;
+	ck_assert_msg(dtf_job_load(path, sets, 1, &job) == 0, "%s",
+		      dtf_error_msg());
+	struct dtf_train_opts opts = {.threads = 1, .quiet = 1,
+				      .export_variables = out};
+	int rc = dtf_train_run(job, comm, &opts, res);
+	ck_assert_msg(rc == 0, "%s: %s", device, dtf_error_msg());
+	dtf_job_free(job);
+	return tu_read_vars(NULL, out, n);
+}
+
+START_TEST(gpu_path_equals_cpu_gpt_ops)
+{
+	struct dtf_train_result rc_, rg;
+	size_t nc, ng;
+	setenv("DTF_CPU_KERNELS", "reference", 1);
+	unsigned long k0 = dtf_mock_cuda_kernels();
+	float *c = train_lm("cpu", &rc_, &nc);
+	ck_assert_uint_eq(dtf_mock_cuda_kernels(), k0);
+	float *g = train_lm("cuda", &rg, &ng);
+	ck_assert_uint_gt(dtf_mock_cuda_kernels(), k0 + 100);
+	ck_assert_uint_eq(ng, nc);
+	ck_assert_int_eq(rg.steps, 488 / 16);
+	size_t diff = 0, moved = 0;
+	for (size_t i = 0; i < nc; i++) {
+		diff += memcmp(&c[i], &g[i], sizeof(float)) != 0;
+		moved += c[i] != 0.0f;
+	}
+	printf("gpt ops: %zu parameters, %zu differ; eval loss cpu %.9g gpu-path %.9g, accuracy %.4f %.4f\n",
+	       nc, diff, rc_.eval_loss, rg.eval_loss, rc_.eval_accuracy,
+	       rg.eval_accuracy);
+	ck_assert_uint_eq(diff, 0);
+	ck_assert_uint_gt(moved, nc / 2);
+	ck_assert(rc_.eval_loss == rg.eval_loss);
+	ck_assert(rc_.eval_accuracy == rg.eval_accuracy);
+	/* 256 classes: chance is log(256) = 5.5; the bytes repeat */
+	ck_assert(rc_.eval_loss < 5.0);
+	ck_assert_uint_eq(rg.step_allocations, 0);
+	free(c);
+	free(g);
+}
+END_TEST
+
 /* Train `device` with `sets` (max_steps and checkpoint.dir) and a
  * learning-rate schedule; resume from
  * the checkpoint when `resume`; the exported variables. */
@@ -436,6 +539,7 @@ int main(void)
 	tcase_add_test(tc, gpu_path_equals_cpu_adam);
 	tcase_add_test(tc, gpu_path_equals_cpu_sgd_momentum);
 	tcase_add_test(tc, gpu_path_equals_cpu_embedding);
+	tcase_add_test(tc, gpu_path_equals_cpu_gpt_ops);
 	tcase_add_test(tc, unsupported_falls_back_or_fails);
 	tcase_add_test(tc, gpu_checkpoint_resumes);
 	tcase_add_test(tc, gpu_path_follows_the_schedule);

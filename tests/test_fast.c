@@ -463,6 +463,39 @@ START_TEST(matmul_matches_reference)
 }
 END_TEST
 
+/* batch_matmul's fast kernel (an sgemm per matrix, matrices split over
+ * the threads) against the reference's plain double sums: every adjoint
+ * pair, alpha, 1 and 3 threads, more matrices than threads and fewer. */
+START_TEST(batch_matmul_matches_reference)
+{
+	ON_ISA();
+	const int shapes[][4] = {{7, 9, 11, 13}, {2, 64, 64, 32}, {1, 3, 1, 5}};
+	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+		int nb = shapes[s][0], m = shapes[s][1], n = shapes[s][2],
+		    k = shapes[s][3];
+		for (int tr = 0; tr < 4; tr++) {
+			int ta = tr & 1, tb = tr >> 1;
+			float *a = tu_frandom((size_t)nb * m * k, -1, 1);
+			float *b = tu_frandom((size_t)nb * k * n, -1, 1);
+			float *ref = tu_fnan((size_t)nb * m * n);
+			dtf_cpu_batch_matmul(nb, m, n, k, a, ta, b, tb, 0.125f, ref);
+			for (int ti = 0; ti < 2; ti++) {
+				struct dtf_pool *p;
+				ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+				float *c = tu_fnan((size_t)nb * m * n);
+				dtf_fast_batch_matmul(p, nb, m, n, k, a, ta, b, tb,
+						      0.125f, c);
+				close_enough("batch_matmul", ref, c,
+					     (size_t)nb * m * n, 1e-5);
+				free(c);
+				dtf_pool_free(p);
+			}
+			free(a); free(b); free(ref);
+		}
+	}
+}
+END_TEST
+
 /* The register-tile product itself (gemm_tile.h), on each ISA that has
  * it, in every mode (a or a^T through its strides, b's rows further apart
  * than the tile is wide, c added to, c stored transposed), widths of 16
@@ -950,6 +983,7 @@ static Suite *fast_suite(void)
 		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
 		{"dropout", {dropout_is_bit_identical}},
 		{"graph", {fused_graph_matches_reference}},
+		{"batch_matmul", {batch_matmul_matches_reference}},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		TCase *tc = tcase_create(cases[i].name);

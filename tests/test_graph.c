@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "ops/cpu/exec.h"
+#include "ops/cpu/kernels.h"
 #include "ops/cuda/exec_cuda.h"
 #include "graph/graph.h"
 #include "graph/lower.h"
@@ -132,7 +133,8 @@ START_TEST(shape_error_names_layer_and_position)
 		"model:\n"
 		"  input: image\n"
 		"  layers:\n"
-		"    - {dense: {units: 3, name: logits}}\n"
+		"    - flatten\n"
+		"    - {conv2d: {filters: 3, kernel: 3, name: logits}}\n"
 		"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
 		"train: {batch_size: 4}\n";
 	struct dtf_job *job;
@@ -140,9 +142,9 @@ START_TEST(shape_error_names_layer_and_position)
 	struct dtf_graph g;
 	int rc = dtf_graph_lower_model(job, 4, &g, NULL);
 	ck_assert_int_eq(rc, -DTF_ERR_CONFIG);
-	ck_assert_msg(strstr(dtf_error_msg(), "bad.yaml:9:") != NULL, "%s",
+	ck_assert_msg(strstr(dtf_error_msg(), "bad.yaml:10:") != NULL, "%s",
 		      dtf_error_msg());
-	ck_assert_msg(strstr(dtf_error_msg(), "flatten") != NULL, "%s",
+	ck_assert_msg(strstr(dtf_error_msg(), "4-D") != NULL, "%s",
 		      dtf_error_msg());
 	dtf_job_free(job);
 }
@@ -706,7 +708,7 @@ START_TEST(new_op_errors)
 	int b = dtf_graph_input(&g, "b", 1, &fb);
 	ck_assert_int_eq(dtf_graph_add(&g, "s", a, b), -DTF_ERR_GRAPH);
 	ck_assert_str_eq(dtf_error_msg(),
-			 "add needs inputs of the same shape (or a vector of the last dimension): 'a' has shape (2, 4, 4, 3) but 'b' has shape (2, 5, 4, 3)");
+			 "add needs inputs of the same shape (or one of the other's trailing dimensions, broadcast): 'a' has shape (2, 4, 4, 3) but 'b' has shape (2, 5, 4, 3)");
 	ck_assert_int_eq(dtf_graph_concat(&g, "c", a, b, 3), -DTF_ERR_GRAPH);
 	ck_assert_str_eq(dtf_error_msg(),
 			 "concat along axis 3 needs float32 inputs that match on every other axis: 'a' has shape (2, 4, 4, 3) but 'b' has shape (2, 5, 4, 3)");
@@ -872,6 +874,470 @@ START_TEST(embedding_gradient_matches_finite_differences)
 }
 END_TEST
 
+/* Dense over the last axis and a tied head: h = tanh(emb (4, 5, 3) w),
+ * logits = h table^T (4, 5, 7) with the embedding's own table
+ * (transpose_b), so the table gets two gradients (the scatter-add and the
+ * head's dy^T h) summed.  The forward against a plain loop, every
+ * parameter's gradient against central differences. */
+static const char tied_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    tokens: {type: bytes, decode: uint8, dtype: int32, shape: [5]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    table: {variable: {shape: [7, 3], initializer: {random_normal: {stddev: 0.5}}}}\n"
+	"    emb: {embedding: {inputs: [tokens, table]}}\n"
+	"    w: {variable: {shape: [3, 3]}}\n"
+	"    h: {matmul: {inputs: [emb, w]}}\n"
+	"    act: {tanh: {inputs: [h]}}\n"
+	"    head: {matmul: {inputs: [act, table], transpose_b: true}}\n"
+	"    logits: {reshape: {inputs: [head], shape: [35]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(matmul_last_axis_and_tied_head)
+{
+	struct tu_model m;
+	model_build(&m, tied_job);
+	struct dtf_graph *g = &m.g;
+	int h = dtf_graph_find(g, "h"), head = dtf_graph_find(g, "head");
+	int act = dtf_graph_find(g, "act"), tok = dtf_graph_find(g, "tokens");
+	int emb = dtf_graph_find(g, "emb");
+	ck_assert_int_eq(g->nodes[h].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[h].shape.d[2], 3);
+	ck_assert_int_eq(g->nodes[head].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[head].shape.d[1], 5);
+	ck_assert_int_eq(g->nodes[head].shape.d[2], 7);
+	ck_assert_int_eq(g->nodes[head].a.mm.trans_b, 1);
+	/* 2 m n k with m = 4 * 5 rows */
+	ck_assert_int_eq(dtf_graph_node_flops(g, h), 2 * 20 * 3 * 3);
+	ck_assert_int_eq(dtf_graph_node_flops(g, head), 2 * 20 * 7 * 3);
+	int32_t *ids = g->nodes[tok].data;
+	for (int p = 0; p < 20; p++)
+		ids[p] = (p * 3 + p / 5) % 7;
+	dtf_exec_forward(g, &m.ctx);
+	const float *t = m.params + g->nodes[dtf_graph_find(g, "table")].a.var.offset;
+	const float *w = m.params + g->nodes[dtf_graph_find(g, "w")].a.var.offset;
+	const float *e = g->nodes[emb].data, *a = g->nodes[act].data;
+	const float *hy = g->nodes[h].data, *y = g->nodes[head].data;
+	for (int r = 0; r < 20; r++) {
+		for (int j = 0; j < 3; j++) {
+			double s = 0;
+			for (int k = 0; k < 3; k++)
+				s += (double)e[r * 3 + k] * w[k * 3 + j];
+			/* act = tanh(h) ran in place over h */
+			ck_assert_msg(fabs(hy[r * 3 + j] - tanh(s)) < 1e-5,
+				      "act[%d][%d] %g want %g", r, j,
+				      hy[r * 3 + j], tanh(s));
+		}
+		for (int v = 0; v < 7; v++) {
+			double s = 0;
+			for (int k = 0; k < 3; k++)
+				s += (double)a[r * 3 + k] * t[v * 3 + k];
+			ck_assert_msg(fabs(y[r * 7 + v] - s) < 1e-5, "head[%d][%d]", r, v);
+		}
+	}
+	gmodel_check(&m, "tied head");
+	tu_model_free(&m);
+}
+END_TEST
+
+START_TEST(matmul_errors)
+{
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_init(&g, 2), 0);
+	struct dtf_feature_spec fs = {.name = "x", .type = DTF_FEATURE_FLOAT,
+				      .rank = 2, .shape = {5, 4}, .dtype = DTF_FLOAT32};
+	int x = OK(dtf_graph_input(&g, "x", 0, &fs));
+	int w = var(&g, "w", 2, 3, 4, 0, 0);
+	ck_assert_int_eq(dtf_graph_matmul(&g, "m1", x, w), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "matmul inner dimensions differ: 'x' has shape (2, 5, 4) "
+			 "but 'w' has shape (3, 4)");
+	int y = OK(dtf_graph_matmul_ex(&g, "m2", x, w, 1));
+	ck_assert_int_eq(g.nodes[y].shape.rank, 3);
+	ck_assert_int_eq(g.nodes[y].shape.d[2], 3);
+	ck_assert_int_eq(dtf_graph_matmul_ex(&g, "m3", y, w, 1), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "matmul with transpose_b needs a (units, features) weight "
+			 "whose features match the input's last dimension: 'm2' "
+			 "has shape (2, 5, 3) but 'w' has shape (3, 4)");
+	dtf_graph_deinit(&g);
+}
+END_TEST
+
+/* add of a (t, c) position table over (n, t, c) (a learned position
+ * embedding): a bias_add of two trailing dimensions whose gradient sums
+ * dy over the batch.  Forward against a plain loop, gradients against
+ * central differences. */
+static const char broadcast_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    x: {type: float, shape: [5, 3]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    pos: {variable: {shape: [5, 3], initializer: {random_normal: {stddev: 0.5}}}}\n"
+	"    h: {add: {inputs: [x, pos]}}\n"
+	"    act: {tanh: {inputs: [h]}}\n"
+	"    w: {variable: {shape: [3, 2]}}\n"
+	"    y: {matmul: {inputs: [act, w]}}\n"
+	"    logits: {reshape: {inputs: [y], shape: [10]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(add_broadcasts_trailing_dimensions)
+{
+	struct tu_model m;
+	model_build(&m, broadcast_job);
+	struct dtf_graph *g = &m.g;
+	int h = dtf_graph_find(g, "h"), x = dtf_graph_find(g, "x");
+	ck_assert_int_eq(g->nodes[h].op, DTF_OP_BIAS_ADD);
+	ck_assert_int_eq(g->nodes[h].shape.rank, 3);
+	ck_assert_int_eq(dtf_graph_node_flops(g, h), 4 * 15);
+	float xv[60];
+	memcpy(xv, g->nodes[x].data, sizeof(xv));
+	dtf_exec_forward(g, &m.ctx);
+	const float *pos = m.params + g->nodes[dtf_graph_find(g, "pos")].a.var.offset;
+	/* h ran in place over x, then tanh in place over h */
+	const float *av = g->nodes[dtf_graph_find(g, "act")].data;
+	for (int r = 0; r < 4; r++)
+		for (int i = 0; i < 15; i++)
+			ck_assert(fabs(av[r * 15 + i] - tanh(xv[r * 15 + i] + pos[i])) < 1e-6);
+	gmodel_check(&m, "broadcast add");
+	tu_model_free(&m);
+}
+END_TEST
+
+/* A language model's loss: inputs tokens[:, 0:5] and labels
+ * tokens[:, 1:6] sliced from one int32 window, a float slice along the
+ * channels (its gradient pads dy with zeros), and sparse softmax
+ * cross-entropy over (4, 5, 7) logits and (4, 5) labels: the mean over
+ * all 20 positions, accuracy the fraction of right positions.  Loss and
+ * accuracy against plain loops, gradients against central differences. */
+static const char lm_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    tokens: {type: bytes, decode: uint8, dtype: int32, shape: [6]}\n"
+	"model:\n"
+	"  graph:\n"
+	"    x: {slice: {inputs: [tokens], axis: 1, begin: 0, size: 5}}\n"
+	"    y: {slice: {inputs: [tokens], begin: 1}}\n"
+	"    table: {variable: {shape: [7, 4], initializer: {random_normal: {stddev: 0.5}}}}\n"
+	"    emb: {embedding: {inputs: [x, table]}}\n"
+	"    hs: {slice: {inputs: [emb], axis: 2, begin: 1, size: 2}}\n"
+	"    w: {variable: {shape: [2, 7]}}\n"
+	"    logits: {matmul: {inputs: [hs, w]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: y}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(slice_and_sequence_loss)
+{
+	struct tu_model m;
+	model_build(&m, lm_job);
+	struct dtf_graph *g = &m.g;
+	int x = dtf_graph_find(g, "x"), y = dtf_graph_find(g, "y");
+	int tok = dtf_graph_find(g, "tokens"), lg = dtf_graph_find(g, "logits");
+	ck_assert_int_eq(g->nodes[x].dtype, DTF_INT32);
+	ck_assert_int_eq(g->nodes[y].dtype, DTF_INT32);
+	ck_assert_int_eq(g->nodes[y].shape.d[1], 5);
+	ck_assert_int_eq(g->labels, y);
+	ck_assert_int_eq(g->nodes[dtf_graph_find(g, "hs")].shape.d[2], 2);
+	int32_t *t = g->nodes[tok].data;
+	for (int p = 0; p < 24; p++)
+		t[p] = (p * 3 + p / 6) % 7;
+	double loss = tu_model_loss(&m);
+	const int32_t *xv = g->nodes[x].data, *yv = g->nodes[y].data;
+	const float *l = g->nodes[lg].data;
+	double sum = 0;
+	int right = 0;
+	for (int r = 0; r < 4; r++)
+		for (int i = 0; i < 5; i++) {
+			ck_assert_int_eq(xv[r * 5 + i], t[r * 6 + i]);
+			ck_assert_int_eq(yv[r * 5 + i], t[r * 6 + i + 1]);
+			const float *row = l + (r * 5 + i) * 7;
+			double mx = row[0], z = 0;
+			int best = 0;
+			for (int v = 1; v < 7; v++)
+				if (row[v] > row[best])
+					best = v;
+			mx = row[best];
+			for (int v = 0; v < 7; v++)
+				z += exp(row[v] - mx);
+			sum += log(z) + mx - row[yv[r * 5 + i]];
+			right += best == yv[r * 5 + i];
+		}
+	ck_assert_msg(fabs(loss - sum / 20) < 1e-5, "loss %g, plain %g", loss,
+		      sum / 20);
+	ck_assert_double_eq_tol(dtf_graph_count_correct(g, 4, 1), right / 5.0, 1e-12);
+	gmodel_check(&m, "sequence loss");
+	tu_model_free(&m);
+}
+END_TEST
+
+START_TEST(slice_errors)
+{
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_init(&g, 2), 0);
+	struct dtf_feature_spec fs = {.name = "x", .type = DTF_FEATURE_FLOAT,
+				      .rank = 1, .shape = {4}, .dtype = DTF_FLOAT32};
+	int x = OK(dtf_graph_input(&g, "x", 0, &fs));
+	ck_assert_int_eq(dtf_graph_slice(&g, "s0", x, 0, 0, 1), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "slice 's0': axis 0 is out of range for 'x' of rank 2 "
+			 "(axis 0, the batch, cannot be sliced)");
+	ck_assert_int_eq(dtf_graph_slice(&g, "s1", x, 1, 2, 3), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "slice 's1': begin 2, size 3 do not fit axis 1 of 'x' (2, "
+			 "4) (begin >= 0, size >= 1 or -1, begin + size <= 4)");
+	int s = OK(dtf_graph_slice(&g, "s2", x, -1, 1, -1));
+	ck_assert_int_eq(g.nodes[s].shape.d[1], 3);
+	ck_assert_int_eq(dtf_graph_node_flops(&g, s), 0);
+	dtf_graph_deinit(&g);
+}
+END_TEST
+
+/* Causal self-attention composed of graph ops, as a GPT block writes it
+ * without a fused kernel: q, k, v = x w (4, 4, 6), heads by reshape to
+ * (4, 4, 2, 3) and transpose [0, 2, 1, 3], scores = q k^T / sqrt(3)
+ * (batch_matmul, adj_y, alpha), causal softmax, o = p v, heads merged
+ * back, a dense head to (4, 4, 5) logits against int32 labels (4, 4).
+ * The probabilities against a plain causal softmax of the scores, the
+ * merged output against plain loops; every parameter's gradient against
+ * central differences. */
+static const char attn_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    x: {type: float, shape: [4, 6]}\n"
+	"    y: {type: bytes, decode: uint8, dtype: int32, shape: [4]}\n"
+	"model:\n"
+	"  graph:\n"
+	"    wq: {variable: {shape: [6, 6]}}\n"
+	"    wk: {variable: {shape: [6, 6]}}\n"
+	"    wv: {variable: {shape: [6, 6]}}\n"
+	"    q: {matmul: {inputs: [x, wq]}}\n"
+	"    k: {matmul: {inputs: [x, wk]}}\n"
+	"    v: {matmul: {inputs: [x, wv]}}\n"
+	"    qh: {reshape: {inputs: [q], shape: [4, 2, 3]}}\n"
+	"    kh: {reshape: {inputs: [k], shape: [4, 2, 3]}}\n"
+	"    vh: {reshape: {inputs: [v], shape: [4, 2, 3]}}\n"
+	"    qt: {transpose: {inputs: [qh], perm: [0, 2, 1, 3]}}\n"
+	"    kt: {transpose: {inputs: [kh], perm: [0, 2, 1, 3]}}\n"
+	"    vt: {transpose: {inputs: [vh], perm: [0, 2, 1, 3]}}\n"
+	"    scores: {batch_matmul: {inputs: [qt, kt], adj_y: true, alpha: 0.57735026918962573}}\n"
+	"    probs: {softmax: {inputs: [scores], causal: true}}\n"
+	"    o: {batch_matmul: {inputs: [probs, vt]}}\n"
+	"    ot: {transpose: {inputs: [o], perm: [0, 2, 1, 3]}}\n"
+	"    merged: {reshape: {inputs: [ot], shape: [4, 6]}}\n"
+	"    wo: {variable: {shape: [6, 5]}}\n"
+	"    logits: {matmul: {inputs: [merged, wo]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: y}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(attention_composition)
+{
+	struct tu_model m;
+	model_build(&m, attn_job);
+	struct dtf_graph *g = &m.g;
+	int sc = dtf_graph_find(g, "scores"), pr = dtf_graph_find(g, "probs");
+	int qt = dtf_graph_find(g, "qt"), vt = dtf_graph_find(g, "vt");
+	int kt = dtf_graph_find(g, "kt"), mg = dtf_graph_find(g, "merged");
+	int y = dtf_graph_find(g, "y");
+	ck_assert_int_eq(g->nodes[qt].shape.d[1], 2);
+	ck_assert_int_eq(g->nodes[qt].shape.d[2], 4);
+	ck_assert_int_eq(g->nodes[sc].shape.d[3], 4);
+	ck_assert_int_eq(g->nodes[pr].a.sm.causal, 1);
+	/* 2 * 8 matrices * 4 * 4 * 3, + 8 * 16 for alpha */
+	ck_assert_int_eq(dtf_graph_node_flops(g, sc), 2 * 8 * 4 * 4 * 3 + 8 * 16);
+	ck_assert_int_eq(dtf_graph_node_flops(g, qt), 0);
+	int32_t *lab = g->nodes[y].data;
+	for (int p = 0; p < 16; p++)
+		lab[p] = (p * 3 + 1) % 5;
+	dtf_exec_forward(g, &m.ctx);
+	const float *q = g->nodes[qt].data, *k = g->nodes[kt].data;
+	const float *v = g->nodes[vt].data, *p = g->nodes[pr].data;
+	/* q's buffer may be reused once qt is made: q = x wq again */
+	const float *xv = g->nodes[dtf_graph_find(g, "x")].data;
+	const float *wq = m.params + g->nodes[dtf_graph_find(g, "wq")].a.var.offset;
+	double qv[96];
+	for (int r = 0; r < 16; r++)
+		for (int j = 0; j < 6; j++) {
+			qv[r * 6 + j] = 0;
+			for (int c = 0; c < 6; c++)
+				qv[r * 6 + j] += (double)xv[r * 6 + c] * wq[c * 6 + j];
+		}
+	const float *o = g->nodes[mg].data;
+	for (int b = 0; b < 4; b++)
+		for (int h = 0; h < 2; h++)
+			for (int i = 0; i < 4; i++) {
+				const float *qi = q + ((b * 2 + h) * 4 + i) * 3;
+				/* the transpose: head h of q's row (b, i) */
+				for (int d = 0; d < 3; d++)
+					ck_assert(fabs(qi[d] - qv[(b * 4 + i) * 6 + h * 3 + d]) < 1e-5);
+				double e[4], z = 0, mx = -1e300;
+				for (int j = 0; j <= i; j++) {
+					const float *kj = k + ((b * 2 + h) * 4 + j) * 3;
+					double dot = 0;
+					for (int d = 0; d < 3; d++)
+						dot += (double)qi[d] * kj[d];
+					e[j] = dot / sqrt(3.0);
+					mx = fmax(mx, e[j]);
+				}
+				for (int j = 0; j <= i; j++)
+					z += exp(e[j] - mx);
+				const float *pi = p + ((b * 2 + h) * 4 + i) * 4;
+				for (int j = 0; j < 4; j++) {
+					double want = j <= i ? exp(e[j] - mx) / z : 0.0;
+					ck_assert_msg(fabs(pi[j] - want) < 1e-6,
+						      "p[%d,%d,%d,%d] %g want %g", b, h, i, j,
+						      pi[j], want);
+				}
+				for (int d = 0; d < 3; d++) {
+					double s = 0;
+					for (int j = 0; j < 4; j++)
+						s += pi[j] * (double)v[((b * 2 + h) * 4 + j) * 3 + d];
+					ck_assert(fabs(o[(b * 4 + i) * 6 + h * 3 + d] - s) < 1e-6);
+				}
+			}
+	gmodel_check(&m, "attention composition");
+	tu_model_free(&m);
+}
+END_TEST
+
+/* batch_matmul's four adjoint combinations: forward against a plain loop,
+ * the gradient rule (TF's) against central differences. */
+START_TEST(batch_matmul_adjoints)
+{
+	static const char fmt[] =
+		"data:\n"
+		"  train: {files: unused}\n"
+		"  features:\n"
+		"    label: {type: int64, shape: []}\n"
+		"model:\n"
+		"  graph:\n"
+		"    a: {variable: {shape: %s}}\n"
+		"    b: {variable: {shape: %s}}\n"
+		"    c: {batch_matmul: {inputs: [a, b], transpose_a: %s, adj_y: %s, alpha: 1.5}}\n"
+		"    t: {tanh: {inputs: [c]}}\n"
+		"    logits: {reshape: {inputs: [t], shape: [-1]}}\n"
+		"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+		"train: {batch_size: 4}\n";
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			/* a (4, 2, m 3, k 5), b (4, 2, k 5, n 2), adjoints
+			 * stored transposed */
+			char text[2048], what[64];
+			snprintf(text, sizeof(text), fmt,
+				 ta ? "[4, 2, 5, 3]" : "[4, 2, 3, 5]",
+				 tb ? "[4, 2, 2, 5]" : "[4, 2, 5, 2]",
+				 ta ? "true" : "false", tb ? "true" : "false");
+			struct tu_model m;
+			model_build(&m, text);
+			struct dtf_graph *g = &m.g;
+			int c = dtf_graph_find(g, "c");
+			ck_assert_int_eq(g->nodes[c].shape.d[2], 3);
+			ck_assert_int_eq(g->nodes[c].shape.d[3], 2);
+			/* before the forward: tanh runs in place over c */
+			float cv[48];
+			const float *a = m.params + g->nodes[dtf_graph_find(g, "a")].a.var.offset;
+			const float *b = m.params + g->nodes[dtf_graph_find(g, "b")].a.var.offset;
+			dtf_cpu_batch_matmul(8, 3, 2, 5, a, ta, b, tb, 1.5f, cv);
+			for (int i = 0; i < 8; i++)
+				for (int r = 0; r < 3; r++)
+					for (int j = 0; j < 2; j++) {
+						double s = 0;
+						for (int q = 0; q < 5; q++)
+							s += (double)a[i * 15 + (ta ? q * 3 + r : r * 5 + q)] *
+							     b[i * 10 + (tb ? j * 5 + q : q * 2 + j)];
+						ck_assert(fabs(cv[(i * 3 + r) * 2 + j] - 1.5 * s) < 1e-5);
+					}
+			dtf_exec_forward(g, &m.ctx);
+			const float *t = g->nodes[dtf_graph_find(g, "t")].data;
+			for (int i = 0; i < 48; i++)
+				ck_assert(fabs(t[i] - tanh(cv[i])) < 1e-6);
+			snprintf(what, sizeof(what), "batch_matmul adj %d %d", ta, tb);
+			gmodel_check(&m, what);
+			tu_model_free(&m);
+		}
+}
+END_TEST
+
+START_TEST(transpose_and_batch_matmul_errors)
+{
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_init(&g, 2), 0);
+	struct dtf_feature_spec fs = {.name = "x", .type = DTF_FEATURE_FLOAT,
+				      .rank = 2, .shape = {3, 4}, .dtype = DTF_FLOAT32};
+	int x = OK(dtf_graph_input(&g, "x", 0, &fs));
+	int bad[3] = {0, 2, 2}, swap[3] = {1, 0, 2}, ok[3] = {0, 2, 1};
+	ck_assert_int_eq(dtf_graph_transpose(&g, "t1", x, bad, 3), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "transpose 't1': perm must be a permutation of the 3 axes "
+			 "of 'x' (2, 3, 4)");
+	ck_assert_int_eq(dtf_graph_transpose(&g, "t2", x, swap, 3), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "transpose 't2': perm[0] must be 0 (axis 0, the batch, "
+			 "stays first), got 1");
+	int t = OK(dtf_graph_transpose(&g, "t3", x, ok, 3));
+	ck_assert_int_eq(g.nodes[t].shape.d[1], 4);
+	ck_assert_int_eq(dtf_graph_batch_matmul(&g, "b1", x, x, 0, 0, 1.0f),
+			 -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "batch_matmul inner dimensions differ (adj_x false, adj_y "
+			 "false): 'x' has shape (2, 3, 4) but 'x' has shape (2, 3, 4)");
+	int b = OK(dtf_graph_batch_matmul(&g, "b2", x, x, 0, 1, 1.0f));
+	ck_assert_int_eq(g.nodes[b].shape.d[2], 3);
+	int b3 = OK(dtf_graph_batch_matmul(&g, "b3", x, t, 0, 0, 1.0f));
+	ck_assert_int_eq(g.nodes[b3].shape.d[2], 3);
+	dtf_graph_deinit(&g);
+}
+END_TEST
+
+/* The layers form over (batch, time, channels): dense on rank 3 (one
+ * kernel for every position), a slice layer, a causal softmax layer, the
+ * sequence loss against int64 labels (batch, time); gradients against
+ * central differences. */
+static const char seq_layers_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    x: {type: float, shape: [5, 3]}\n"
+	"    y: {type: int64, shape: [5]}\n"
+	"model:\n"
+	"  input: x\n"
+	"  layers:\n"
+	"    - {dense: {units: 5, activation: tanh}}\n"
+	"    - {slice: {axis: 2, begin: 0, size: 5}}\n"
+	"    - {softmax: {causal: true}}\n"
+	"    - {dense: {units: 6, name: logits}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: y}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(layers_over_sequences)
+{
+	struct tu_model m;
+	model_build(&m, seq_layers_job);
+	struct dtf_graph *g = &m.g;
+	int k = dtf_graph_find(g, "dense_1/kernel");
+	int sm = dtf_graph_find(g, "softmax_1");
+	ck_assert_int_eq(g->nodes[k].shape.d[0], 3);
+	ck_assert_int_eq(g->nodes[k].shape.d[1], 5);
+	ck_assert_int_eq(g->nodes[sm].a.sm.causal, 1);
+	ck_assert_int_eq(g->nodes[g->logits].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[g->logits].shape.d[2], 6);
+	int32_t *y = g->nodes[g->labels].data;
+	for (int p = 0; p < 20; p++)
+		y[p] = (p * 5 + 2) % 6;
+	gmodel_check(&m, "layers over sequences");
+	tu_model_free(&m);
+}
+END_TEST
+
 /* embedding's constructor: int32 ids, a (vocab, d) float32 table. */
 START_TEST(embedding_errors)
 {
@@ -927,6 +1393,15 @@ static Suite *graph_suite(void)
 	tc = tcase_create("embedding");
 	tcase_add_test(tc, embedding_gradient_matches_finite_differences);
 	tcase_add_test(tc, embedding_errors);
+	tcase_add_test(tc, matmul_last_axis_and_tied_head);
+	tcase_add_test(tc, matmul_errors);
+	tcase_add_test(tc, add_broadcasts_trailing_dimensions);
+	tcase_add_test(tc, slice_and_sequence_loss);
+	tcase_add_test(tc, slice_errors);
+	tcase_add_test(tc, attention_composition);
+	tcase_add_test(tc, layers_over_sequences);
+	tcase_add_test(tc, batch_matmul_adjoints);
+	tcase_add_test(tc, transpose_and_batch_matmul_errors);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("toposort");
 	tcase_add_test(tc, toposort_orders_and_finds_cycles);

@@ -1601,6 +1601,151 @@ static double cat_loss(void *p)
 	return dot(c->y, c->r, c->outer * (c->ia + c->ib));
 }
 
+/* transpose of a (2, 3, 4, 5) tensor by every permutation keeping axis 0
+ * against a plain 4-loop index computation. */
+START_TEST(test_transpose)
+{
+	const int64_t d[4] = {2, 3, 4, 5};
+	float x[120], y[120];
+	for (int i = 0; i < 120; i++)
+		x[i] = (float)i;
+	static const int perms[6][4] = {{0, 1, 2, 3}, {0, 1, 3, 2}, {0, 2, 1, 3},
+					{0, 2, 3, 1}, {0, 3, 1, 2}, {0, 3, 2, 1}};
+	for (int p = 0; p < 6; p++) {
+		const int *pm = perms[p];
+		poison(y, 120);
+		dtf_cpu_transpose(4, d, pm, x, y);
+		int64_t od[4] = {d[pm[0]], d[pm[1]], d[pm[2]], d[pm[3]]};
+		for (int a = 0; a < od[0]; a++)
+			for (int b = 0; b < od[1]; b++)
+				for (int c = 0; c < od[2]; c++)
+					for (int e = 0; e < od[3]; e++) {
+						int64_t oi[4] = {a, b, c, e}, ii[4];
+						for (int k = 0; k < 4; k++)
+							ii[pm[k]] = oi[k];
+						int64_t src = ((ii[0] * 3 + ii[1]) * 4 + ii[2]) * 5 + ii[3];
+						int64_t dst = ((a * od[1] + b) * od[2] + c) * od[3] + e;
+						ck_assert(y[dst] == x[src]);
+					}
+	}
+}
+END_TEST
+
+/* causal softmax over (2, 4, 5) (more keys than queries: query i sees
+ * keys 0 .. i): values against plain loops in double, zeros above the
+ * diagonal exactly, and softmax_grad on it against central differences of
+ * L = sum(y * r). */
+struct csm_ctx {
+	float *x, *y, *r;
+};
+
+static double csm_loss(void *arg)
+{
+	struct csm_ctx *c = arg;
+	dtf_cpu_softmax_causal(8, 5, 4, c->x, c->y);
+	return dot(c->y, c->r, 40);
+}
+
+START_TEST(test_softmax_causal)
+{
+	tu_rng_seed(77);
+	struct csm_ctx c = {tu_frandom(40, -3, 3), tu_falloc(40),
+			    tu_frandom(40, -1, 1)};
+	poison(c.y, 40);
+	dtf_cpu_softmax_causal(8, 5, 4, c.x, c.y);
+	for (int r = 0; r < 8; r++) {
+		int i = r % 4;
+		double mx = -1e300, z = 0;
+		for (int j = 0; j <= i; j++)
+			mx = fmax(mx, c.x[r * 5 + j]);
+		for (int j = 0; j <= i; j++)
+			z += exp(c.x[r * 5 + j] - mx);
+		for (int j = 0; j < 5; j++) {
+			if (j > i) {
+				ck_assert(c.y[r * 5 + j] == 0.0f);
+				continue;
+			}
+			double want = exp(c.x[r * 5 + j] - mx) / z;
+			ck_assert_msg(fabs(c.y[r * 5 + j] - want) < 1e-6, "y[%d][%d]", r, j);
+		}
+	}
+	float *dx = tu_falloc(40);
+	poison(dx, 40);
+	dtf_cpu_softmax_grad(8, 5, c.r, c.y, dx);
+	for (int r = 0; r < 8; r++)
+		for (int j = r % 4 + 1; j < 5; j++)
+			ck_assert(dx[r * 5 + j] == 0.0f);
+	fd_check("softmax_causal dx", c.x, 40, dx, csm_loss, &c, 1e-3f, 1e-3, 1e-3);
+	free(c.x);
+	free(c.y);
+	free(c.r);
+	free(dx);
+}
+END_TEST
+
+/* batch_matmul: every adjoint combination and alpha against sgemm per
+ * matrix (dtf_cpu_matmul) scaled in double. */
+START_TEST(test_batch_matmul)
+{
+	tu_rng_seed(31);
+	const int nb = 3, m = 4, n = 5, k = 6;
+	float *a = tu_frandom((size_t)nb * m * k, -1, 1);
+	float *b = tu_frandom((size_t)nb * k * n, -1, 1);
+	float *c = tu_falloc((size_t)nb * m * n), *r = tu_falloc((size_t)m * n);
+	for (int ta = 0; ta < 2; ta++)
+		for (int tb = 0; tb < 2; tb++) {
+			poison(c, (size_t)nb * m * n);
+			dtf_cpu_batch_matmul(nb, m, n, k, a, ta, b, tb, -0.75f, c);
+			for (int i = 0; i < nb; i++) {
+				dtf_cpu_matmul(m, n, k, a + i * m * k, ta, b + i * k * n,
+					       tb, r);
+				double want[20];
+				for (int e = 0; e < m * n; e++)
+					want[e] = -0.75 * r[e];
+				assert_close("batch_matmul", c + i * m * n, want,
+					     (size_t)m * n, 1e-5, 1e-5);
+			}
+		}
+	free(a);
+	free(b);
+	free(c);
+	free(r);
+}
+END_TEST
+
+/* slice along an axis and its gradient (zeros with dy at begin) against
+ * plain index loops over a (3, 5, 2) tensor sliced on axis 1, [1, 4). */
+START_TEST(test_slice_and_grad)
+{
+	float x[30], y[18], dx[30];
+	for (int i = 0; i < 30; i++)
+		x[i] = (float)i * 0.5f - 3.0f;
+	poison(y, 18);
+	dtf_cpu_slice_inner(3, 10, 1 * 2, 3 * 2, x, y);
+	for (int a = 0; a < 3; a++)
+		for (int b = 0; b < 3; b++)
+			for (int c = 0; c < 2; c++)
+				ck_assert(y[(a * 3 + b) * 2 + c] ==
+					  x[(a * 5 + b + 1) * 2 + c]);
+	poison(dx, 30);
+	dtf_cpu_slice_grad(3, 10, 1 * 2, 3 * 2, y, dx);
+	for (int a = 0; a < 3; a++)
+		for (int b = 0; b < 5; b++)
+			for (int c = 0; c < 2; c++) {
+				float want = b >= 1 && b < 4 ? x[(a * 5 + b) * 2 + c] : 0.0f;
+				ck_assert(dx[(a * 5 + b) * 2 + c] == want);
+			}
+	/* int32 bits go through unchanged (a copy, no arithmetic) */
+	int32_t ids[4] = {7, -1, 0x7fc00001, 3}, out[2];
+	float fi[4], fo[2];
+	memcpy(fi, ids, sizeof(fi));
+	dtf_cpu_slice_inner(1, 4, 1, 2, fi, fo);
+	memcpy(out, fo, sizeof(out));
+	ck_assert_int_eq(out[0], -1);
+	ck_assert_int_eq(out[1], 0x7fc00001);
+}
+END_TEST
+
 START_TEST(test_concat)
 {
 	/* NHWC channel concat of (2, 3, 2, 4) and (2, 3, 2, 1): outer 12 */
@@ -1875,6 +2020,10 @@ static Suite *ops_suite(void)
 		{"layer_norm", {test_layer_norm_reference_fd}},
 		{"activations", {test_activations}},
 		{"concat", {test_concat}},
+		{"slice", {test_slice_and_grad}},
+		{"transpose", {test_transpose}},
+		{"softmax_causal", {test_softmax_causal}},
+		{"batch_matmul", {test_batch_matmul}},
 		{"dense_losses", {test_dense_losses_hand, test_dense_losses_fd}},
 		{"top_k", {test_top_k_ties}},
 		{"embedding", {test_embedding}},

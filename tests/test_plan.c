@@ -81,7 +81,7 @@ static enum kind kind_of(enum dtf_op op)
 	case DTF_OP_BATCH_NORM_GRAD_GAMMA:
 	case DTF_OP_LAYER_NORM_GRAD_INPUT:
 	case DTF_OP_LAYER_NORM_GRAD_GAMMA:
-	case DTF_OP_SLICE:
+	case DTF_OP_SLICE_GRAD:
 	case DTF_OP_LEAKY_RELU_GRAD:
 	case DTF_OP_ELU_GRAD:
 	case DTF_OP_GELU_GRAD:
@@ -116,6 +116,9 @@ static enum kind kind_of(enum dtf_op op)
 	case DTF_OP_SOFTMAX:
 	case DTF_OP_IDENTITY:
 	case DTF_OP_EMBEDDING: /* reads ids of its own (place) */
+	case DTF_OP_SLICE:
+	case DTF_OP_TRANSPOSE:
+	case DTF_OP_BATCH_MATMUL:
 		return K_PLACE;
 	default:
 		ck_abort_msg("op '%s' is neither placed by the planner matrix "
@@ -131,7 +134,7 @@ static int needs_rank4(enum dtf_op op)
 {
 	return op == DTF_OP_CONV2D || op == DTF_OP_DEPTHWISE_CONV2D ||
 	       op == DTF_OP_MAX_POOL2D || op == DTF_OP_AVG_POOL2D ||
-	       op == DTF_OP_GLOBAL_AVG_POOL;
+	       op == DTF_OP_GLOBAL_AVG_POOL || op == DTF_OP_BATCH_MATMUL;
 }
 
 static int needs_rank2(enum dtf_op op) { return op == DTF_OP_MATMUL; }
@@ -264,6 +267,23 @@ static int place(struct dtf_graph *g, enum dtf_op op, const char *name,
 	case DTF_OP_IDENTITY:
 		id = dtf_graph_identity(g, name, a);
 		break;
+	case DTF_OP_SLICE: /* the last axis less its first entry */
+		id = dtf_graph_slice(g, name, a, -1, 1, -1);
+		break;
+	case DTF_OP_TRANSPOSE: {
+		static const int p4[4] = {0, 2, 1, 3}, p2[2] = {0, 1};
+		int r = shape_of(g, a)->rank;
+		id = dtf_graph_transpose(g, name, a, r == 4 ? p4 : p2, r);
+		break;
+	}
+	case DTF_OP_BATCH_MATMUL: { /* (n, h, w, c) times (n, h, c, c) */
+		const struct dtf_shape *sa = shape_of(g, a);
+		int64_t n = sa->d[0], h = sa->d[1];
+		id = dtf_graph_batch_matmul(g, name, a,
+					    var(g, name, "w", 4, n, h, c, c), 0,
+					    0, 0.5f);
+		break;
+	}
 	case DTF_OP_EMBEDDING: {
 		/* a's shape from int32 ids of its own (an input "<name>_ids"
 		 * of a's shape less the last axis; feed() draws them in

@@ -210,17 +210,23 @@ int dtf_cfg_check_job(struct ctx *c)
 				    job->model.loss_logits,
 				    dtf_cfg_suggest(job->model.loss_logits, ls, n,
 						    layer_name_at, sug, sizeof(sug)));
+	/* labels may be a node or layer (a slice of a token window): the
+	 * loss's constructor checks its dtype and shape */
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ls[i].name, job->model.loss_labels))
+			return 0;
 	const struct dtf_feature_spec *lab =
 		find_feature(job, job->model.loss_labels);
 	if (!lab)
 		return dtf_cfg_fail(c, c->slot[SLOT_LABELS], ypath,
-				    "no feature named '%s' in data.features%s",
+				    "no feature named '%s' in data.features (nor %s)%s",
 				    job->model.loss_labels,
+				    graph ? "a node" : "a layer",
 				    dtf_cfg_suggest(job->model.loss_labels, job->data.features,
 						    job->data.nfeatures, feature_name_at, sug,
 						    sizeof(sug)));
 	int sparse = job->model.loss == DTF_LOSS_SPARSE_SOFTMAX_XENT;
-	if (sparse && lab->type != DTF_FEATURE_INT64)
+	if (sparse && lab->type != DTF_FEATURE_INT64 && lab->dtype != DTF_INT32)
 		return dtf_cfg_fail(c, c->slot[SLOT_LABELS], ypath,
 				    "feature '%s' is not an int64 feature (class "
 				    "labels are)",

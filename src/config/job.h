@@ -55,6 +55,9 @@ enum dtf_layer_kind {
 	DTF_LAYER_MATMUL,
 	DTF_LAYER_BIAS_ADD,
 	DTF_LAYER_EMBEDDING,
+	DTF_LAYER_SLICE,           /* both forms */
+	DTF_LAYER_TRANSPOSE,       /* graph form */
+	DTF_LAYER_BATCH_MATMUL,    /* graph form */
 	DTF_LAYER_COUNT_
 };
 
@@ -81,12 +84,14 @@ enum dtf_init_kind {
 	DTF_INIT_KIND_HE_NORMAL,
 	DTF_INIT_KIND_HE_UNIFORM,
 	DTF_INIT_KIND_TRUNCATED_NORMAL, /* mean, stddev */
+	DTF_INIT_KIND_RANDOM_NORMAL,    /* mean, stddev (Keras RandomNormal) */
 };
 
 struct dtf_init_spec {
 	enum dtf_init_kind kind;
 	float value;        /* constant; default 0 */
-	float mean, stddev; /* truncated_normal; default 0, 0.05 (Keras) */
+	float mean, stddev; /* truncated_normal, random_normal; default 0,
+			       0.05 (Keras) */
 };
 
 /* Which weight-decay group a variable belongs to (train.weight_decay). */
@@ -134,8 +139,19 @@ struct dtf_layer {
 	float momentum;            /* batch_norm moving averages, 0.99 */
 	float epsilon;             /* 0.001 (Keras) */
 	int center, scale;         /* beta, gamma; default 1, 1 */
-	/* concat, softmax */
+	/* concat, softmax, slice */
 	int axis;                  /* default -1 */
+	/* matmul (transpose_b), batch_matmul (both; adj_x / adj_y are the
+	 * same keys under TF's BatchMatMul names) */
+	int transpose_a, transpose_b; /* default 0 */
+	/* slice: begin and size along `axis` (size -1: to the end) */
+	int64_t begin, size;
+	/* transpose: the permutation of the input's axes */
+	int perm_rank;
+	int perm[DTF_MAX_RANK];
+	/* softmax: mask (.., i, j > i) of the last two axes */
+	int causal;                /* default 0 */
+	/* batch_matmul: alpha (default 1) is `alpha` above */
 	/* reshape (target shape without the batch; one -1 allowed),
 	 * variable, constant (full shape) */
 	int shape_rank;
@@ -288,7 +304,6 @@ struct dtf_job {
 					 kernels only */
 		double clipnorm;      /* global-norm clipping; 0 = off */
 		struct dtf_schedule_spec schedule;
-		int64_t eval_batch_size; /* per replica; default 0 = as train */
 		int64_t eval_every_steps; /* default 0 = after each epoch */
 		double stop_at_accuracy;  /* default 0 = train to the end */
 		int accumulate_steps; /* micro-batches per update, default 1 */

@@ -914,8 +914,6 @@ static const struct field train_fields[] = {
 	{.key = "weight_decay", .type = T_CUSTOM, .read = read_weight_decay},
 	{.key = "clipnorm", .type = T_DOUBLE, .flags = F_NONNEG,
 	 .off = JOB(train.clipnorm), .def = 0},
-	{.key = "eval_batch_size", .type = T_I64, .flags = F_NONNEG,
-	 .off = JOB(train.eval_batch_size), .def = 0},
 	{.key = "eval_every_steps", .type = T_I64, .flags = F_NONNEG,
 	 .off = JOB(train.eval_every_steps), .def = 0},
 	{.key = "stop_at_accuracy", .type = T_DOUBLE, .flags = F_UNIT,

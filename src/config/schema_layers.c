@@ -172,8 +172,40 @@ static int read_layer_shape(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+/* transpose perm: a list of the input's axes, 1 to DTF_MAX_RANK of them
+ * (the graph checks it is a permutation of the input's) */
+static int read_perm(struct ctx *c, void *base, const yaml_node_t *key,
+		     const yaml_node_t *val, const char *path)
+{
+	struct dtf_layer *l = base;
+	char buf[80], ipath[PATH_MAX_];
+	long n = val->type == YAML_SEQUENCE_NODE
+			 ? val->data.sequence.items.top -
+				   val->data.sequence.items.start
+			 : 0;
+	if (n < 1 || n > DTF_MAX_RANK)
+		return dtf_cfg_fail(c, val, path,
+				    "expected a list of 1 to %d axes (a permutation "
+				    "of the input's, starting with 0), got %s",
+				    DTF_MAX_RANK,
+				    dtf_cfg_describe(val, buf, sizeof(buf)));
+	for (long i = 0; i < n; i++) {
+		int64_t v;
+		dtf_cfg_path_fmt(ipath, "%s[%ld]", path, i);
+		const yaml_node_t *it = yaml_document_get_node(
+			&c->t->doc, val->data.sequence.items.start[i]);
+		int rc = dtf_cfg_read_int(c, it, ipath, F_NONNEG, 0,
+					  DTF_MAX_RANK - 1, &v);
+		if (rc)
+			return rc;
+		l->perm[i] = (int)v;
+	}
+	l->perm_rank = (int)n;
+	return 0;
+}
+
 /* initializer: a name, or {constant: {value: v}} / {truncated_normal:
- * {mean: m, stddev: s}}. */
+ * {mean: m, stddev: s}} / {random_normal: {mean: m, stddev: s}}. */
 static const struct field init_constant_fields[] = {
 	{.key = "value", .type = T_FLOAT, .off = LAY(init.value), .def = 0},
 };
@@ -197,6 +229,7 @@ static const struct choice initializers[] = {
 	{"he_uniform", DTF_INIT_KIND_HE_UNIFORM, NULL},
 	{"truncated_normal", DTF_INIT_KIND_TRUNCATED_NORMAL,
 	 &init_normal_section},
+	{"random_normal", DTF_INIT_KIND_RANDOM_NORMAL, &init_normal_section},
 };
 
 static int read_initializer(struct ctx *c, void *base, const yaml_node_t *key,
@@ -348,6 +381,12 @@ static const struct field axis_fields[] = {
 	NAME_FIELD, INPUTS_FIELD,
 };
 
+static const struct field softmax_fields[] = {
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},
+	{.key = "causal", .type = T_BOOL, .off = LAY(causal), .def = 0},
+	NAME_FIELD, INPUTS_FIELD,
+};
+
 static const struct field reshape_fields[] = {
 	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
 	 .read = read_layer_shape},
@@ -374,12 +413,43 @@ static const struct field gelu_fields[] = {
 
 static const struct field plain_fields[] = {NAME_FIELD, INPUTS_FIELD};
 
+#define SLICE_FIELDS                                                   \
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},   \
+		{.key = "begin", .type = T_I64, .flags = F_REQUIRED | F_NONNEG, \
+		 .off = LAY(begin)},                                   \
+		{.key = "size", .type = T_I64, .off = LAY(size), .def = -1}
+static const struct field slice_fields[] = {SLICE_FIELDS, NAME_FIELD,
+					    INPUTS_FIELD};
+
 /* graph form: the mapping key is the name; ops take explicit inputs */
 static const struct field op_conv_fields[] = {
 	INPUTS_REQ, STRIDES_FIELD(1), DILATION_FIELD, PADDING_FIELD,
 };
 static const struct field op_pool_fields[] = {INPUTS_REQ, POOL_FIELDS};
 static const struct field op_plain_fields[] = {INPUTS_REQ};
+static const struct field op_matmul_fields[] = {
+	INPUTS_REQ, {.key = "transpose_b", .type = T_BOOL,
+		     .off = LAY(transpose_b), .def = 0},
+};
+static const struct field op_slice_fields[] = {INPUTS_REQ, SLICE_FIELDS};
+static const struct field op_transpose_fields[] = {
+	INPUTS_REQ, {.key = "perm", .type = T_CUSTOM, .flags = F_REQUIRED,
+		     .read = read_perm},
+};
+/* adj_x / adj_y (TF's BatchMatMul) and transpose_a / transpose_b
+ * (tf.linalg.matmul) are the same switches */
+static const struct field op_batch_matmul_fields[] = {
+	INPUTS_REQ,
+	{.key = "adj_x", .type = T_BOOL, .off = LAY(transpose_a), .def = 0},
+	{.key = "adj_y", .type = T_BOOL, .off = LAY(transpose_b), .def = 0},
+	{.key = "transpose_a", .type = T_BOOL, .off = LAY(transpose_a), .def = 0},
+	{.key = "transpose_b", .type = T_BOOL, .off = LAY(transpose_b), .def = 0},
+	{.key = "alpha", .type = T_FLOAT, .off = LAY(alpha), .def = 1.0},
+};
+static const struct field op_softmax_fields[] = {
+	INPUTS_REQ, {.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},
+	{.key = "causal", .type = T_BOOL, .off = LAY(causal), .def = 0},
+};
 static const struct field op_dropout_fields[] = {
 	INPUTS_REQ,
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
@@ -494,14 +564,21 @@ SECTION(dropout_section, dropout_fields, NULL);
 SECTION(batch_norm_section, batch_norm_fields, NULL);
 SECTION(layer_norm_section, layer_norm_fields, NULL);
 SECTION(axis_section, axis_fields, NULL);
+SECTION(softmax_section, softmax_fields, NULL);
 SECTION(reshape_section, reshape_fields, NULL);
 SECTION(leaky_relu_section, leaky_relu_fields, NULL);
 SECTION(elu_section, elu_fields, NULL);
 SECTION(gelu_section, gelu_fields, NULL);
 SECTION(plain_section, plain_fields, NULL);
+SECTION(slice_section, slice_fields, NULL);
+SECTION(op_slice_section, op_slice_fields, NULL);
+SECTION(op_transpose_section, op_transpose_fields, NULL);
+SECTION(op_batch_matmul_section, op_batch_matmul_fields, NULL);
+SECTION(op_softmax_section, op_softmax_fields, NULL);
 SECTION(op_conv_section, op_conv_fields, NULL);
 SECTION(op_pool_section, op_pool_fields, check_pool);
 SECTION(op_plain_section, op_plain_fields, NULL);
+SECTION(op_matmul_section, op_matmul_fields, NULL);
 SECTION(op_dropout_section, op_dropout_fields, NULL);
 SECTION(op_batch_norm_section, op_batch_norm_fields, NULL);
 SECTION(op_layer_norm_section, op_layer_norm_fields, NULL);
@@ -519,7 +596,8 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add", "embedding",
+	"constant", "matmul", "bias_add", "embedding", "slice", "transpose",
+	"batch_matmul",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -547,8 +625,9 @@ static const struct choice layer_kinds[] = {
 	{"gelu", DTF_LAYER_GELU, &gelu_section},
 	{"tanh", DTF_LAYER_TANH, &plain_section},
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
-	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &softmax_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
+	{"slice", DTF_LAYER_SLICE, &slice_section},
 };
 
 /* model.graph nodes */
@@ -557,7 +636,7 @@ static const struct choice op_kinds[] = {
 	{"constant", DTF_LAYER_CONSTANT, &constant_section},
 	{"conv2d", DTF_LAYER_CONV2D, &op_conv_section},
 	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &op_conv_section},
-	{"matmul", DTF_LAYER_MATMUL, &op_plain_section},
+	{"matmul", DTF_LAYER_MATMUL, &op_matmul_section},
 	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
 	{"embedding", DTF_LAYER_EMBEDDING, &op_plain_section},
 	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &op_pool_section},
@@ -577,8 +656,11 @@ static const struct choice op_kinds[] = {
 	{"gelu", DTF_LAYER_GELU, &op_gelu_section},
 	{"tanh", DTF_LAYER_TANH, &op_plain_section},
 	{"sigmoid", DTF_LAYER_SIGMOID, &op_plain_section},
-	{"softmax", DTF_LAYER_SOFTMAX, &op_axis_section},
+	{"softmax", DTF_LAYER_SOFTMAX, &op_softmax_section},
+	{"transpose", DTF_LAYER_TRANSPOSE, &op_transpose_section},
+	{"batch_matmul", DTF_LAYER_BATCH_MATMUL, &op_batch_matmul_section},
 	{"identity", DTF_LAYER_IDENTITY, &op_plain_section},
+	{"slice", DTF_LAYER_SLICE, &op_slice_section},
 };
 
 /* Defaults that are not in the attribute tables. */

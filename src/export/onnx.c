@@ -18,6 +18,7 @@
  */
 #include "export/export.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -441,6 +442,64 @@ static int emit_concat(struct ox *x, int id)
 	return 0;
 }
 
+/* tf.slice along one axis: Slice with starts, ends, axes initializers */
+static int emit_slice(struct ox *x, int id)
+{
+	const struct dtf_node *n = nd(x, id);
+	int64_t b = n->a.cat.begin, ax = n->a.cat.axis;
+	int64_t e = b + n->shape.d[ax];
+	const char *ins[4] = {in(x, id, 0), tmp(x, 0, id, "starts"),
+			      tmp(x, 1, id, "ends"), tmp(x, 2, id, "axes")};
+	init_i64(x, ins[1], &b, 1);
+	init_i64(x, ins[2], &e, 1);
+	init_i64(x, ins[3], &ax, 1);
+	node(x, "Slice", n->name, ins, 4, x->name[id]);
+	return 0;
+}
+
+static int emit_transpose(struct ox *x, int id)
+{
+	const struct dtf_node *n = nd(x, id);
+	int64_t perm[DTF_MAX_RANK];
+	for (int i = 0; i < n->shape.rank; i++)
+		perm[i] = n->a.tr.perm[i];
+	transpose(x, n->name, in(x, id, 0), x->name[id], perm, n->shape.rank);
+	return 0;
+}
+
+/* MatMul of the operands with their last two axes swapped where adjoint,
+ * then a Mul by alpha unless it is 1 */
+static int emit_batch_matmul(struct ox *x, int id)
+{
+	const struct dtf_node *n = nd(x, id);
+	int r = n->shape.rank;
+	int64_t swap[DTF_MAX_RANK];
+	for (int i = 0; i < r; i++)
+		swap[i] = i;
+	swap[r - 2] = r - 1;
+	swap[r - 1] = r - 2;
+	const char *ins[2] = {in(x, id, 0), in(x, id, 1)};
+	if (n->a.mm.trans_a) {
+		ins[0] = tmp(x, 0, id, "a_t");
+		transpose(x, ins[0], in(x, id, 0), ins[0], swap, r);
+	}
+	if (n->a.mm.trans_b) {
+		ins[1] = tmp(x, 1, id, "b_t");
+		transpose(x, ins[1], in(x, id, 1), ins[1], swap, r);
+	}
+	if (n->a.mm.alpha == 1.0f) {
+		node(x, "MatMul", n->name, ins, 2, x->name[id]);
+		return 0;
+	}
+	const char *p = tmp(x, 2, id, "product");
+	node(x, "MatMul", p, ins, 2, p);
+	const char *al = tmp(x, 3, id, "alpha");
+	init_scalar(x, al, n->a.mm.alpha);
+	const char *mi[2] = {p, al};
+	node(x, "Mul", n->name, mi, 2, x->name[id]);
+	return 0;
+}
+
 static int emit_batch_norm(struct ox *x, int id)
 {
 	/* BatchNormalization (inference: training_mode 0) normalizes over
@@ -515,8 +574,27 @@ static int emit_elu(struct ox *x, int id)
 
 static int emit_softmax(struct ox *x, int id)
 {
+	const struct dtf_node *n = nd(x, id);
 	const char *src = in(x, id, 0);
-	node_begin(x, "Softmax", nd(x, id)->name, &src, 1, x->name[id]);
+	if (n->a.sm.causal) {
+		/* Softmax(x + mask), mask (tq, tk) 0 where j <= i, -inf
+		 * above: exp(-inf) is the CPU's 0 */
+		int64_t d[2] = {n->shape.d[n->shape.rank - 2],
+				n->shape.d[n->shape.rank - 1]};
+		float *mask = dtf_malloc((size_t)(d[0] * d[1]) * sizeof(float));
+		if (!mask)
+			return dtf_error(DTF_ERR_NOMEM, "out of memory");
+		for (int64_t i = 0; i < d[0]; i++)
+			for (int64_t j = 0; j < d[1]; j++)
+				mask[i * d[1] + j] = j <= i ? 0.0f : -INFINITY;
+		const char *m = tmp(x, 0, id, "causal_mask");
+		init_f32(x, m, d, 2, mask, (size_t)(d[0] * d[1]));
+		dtf_free(mask);
+		const char *ins[2] = {src, m};
+		src = tmp(x, 1, id, "masked");
+		node(x, "Add", src, ins, 2, src);
+	}
+	node_begin(x, "Softmax", n->name, &src, 1, x->name[id]);
 	attr_int(x, "axis", -1);
 	node_end(x);
 	return 0;
@@ -617,7 +695,8 @@ struct onnx_rule {
 #define ONNX_layer_norm_grad_gamma GRADIENT
 #define ONNX_multiply EMIT(emit_multiply)
 #define ONNX_concat EMIT(emit_concat)
-#define ONNX_slice GRADIENT
+#define ONNX_slice EMIT(emit_slice)
+#define ONNX_slice_grad GRADIENT
 #define ONNX_leaky_relu EMIT(emit_leaky_relu)
 #define ONNX_leaky_relu_grad GRADIENT
 #define ONNX_elu EMIT(emit_elu)
@@ -639,6 +718,8 @@ struct onnx_rule {
 #define ONNX_mean_squared_error_grad GRADIENT
 #define ONNX_embedding EMIT(emit_embedding)
 #define ONNX_embedding_grad GRADIENT
+#define ONNX_transpose EMIT(emit_transpose)
+#define ONNX_batch_matmul EMIT(emit_batch_matmul)
 
 /* One entry per row of DTF_OPS, in enum order; an op without an
  * ONNX_<name> above is an undeclared identifier here. */

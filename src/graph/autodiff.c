@@ -146,23 +146,26 @@ RULE(grad_max_pool2d)
 	return accumulate(g, grads, x, id);
 }
 
+/* y = x w (x (..., k), w (k, n)) or, with trans_b, y = x w^T (w (n, k));
+ * x viewed as (rows, k).  The forward op never has trans_a. */
 RULE(grad_matmul)
 {
 	RULE_VARS;
-	DTF_ASSERT(!n.a.mm.trans_a && !n.a.mm.trans_b);
+	DTF_ASSERT(!n.a.mm.trans_a);
+	int tb = n.a.mm.trans_b;
 	if (needs(g, x)) {
-		/* dx (n, k) = dy (n, m) w^T */
+		/* dx (rows, k) = dy w^T, or dy w with trans_b */
 		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_input", dy, y,
 			       sx);
 		if (id >= 0)
-			g->nodes[id].a.mm.trans_b = 1;
+			g->nodes[id].a.mm.trans_b = !tb;
 		if ((rc = accumulate(g, grads, x, id)) < 0)
 			return rc;
 	}
 	if (needs(g, y)) {
-		/* dw (k, m) = x^T dy */
-		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel", x, dy,
-			       &g->nodes[y].shape);
+		/* dw (k, n) = x^T dy, or (n, k) = dy^T x with trans_b */
+		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel",
+			       tb ? dy : x, tb ? x : dy, &g->nodes[y].shape);
 		if (id >= 0)
 			g->nodes[id].a.mm.trans_a = 1;
 		rc = accumulate(g, grads, y, id);
@@ -329,6 +332,66 @@ RULE(grad_concat)
 			g->nodes[id].a.cat.axis = n.a.cat.axis;
 			g->nodes[id].a.cat.begin = sx->d[n.a.cat.axis];
 		}
+		rc = accumulate(g, grads, y, id);
+	}
+	return rc;
+}
+
+/* SLICE: dy back in place in zeros of x's shape */
+RULE(grad_slice)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_SLICE_GRAD, n.name, "grad", dy, -1, sx);
+	if (id >= 0)
+		g->nodes[id].a.cat = n.a.cat;
+	return accumulate(g, grads, x, id);
+}
+
+/* TRANSPOSE: dy transposed back by the inverse permutation */
+RULE(grad_transpose)
+{
+	RULE_VARS;
+	struct dtf_shape s = *sx;
+	id = grad_node(g, DTF_OP_TRANSPOSE, n.name, "grad", dy, -1, &s);
+	if (id >= 0)
+		for (int k = 0; k < s.rank; k++)
+			g->nodes[id].a.tr.perm[n.a.tr.perm[k]] = k;
+	return accumulate(g, grads, x, id);
+}
+
+/* One batch_matmul contribution: alpha op(p) op(q) into the shape s. */
+static int bmm_grad(struct dtf_graph *g, const struct dtf_node *n,
+		    const char *suffix, int p, int tp, int q, int tq,
+		    const struct dtf_shape *s)
+{
+	int id = grad_node(g, DTF_OP_BATCH_MATMUL, n->name, suffix, p, q, s);
+	if (id >= 0) {
+		g->nodes[id].a.mm.trans_a = tp;
+		g->nodes[id].a.mm.trans_b = tq;
+		g->nodes[id].a.mm.alpha = n->a.mm.alpha;
+	}
+	return id;
+}
+
+/* BATCH_MATMUL, c = alpha op(a) op(b) (TF's _BatchMatMulV2Grad):
+ *   plain:  da = alpha dc b^T,      db = alpha a^T dc
+ *   adj_a:  da = alpha b dc^T,      db = alpha a dc
+ *   adj_b:  da = alpha dc b,        db = alpha dc^T a
+ *   both:   da = alpha b^T dc^T,    db = alpha dc^T a^T */
+RULE(grad_batch_matmul)
+{
+	RULE_VARS;
+	int ta = n.a.mm.trans_a, tb = n.a.mm.trans_b;
+	if (needs(g, x)) {
+		id = !ta ? bmm_grad(g, &n, "grad_a", dy, 0, y, !tb, sx)
+			 : bmm_grad(g, &n, "grad_a", y, tb, dy, 1, sx);
+		if ((rc = accumulate(g, grads, x, id)) < 0)
+			return rc;
+	}
+	if (needs(g, y)) {
+		struct dtf_shape sy = g->nodes[y].shape;
+		id = !tb ? bmm_grad(g, &n, "grad_b", x, !ta, dy, 0, &sy)
+			 : bmm_grad(g, &n, "grad_b", dy, 1, x, ta, &sy);
 		rc = accumulate(g, grads, y, id);
 	}
 	return rc;

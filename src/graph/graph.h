@@ -103,7 +103,8 @@
 	X(LAYER_NORM_GRAD_GAMMA,            layer_norm_grad_gamma,             2, -1, GRAD,     IN0,       5,  NULL)                  \
 	X(MULTIPLY,                         multiply,                          2, 0,  SAME,     OUT,       1,  grad_multiply)         \
 	X(CONCAT,                           concat,                            2, -1, CONCAT,   ZERO,      0,  grad_concat)           \
-	X(SLICE,                            slice,                             1, -1, GRAD,     ZERO,      0,  NULL)                  \
+	X(SLICE,                            slice,                             1, -1, SLICE,    ZERO,      0,  grad_slice)            \
+	X(SLICE_GRAD,                       slice_grad,                        1, -1, GRAD,     ZERO,      0,  NULL)                  \
 	X(LEAKY_RELU,                       leaky_relu,                        1, 0,  SAME,     OUT,       1,  grad_act_input)        \
 	X(LEAKY_RELU_GRAD,                  leaky_relu_grad,                   2, 0,  GRAD,     OUT,       2,  NULL)                  \
 	X(ELU,                              elu,                               1, 0,  SAME,     OUT,       2,  grad_act_input)        \
@@ -124,7 +125,9 @@
 	X(MSE,                              mean_squared_error,                2, -1, SCALAR,   IN0,       3,  grad_dense_loss)       \
 	X(MSE_GRAD,                         mean_squared_error_grad,           2, -1, GRAD,     IN0,       3,  NULL)                  \
 	X(EMBEDDING,                        embedding,                         2, -1, GATHER,   ZERO,      0,  grad_embedding)        \
-	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)
+	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)                  \
+	X(TRANSPOSE,                        transpose,                         1, -1, TRANSPOSE, ZERO,     0,  grad_transpose)        \
+	X(BATCH_MATMUL,                     batch_matmul,                      2, -1, BATCH_MATMUL, BATCH_MATMUL, 1, grad_batch_matmul)
 
 /* How an op's output shape follows from its inputs and attributes. */
 enum dtf_shape_rule {
@@ -132,10 +135,15 @@ enum dtf_shape_rule {
 	DTF_SHAPE_PARAM,    /* variable: as declared */
 	DTF_SHAPE_SAME,     /* input 0's shape (elementwise, normalization) */
 	DTF_SHAPE_WINDOW,   /* (n, oh, ow, o or c) from the window geometry */
-	DTF_SHAPE_MATMUL,   /* (rows of a, columns of b), transposes applied */
+	DTF_SHAPE_MATMUL,   /* a (..., k) times b (k, n): (..., n); a gradient
+			       (trans_a) (k, n) from a (..., k), dy (..., n) */
 	DTF_SHAPE_CHANNELS, /* (n, c) of an (n, h, w, c) input */
 	DTF_SHAPE_RESHAPE,  /* the target shape, one -1 inferred */
 	DTF_SHAPE_CONCAT,   /* input 0's shape, the axis summed with input 1's */
+	DTF_SHAPE_SLICE,    /* input 0's shape, `size` along the axis */
+	DTF_SHAPE_TRANSPOSE, /* input 0's dimensions in the order of perm */
+	DTF_SHAPE_BATCH_MATMUL, /* (..., m, n) from a (..., m, k), b (..., k, n),
+				   adjoints applied */
 	DTF_SHAPE_SCALAR,   /* a loss: rank 0 */
 	DTF_SHAPE_GATHER,   /* embedding: ids' shape (n, ...) with the table's
 			       row length appended: (n, ..., d) */
@@ -151,7 +159,8 @@ enum dtf_flops_basis {
 	DTF_FLOPS_CONV,      /* 2 per multiply-add: 2 n oh ow o kh kw c */
 	DTF_FLOPS_DWCONV,    /* 2 n oh ow o kh kw (o = c * multiplier) */
 	DTF_FLOPS_POOL,      /* 1 per window tap: n oh ow c kh kw */
-	DTF_FLOPS_MATMUL,    /* 2 m n k */
+	DTF_FLOPS_MATMUL,    /* 2 m n k (dtf_graph_matmul_dims) */
+	DTF_FLOPS_BATCH_MATMUL, /* 2 batch m n k, +1 per output with alpha != 1 */
 	DTF_FLOPS_GELU,      /* per output element: 5 (erf form), 9 (tanh) */
 	DTF_FLOPS_GELU_GRAD, /* per output element: 9 (erf form), 14 (tanh) */
 };
@@ -205,9 +214,17 @@ struct dtf_node {
 			    AVG_POOL2D* */
 			struct dtf_window_geom g;
 		} win;
-		struct { /* MATMUL */
+		struct { /* MATMUL (alpha unused); BATCH_MATMUL (TF's adj_x,
+			    adj_y; c = alpha op(a) op(b)) */
 			int trans_a, trans_b;
+			float alpha;
 		} mm;
+		struct { /* TRANSPOSE: output axis i is input axis perm[i] */
+			int perm[DTF_MAX_RANK];
+		} tr;
+		struct { /* SOFTMAX: causal mask of the last two axes */
+			int causal;
+		} sm;
 		struct { /* DROPOUT* */
 			float rate;
 			uint32_t salt; /* FNV-1a of the node name; mixed
@@ -239,8 +256,9 @@ struct dtf_node {
 			float epsilon;
 			float momentum; /* BATCH_NORM: of the moving averages */
 		} norm;
-		struct { /* CONCAT (axis), SLICE (the gradient of one input:
-			    axis of the concat, first index along it) */
+		struct { /* CONCAT (axis); SLICE, SLICE_GRAD (axis, first
+			    index along it; concat's gradient is a SLICE
+			    too) */
 			int axis;
 			int64_t begin;
 		} cat;
@@ -327,16 +345,43 @@ int dtf_graph_max_pool2d(struct dtf_graph *g, const char *name, int x,
 			 enum dtf_padding padding);
 /* x (n, k) times w (k, m). */
 int dtf_graph_matmul(struct dtf_graph *g, const char *name, int x, int w);
-/* x (..., c) + b (c). */
+/*
+ * Dense over the last axis (tf.matmul of a batch of rows, Keras Dense on
+ * rank >= 2): x float32 (..., k) of rank >= 2 times w (k, n) gives
+ * (..., n); with transpose_b, w is (n, k) and x is multiplied by w^T
+ * (tf.matmul(x, w, transpose_b=True)), so an output head can share an
+ * embedding table (vocab, d).  Every operand is viewed as the 2-D matrix
+ * (numel / last dimension, last dimension): one sgemm.
+ */
+int dtf_graph_matmul_ex(struct dtf_graph *g, const char *name, int x, int w,
+			int transpose_b);
+/* The sgemm of a MATMUL node: c (m, n) = op(a) (m, k) op(b) (k, n), each
+ * operand viewed as (numel / last dimension, last dimension). */
+void dtf_graph_matmul_dims(const struct dtf_graph *g, const struct dtf_node *n,
+			   int *m, int *cols, int *k);
+/* x (..., c) + b (c).  (A BIAS_ADD node made by dtf_graph_add may carry
+ * a b of several trailing dimensions: its kernels view x as (rows,
+ * numel(b)).) */
 int dtf_graph_bias_add(struct dtf_graph *g, const char *name, int x, int b);
 int dtf_graph_relu(struct dtf_graph *g, const char *name, int x);
 int dtf_graph_dropout(struct dtf_graph *g, const char *name, int x,
 		      float rate);
 /* Keep dimension 0, flatten the rest. */
 int dtf_graph_flatten(struct dtf_graph *g, const char *name, int x);
-/* logits (n, classes) float32, labels (n) int32 -> scalar loss. */
+/*
+ * logits float32 (n, ..., classes), labels int32 (n, ...) -> scalar loss
+ * (TF's sparse_softmax_cross_entropy_with_logits, then a mean).  With
+ * positions (n, t, classes) an example's loss is the mean over its t
+ * positions, so the loss of a batch is the mean over all n * t (PyTorch's
+ * cross_entropy over the flattened logits); accuracy likewise counts the
+ * fraction of an example's positions whose argmax is the label.
+ */
 int dtf_graph_sparse_softmax_xent(struct dtf_graph *g, const char *name,
 				  int logits, int labels);
+/* The rows of a sparse loss's logits node: (rows, classes) with classes
+ * the last dimension, per = rows / n positions of one example. */
+void dtf_graph_xent_dims(const struct dtf_graph *g, int logits, size_t *rows,
+			 int *classes, int *per);
 
 /* ---- the wider op set --------------------------------------------------
  * Defaults named here are Keras's unless said otherwise; the job language
@@ -403,8 +448,11 @@ int dtf_graph_layer_norm(struct dtf_graph *g, const char *name, int x,
  */
 int dtf_graph_embedding(struct dtf_graph *g, const char *name, int ids,
 			int table);
-/* a + b of the same shape; a (c) vector on either side is broadcast over
- * the other's last axis (emitted as bias_add). */
+/* a + b of the same shape; a tensor of the other's trailing dimensions
+ * on either side (a (c) vector, a (t, c) position embedding under
+ * (n, t, c)) is broadcast over the other's leading axes (numpy's rule
+ * without size-1 axes; emitted as bias_add, whose gradient sums dy over
+ * those axes). */
 int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b);
 /* a * b elementwise, same shape. */
 int dtf_graph_multiply(struct dtf_graph *g, const char *name, int a, int b);
@@ -412,6 +460,16 @@ int dtf_graph_multiply(struct dtf_graph *g, const char *name, int a, int b);
  * batch axis 0); every other dimension must match (TF's concat). */
 int dtf_graph_concat(struct dtf_graph *g, const char *name, int a, int b,
 		     int axis);
+/*
+ * x[..., begin:begin+size, ...] along `axis` (negative counts from the
+ * end; not the batch axis 0), tf.slice with one axis cut: x float32 or
+ * int32 (the output has x's dtype), 0 <= begin, size >= 1 (or -1: to the
+ * end), begin + size <= the axis' length.  A GPT's inputs and labels are
+ * two slices of one int32 token window.  The gradient (float32 only) is
+ * SLICE_GRAD: dy placed at `begin` in zeros of x's shape (TF's Pad).
+ */
+int dtf_graph_slice(struct dtf_graph *g, const char *name, int x, int axis,
+		    int64_t begin, int64_t size);
 /* tf.reshape to dims[0..rank), the batch dimension included; at most one
  * entry is -1 (inferred).  Dimension 0 must stay the batch. */
 int dtf_graph_reshape(struct dtf_graph *g, const char *name, int x,
@@ -426,6 +484,40 @@ int dtf_graph_tanh(struct dtf_graph *g, const char *name, int x);
 int dtf_graph_sigmoid(struct dtf_graph *g, const char *name, int x);
 /* Softmax over the last axis. */
 int dtf_graph_softmax(struct dtf_graph *g, const char *name, int x);
+/*
+ * Softmax over the last axis of x (..., tq, tk) (rank >= 2) with, when
+ * causal, the mask of a decoder's self-attention: element (..., i, j)
+ * with j > i gets probability 0 (a lower-triangular mask, as
+ * tf.linalg.band_part(ones, -1, 0) or PyTorch's is_causal, aligned at the
+ * top left); row i is the softmax of its first i + 1 entries.  The
+ * gradient is softmax_grad's (0 where masked).
+ */
+int dtf_graph_softmax_ex(struct dtf_graph *g, const char *name, int x,
+			 int causal);
+/*
+ * tf.transpose(x, perm): output axis i is input axis perm[i]; perm is a
+ * permutation of 0 .. rank - 1 (rank = x's, up to DTF_MAX_RANK) that
+ * keeps the batch first (perm[0] == 0).  x float32.  The gradient is the
+ * transpose by the inverse permutation.  No FLOPs (data movement).
+ */
+int dtf_graph_transpose(struct dtf_graph *g, const char *name, int x,
+			const int *perm, int rank);
+/*
+ * tf.linalg.matmul on batches (TF's BatchMatMulV2 without broadcasting):
+ * a (..., m, k) and b (..., k, n) float32 of the same rank >= 3 and the
+ * same leading (batch) dimensions give c (..., m, n) = alpha op(a) op(b);
+ * adj_a: a is (..., k, m) and op(a) its transpose on the last two axes
+ * (TF's adj_x / transpose_a), adj_b likewise (adj_y / transpose_b).
+ * alpha scales the product (1: none), e.g. attention's 1 / sqrt(d).
+ * FLOPs 2 batch m n k (+ batch m n for alpha != 1).
+ */
+int dtf_graph_batch_matmul(struct dtf_graph *g, const char *name, int a,
+			   int b, int adj_a, int adj_b, float alpha);
+/* The gemms of a BATCH_MATMUL node: batch products c (m, n) = alpha
+ * op(a) (m, k) op(b) (k, n). */
+void dtf_graph_batch_matmul_dims(const struct dtf_graph *g,
+				 const struct dtf_node *n, int *batch, int *m,
+				 int *cols, int *k);
 int dtf_graph_identity(struct dtf_graph *g, const char *name, int x);
 /* Losses: each returns a scalar node and becomes g->loss.
  * logits (n, classes), labels float32 (n, classes) one-hot; Keras's
@@ -480,8 +572,9 @@ size_t dtf_graph_num_nontrainable(const struct dtf_graph *g);
  * l = sqrt(6 / (fan_in + fan_out)); glorot_normal truncated normal with
  * stddev sqrt(2 / (fan_in + fan_out)) / .87962566103423978; he_normal
  * truncated normal, stddev sqrt(2 / fan_in) / .87962566103423978;
- * he_uniform l = sqrt(6 / fan_in); truncated_normal(mean, stddev) redraws
- * beyond two standard deviations (the .8796... factor is the stddev of a
+ * he_uniform l = sqrt(6 / fan_in); random_normal(mean, stddev) a plain
+ * normal (Keras RandomNormal; nanoGPT's N(0, 0.02)); truncated_normal(mean,
+ * stddev) redraws beyond two standard deviations (the .8796... factor is the stddev of a
  * unit normal truncated at 2, which Keras's variance scaling divides out).
  */
 void dtf_graph_init_params(const struct dtf_graph *g, uint64_t seed,

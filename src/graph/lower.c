@@ -264,10 +264,12 @@ static int lower_common(struct dtf_graph *g, const struct dtf_layer *l,
 		int rank = g->nodes[x].shape.rank;
 		if (l->axis != -1 && l->axis != rank - 1)
 			return unsupported(l, "softmax over an axis other than the last");
-		return dtf_graph_softmax(g, name, x);
+		return dtf_graph_softmax_ex(g, name, x, l->causal);
 	}
 	case DTF_LAYER_IDENTITY:
 		return dtf_graph_identity(g, name, x);
+	case DTF_LAYER_SLICE:
+		return dtf_graph_slice(g, name, x, l->axis, l->begin, l->size);
 	default:
 		return dtf_error(DTF_ERR_GRAPH, "%s is not an op here",
 				 dtf_layer_kind_name(l->kind));
@@ -311,11 +313,13 @@ static int lower_layer(struct dtf_graph *g, const struct dtf_layer *l,
 	case DTF_LAYER_DENSE: {
 		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
 			return rc;
-		if (sx->rank != 2)
+		if (sx->rank < 2)
 			return dtf_error(DTF_ERR_GRAPH,
-					 "dense needs a 2-D (batch, features) input, got rank %d (add a flatten layer before it)",
+					 "dense needs an input of rank 2 or more (batch, ..., features), got rank %d",
 					 sx->rank);
-		int units_in = (int)sx->d[1];
+		/* over the last axis, as Keras's Dense on (batch, time,
+		 * channels) */
+		int units_in = (int)sx->d[sx->rank - 1];
 		struct dtf_shape ks = {2, {units_in, l->units}};
 		if ((w = kernel(g, l, &ks)) < 0)
 			return w;
@@ -366,11 +370,23 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 	case DTF_LAYER_MATMUL:
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
-		return dtf_graph_matmul(g, l->name, in[0], in[1]);
+		return dtf_graph_matmul_ex(g, l->name, in[0], in[1],
+					   l->transpose_b);
 	case DTF_LAYER_BIAS_ADD:
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
 		return dtf_graph_bias_add(g, l->name, in[0], in[1]);
+	case DTF_LAYER_TRANSPOSE:
+		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
+			return rc;
+		return dtf_graph_transpose(g, l->name, in[0], l->perm,
+					   l->perm_rank);
+	case DTF_LAYER_BATCH_MATMUL:
+		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
+			return rc;
+		return dtf_graph_batch_matmul(g, l->name, in[0], in[1],
+					      l->transpose_a, l->transpose_b,
+					      l->alpha);
 	case DTF_LAYER_EMBEDDING: /* inputs: [ids, table] */
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
@@ -577,7 +593,13 @@ int dtf_graph_lower_model(const struct dtf_job *job, int batch,
 			       graph ? "node" : "layer");
 		goto out_fail;
 	}
-	int labels = feature_node(job, g, job->model.loss_labels);
+	/* a node or layer (a slice of a token window), else a feature */
+	int labels = -1;
+	for (int i = 0; i < n && labels < 0; i++)
+		if (strcmp(ls[i].name, job->model.loss_labels) == 0)
+			labels = out[i];
+	if (labels < 0)
+		labels = feature_node(job, g, job->model.loss_labels);
 	if (labels < 0) {
 		rc = labels;
 		goto out_fail;

@@ -289,19 +289,32 @@ int dtf_graph_embedding(struct dtf_graph *g, const char *name, int ids,
 
 /* ---- elementwise and shape ---------------------------------------------- */
 
+/* Is b's shape the trailing dimensions of a's (rank of b below a's)? */
+static int is_suffix(const struct dtf_shape *a, const struct dtf_shape *b)
+{
+	if (b->rank < 1 || b->rank >= a->rank)
+		return 0;
+	for (int i = 0; i < b->rank; i++)
+		if (b->d[i] != a->d[a->rank - b->rank + i])
+			return 0;
+	return 1;
+}
+
 int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b)
 {
 	if (!is_float(g, a) || !is_float(g, b))
 		return dtf_graph_shape_error(g, "add needs float32 inputs", a, b);
 	if (same_shape(S(g, a), S(g, b)))
 		return node2(g, DTF_OP_ADD, name, a, b, S(g, a));
-	/* a (c) vector on either side: bias_add over the last axis */
+	/* a tensor of the other's trailing dimensions, on either side:
+	 * bias_add broadcast over the leading ones (a (c) bias, a (t, c)
+	 * position embedding over (n, t, c)) */
 	const struct dtf_shape *sa = S(g, a), *sb = S(g, b);
-	if (sb->rank == 1 && sa->rank >= 2 && sb->d[0] == sa->d[sa->rank - 1])
+	if (is_suffix(sa, sb))
 		return node2(g, DTF_OP_BIAS_ADD, name, a, b, sa);
-	if (sa->rank == 1 && sb->rank >= 2 && sa->d[0] == sb->d[sb->rank - 1])
+	if (is_suffix(sb, sa))
 		return node2(g, DTF_OP_BIAS_ADD, name, b, a, sb);
-	return dtf_graph_shape_error(g, "add needs inputs of the same shape (or a vector of the last dimension)",
+	return dtf_graph_shape_error(g, "add needs inputs of the same shape (or one of the other's trailing dimensions, broadcast)",
 				     a, b);
 }
 
@@ -337,6 +350,41 @@ int dtf_graph_concat(struct dtf_graph *g, const char *name, int a, int b,
 	int id = node2(g, DTF_OP_CONCAT, name, a, b, &s);
 	if (id >= 0)
 		g->nodes[id].a.cat.axis = ax;
+	return id;
+}
+
+int dtf_graph_slice(struct dtf_graph *g, const char *name, int x, int axis,
+		    int64_t begin, int64_t size)
+{
+	const struct dtf_shape *sx = S(g, x);
+	enum dtf_dtype dt = g->nodes[x].dtype;
+	int ax = axis < 0 ? axis + sx->rank : axis;
+	char have[96];
+	if (ax < 1 || ax >= sx->rank)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "slice '%s': axis %d is out of range for '%s' of rank %d (axis 0, the batch, cannot be sliced)",
+				 name, axis, g->nodes[x].name, sx->rank);
+	if (dt != DTF_FLOAT32 && dt != DTF_INT32)
+		return dtf_graph_shape_error(g, "slice needs a float32 or int32 input",
+					     x, -1);
+	int64_t len = sx->d[ax];
+	if (size == -1)
+		size = len - begin;
+	if (begin < 0 || size < 1 || begin + size > len)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "slice '%s': begin %lld, size %lld do not fit axis %d of '%s' %s (begin >= 0, size >= 1 or -1, begin + size <= %lld)",
+				 name, (long long)begin, (long long)size, ax,
+				 g->nodes[x].name,
+				 dtf_shape_str(sx, have, sizeof(have)),
+				 (long long)len);
+	struct dtf_shape s = *sx;
+	s.d[ax] = size;
+	int id = node1(g, DTF_OP_SLICE, name, x, &s);
+	if (id < 0)
+		return id;
+	g->nodes[id].dtype = dt;
+	g->nodes[id].a.cat.axis = ax;
+	g->nodes[id].a.cat.begin = begin;
 	return id;
 }
 
@@ -455,6 +503,102 @@ int dtf_graph_softmax(struct dtf_graph *g, const char *name, int x)
 	return activation(g, DTF_OP_SOFTMAX, name, x);
 }
 
+int dtf_graph_softmax_ex(struct dtf_graph *g, const char *name, int x,
+			 int causal)
+{
+	if (causal && S(g, x)->rank < 2)
+		return dtf_graph_shape_error(g, "softmax with causal needs an input of rank >= 2 (..., queries, keys)",
+					     x, -1);
+	int id = dtf_graph_softmax(g, name, x);
+	if (id >= 0)
+		g->nodes[id].a.sm.causal = causal != 0;
+	return id;
+}
+
+int dtf_graph_transpose(struct dtf_graph *g, const char *name, int x,
+			const int *perm, int rank)
+{
+	const struct dtf_shape *sx = S(g, x);
+	char have[96];
+	if (!is_float(g, x))
+		return dtf_graph_shape_error(g, "transpose needs a float32 input",
+					     x, -1);
+	int seen[DTF_MAX_RANK] = {0}, ok = rank == sx->rank;
+	for (int i = 0; ok && i < rank; i++) {
+		ok = perm[i] >= 0 && perm[i] < rank && !seen[perm[i]];
+		if (ok)
+			seen[perm[i]] = 1;
+	}
+	if (!ok)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "transpose '%s': perm must be a permutation of the %d axes of '%s' %s",
+				 name, sx->rank, g->nodes[x].name,
+				 dtf_shape_str(sx, have, sizeof(have)));
+	if (perm[0] != 0)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "transpose '%s': perm[0] must be 0 (axis 0, the batch, stays first), got %d",
+				 name, perm[0]);
+	struct dtf_shape s = {rank, {0}};
+	for (int i = 0; i < rank; i++)
+		s.d[i] = sx->d[perm[i]];
+	int id = node1(g, DTF_OP_TRANSPOSE, name, x, &s);
+	if (id >= 0)
+		for (int i = 0; i < rank; i++)
+			g->nodes[id].a.tr.perm[i] = perm[i];
+	return id;
+}
+
+int dtf_graph_batch_matmul(struct dtf_graph *g, const char *name, int a,
+			   int b, int adj_a, int adj_b, float alpha)
+{
+	const struct dtf_shape *sa = S(g, a), *sb = S(g, b);
+	int r = sa->rank, ok = is_float(g, a) && is_float(g, b) && r >= 3 &&
+			       sb->rank == r;
+	for (int i = 0; ok && i < r - 2; i++)
+		ok = sa->d[i] == sb->d[i];
+	if (!ok)
+		return dtf_graph_shape_error(g, "batch_matmul needs float32 inputs of the same rank >= 3 and the same leading (batch) dimensions",
+					     a, b);
+	int64_t m = sa->d[r - (adj_a ? 1 : 2)], ka = sa->d[r - (adj_a ? 2 : 1)];
+	int64_t kb = sb->d[r - (adj_b ? 1 : 2)], nn = sb->d[r - (adj_b ? 2 : 1)];
+	if (ka != kb) {
+		char what[160];
+		snprintf(what, sizeof(what),
+			 "batch_matmul inner dimensions differ (adj_x %s, adj_y %s)",
+			 adj_a ? "true" : "false", adj_b ? "true" : "false");
+		return dtf_graph_shape_error(g, what, a, b);
+	}
+	if (!isfinite(alpha))
+		return dtf_error(DTF_ERR_GRAPH,
+				 "batch_matmul '%s': alpha must be finite (got %g)",
+				 name, alpha);
+	struct dtf_shape s = *sa;
+	s.d[r - 2] = m;
+	s.d[r - 1] = nn;
+	int id = node2(g, DTF_OP_BATCH_MATMUL, name, a, b, &s);
+	if (id < 0)
+		return id;
+	g->nodes[id].a.mm.trans_a = adj_a != 0;
+	g->nodes[id].a.mm.trans_b = adj_b != 0;
+	g->nodes[id].a.mm.alpha = alpha;
+	return id;
+}
+
+void dtf_graph_batch_matmul_dims(const struct dtf_graph *g,
+				 const struct dtf_node *n, int *batch, int *m,
+				 int *cols, int *k)
+{
+	const struct dtf_shape *s = &n->shape, *sa = S(g, n->inputs[0]);
+	int r = s->rank;
+	*m = (int)s->d[r - 2];
+	*cols = (int)s->d[r - 1];
+	*k = (int)sa->d[r - (n->a.mm.trans_a ? 2 : 1)];
+	int64_t nb = 1;
+	for (int i = 0; i < r - 2; i++)
+		nb *= s->d[i];
+	*batch = (int)nb;
+}
+
 int dtf_graph_identity(struct dtf_graph *g, const char *name, int x)
 {
 	return activation(g, DTF_OP_IDENTITY, name, x);
@@ -539,9 +683,15 @@ int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id)
 	case DTF_FLOPS_POOL:
 		return f * win_out * w->c * w->kh * w->kw;
 	case DTF_FLOPS_MATMUL: {
-		const struct dtf_shape *sa = S(g, n->inputs[0]);
-		int64_t k = n->a.mm.trans_a ? sa->d[0] : sa->d[1];
-		return f * 2 * out * k;
+		int m, cols, k;
+		dtf_graph_matmul_dims(g, n, &m, &cols, &k);
+		return f * 2 * (int64_t)m * cols * k;
+	}
+	case DTF_FLOPS_BATCH_MATMUL: {
+		int nb, m, cols, k;
+		dtf_graph_batch_matmul_dims(g, n, &nb, &m, &cols, &k);
+		int64_t mn = (int64_t)nb * m * cols;
+		return f * (2 * mn * k + (n->a.mm.alpha != 1.0f ? mn : 0));
 	}
 	case DTF_FLOPS_GELU: /* erf form: scale, erf, add, 2 multiplies */
 		return (n->a.act.approximate ? 9 : 5) * out;

@@ -131,6 +131,19 @@ void dtf_cpu_softmax(size_t rows, int c, const float *x, float *y)
 	}
 }
 
+void dtf_cpu_softmax_causal(size_t rows, int c, int tq, const float *x,
+			    float *y)
+{
+	/* x, y (rows, c); row r is query r % tq: keys 0 .. r % tq */
+	for (size_t r = 0; r < rows; r++) {
+		int i = (int)(r % (size_t)tq);
+		int keep = i + 1 < c ? i + 1 : c;
+		dtf_cpu_softmax(1, keep, x + r * (size_t)c, y + r * (size_t)c);
+		for (int j = keep; j < c; j++)
+			y[r * (size_t)c + j] = 0.0f;
+	}
+}
+
 void dtf_cpu_softmax_grad(size_t rows, int c, const float *dy, const float *y,
 			  float *dx)
 {

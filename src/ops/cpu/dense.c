@@ -34,6 +34,28 @@ void dtf_cpu_matmul(int m, int n, int k, const float *a, int trans_a,
 		    trans_a ? m : k, b, trans_b ? k : n, 0.0f, c, n);
 }
 
+void dtf_cpu_batch_matmul(int batch, int m, int n, int k, const float *a,
+			  int trans_a, const float *b, int trans_b,
+			  float alpha, float *c)
+{
+	for (int i = 0; i < batch; i++) {
+		const float *ai = a + (size_t)i * m * k, *bi = b + (size_t)i * k * n;
+		float *ci = c + (size_t)i * m * n;
+		for (int r = 0; r < m; r++)
+			for (int j = 0; j < n; j++) {
+				double s = 0.0;
+				for (int q = 0; q < k; q++) {
+					float av = trans_a ? ai[(size_t)q * m + r]
+							   : ai[(size_t)r * k + q];
+					float bv = trans_b ? bi[(size_t)j * k + q]
+							   : bi[(size_t)q * n + j];
+					s += (double)av * bv;
+				}
+				ci[(size_t)r * n + j] = (float)(alpha * s);
+			}
+	}
+}
+
 void dtf_cpu_bias_add(size_t rows, int c, const float *x, const float *bias,
 		      float *y)
 {

@@ -94,25 +94,26 @@ KERNEL(max_pool2d_grad)
 KERNEL(matmul)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_cpu_matmul(m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
 		       n->a.mm.trans_b, y);
 }
 
+/* b of x's trailing dimensions: x viewed as (rows, numel(b)) */
 KERNEL(bias_add)
 {
 	KERNEL_VARS;
-	int c = (int)n->shape.d[n->shape.rank - 1];
+	int c = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_cpu_bias_add(numel / (size_t)c, c, F(g, a), F(g, b), y);
 }
 
+/* db: dy summed over its leading axes down to db's shape */
 KERNEL(bias_add_grad)
 {
 	KERNEL_VARS;
 	const struct dtf_shape *s = &g->nodes[a].shape;
-	int c = (int)s->d[s->rank - 1];
+	int c = (int)numel;
 	dtf_cpu_bias_add_grad((size_t)dtf_shape_numel(s) / (size_t)c, c,
 			      F(g, a), y);
 }
@@ -156,24 +157,33 @@ KERNEL(add)
 	dtf_cpu_add_inplace(numel, F(g, b), y);
 }
 
+/* logits (n, ..., classes), labels (n, ...): an example's loss is the
+ * mean over its `per` positions (PyTorch's cross_entropy of the flattened
+ * (n * per, classes) logits once divided by the n examples) */
 KERNEL(sparse_softmax_cross_entropy)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	ctx->loss_sum = dtf_cpu_sparse_softmax_xent(
-		(size_t)s->d[0], (int)s->d[1], F(g, a),
-		(const int32_t *)g->nodes[b].data, (size_t)ctx->valid, NULL);
+				rows, classes, F(g, a),
+				(const int32_t *)g->nodes[b].data,
+				(size_t)ctx->valid * (size_t)per, NULL) /
+			per;
 	*y = (float)(ctx->loss_sum * ctx->loss_scale);
 }
 
 KERNEL(sparse_softmax_cross_entropy_grad)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	dtf_cpu_sparse_softmax_xent_grad(
-		(size_t)s->d[0], (int)s->d[1], F(g, a),
-		(const int32_t *)g->nodes[b].data, (size_t)ctx->valid,
-		ctx->loss_scale, y);
+		rows, classes, F(g, a), (const int32_t *)g->nodes[b].data,
+		(size_t)ctx->valid * (size_t)per, ctx->loss_scale / (float)per,
+		y);
 }
 
 KERNEL(depthwise_conv2d)
@@ -337,6 +347,19 @@ KERNEL(slice)
 			    F(g, a), y);
 }
 
+/* SLICE_GRAD: x's shape is the node's, dy (input 0) the slice's */
+KERNEL(slice_grad)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &n->shape;
+	size_t outer = outer_of(s, n->a.cat.axis);
+	size_t after = numel / outer / (size_t)s->d[n->a.cat.axis];
+	dtf_cpu_slice_grad(outer, numel / outer,
+			   (size_t)n->a.cat.begin * after,
+			   (size_t)dtf_shape_numel(&g->nodes[a].shape) / outer,
+			   F(g, a), y);
+}
+
 KERNEL(leaky_relu)
 {
 	KERNEL_VARS;
@@ -403,7 +426,11 @@ KERNEL(softmax)
 	size_t rows;
 	int c;
 	rows_cols(&n->shape, &rows, &c);
-	dtf_cpu_softmax(rows, c, F(g, a), y);
+	if (n->a.sm.causal)
+		dtf_cpu_softmax_causal(rows, c, (int)n->shape.d[n->shape.rank - 2],
+				       F(g, a), y);
+	else
+		dtf_cpu_softmax(rows, c, F(g, a), y);
 }
 
 KERNEL(softmax_grad)
@@ -490,6 +517,22 @@ KERNEL(mean_squared_error_grad)
 					(size_t)ctx->valid, ctx->loss_scale, y);
 }
 
+KERNEL(transpose)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	dtf_cpu_transpose(s->rank, s->d, n->a.tr.perm, F(g, a), y);
+}
+
+KERNEL(batch_matmul)
+{
+	KERNEL_VARS;
+	int nb, m, cols, k;
+	dtf_graph_batch_matmul_dims(g, n, &nb, &m, &cols, &k);
+	dtf_cpu_batch_matmul(nb, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
+			     n->a.mm.trans_b, n->a.mm.alpha, y);
+}
+
 typedef void (*cpu_kernel_fn)(const struct dtf_graph *g,
 			      const struct dtf_node *n,
 			      struct dtf_exec_ctx *ctx);
@@ -551,12 +594,18 @@ double dtf_graph_count_correct(const struct dtf_graph *g, int valid, int k)
 	if (k < 1)
 		k = 1;
 	switch (g->nodes[g->loss].op) {
-	case DTF_OP_SPARSE_SOFTMAX_XENT:
+	case DTF_OP_SPARSE_SOFTMAX_XENT: {
+		/* (n, ..., classes): each example counts the fraction of
+		 * its positions that are right */
+		int classes, per;
+		dtf_graph_xent_dims(g, g->logits, &rows, &classes, &per);
+		size_t v = (size_t)valid * (size_t)per;
 		if (k == 1)
-			return (double)dtf_cpu_count_correct(rows, (int)cols, logits,
-							     labels, (size_t)valid);
-		return (double)dtf_cpu_count_in_top_k(rows, (int)cols, logits,
-						      labels, (size_t)valid, k);
+			return (double)dtf_cpu_count_correct(rows, classes, logits,
+							     labels, v) / per;
+		return (double)dtf_cpu_count_in_top_k(rows, classes, logits,
+						      labels, v, k) / per;
+	}
 	case DTF_OP_SOFTMAX_XENT:
 		if (k == 1)
 			return (double)dtf_cpu_count_correct_onehot(

@@ -35,7 +35,9 @@ struct dtf_exec_ctx {
  * Correct predictions among the first `valid` rows of the last forward
  * pass (node buffers on the host), for the graph's loss: sparse int
  * labels or one-hot float labels, k == 1 accuracy (argmax, first maximum
- * wins: Keras's accuracy), k > 1 TF's in_top_k (ties at the k-th place count).  sigmoid_cross_entropy:
+ * wins: Keras's accuracy), k > 1 TF's in_top_k (ties at the k-th place count);
+ * sparse logits (n, ..., classes): each example counts the fraction of
+ * its positions that are right (dtf_graph_xent_dims).  sigmoid_cross_entropy:
  * Keras's binary_accuracy summed over rows (k ignored).
  * mean_squared_error: 0 (no accuracy for a regression).
  */

@@ -110,6 +110,12 @@ void dtf_fast_matmul(struct dtf_pool *p, int m, int n, int k, const float *a,
 		     int trans_a, const float *b, int trans_b, float *c,
 		     float *ws);
 
+/* As dtf_cpu_batch_matmul: one OpenBLAS sgemm per matrix (alpha folded
+ * in), the batch split across the pool's threads. */
+void dtf_fast_batch_matmul(struct dtf_pool *p, int batch, int m, int n, int k,
+			   const float *a, int trans_a, const float *b,
+			   int trans_b, float alpha, float *c);
+
 /* Floats of workspace dtf_fast_matmul needs for these operands (a
  * transposed copy of a for the a b^T product on the unpacked path). */
 size_t dtf_fast_matmul_workspace(int m, int n, int k, int trans_a,

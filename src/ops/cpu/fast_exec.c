@@ -30,6 +30,7 @@ enum action {
 	A_DROPOUT,      /* dropout or dropout_grad */
 	A_POOL_GRAD_BWF, /* A_POOL_GRAD, then the filter gradient next[i]
 			    from dx, which is not stored */
+	A_BMM,          /* batch_matmul: sgemm per matrix */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -154,7 +155,9 @@ static int bias_grad_of(const struct dtf_graph *g, int i)
 	for (int k = i + 1; k < g->nnodes; k++)
 		if (g->nodes[k].op == DTF_OP_BIAS_ADD_GRAD &&
 		    g->nodes[k].inputs[0] == i)
-			return k;
+			/* fused as column sums of the last axis: only a
+			 * vector's gradient */
+			return g->nodes[k].shape.rank == 1 ? k : -1;
 	return -1;
 }
 
@@ -231,11 +234,11 @@ static void plan_producer(struct planner *P, int i)
 		    : nd->op == DTF_OP_MATMUL ? A_MATMUL
 					      : A_BIAS_ACT;
 	if (nd->op == DTF_OP_MATMUL) {
-		const struct dtf_shape *sa = &g->nodes[nd->inputs[0]].shape;
-		int mk = (int)(nd->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+		int mm, mc, mk;
+		dtf_graph_matmul_dims(g, nd, &mm, &mc, &mk);
 		P->ws = max_sz(P->ws, dtf_fast_matmul_workspace(
-					      (int)nd->shape.d[0], (int)nd->shape.d[1],
-					      mk, nd->a.mm.trans_a, nd->a.mm.trans_b));
+					      mm, mc, mk, nd->a.mm.trans_a,
+					      nd->a.mm.trans_b));
 	}
 	if (nd->op == DTF_OP_MATMUL && (nd->a.mm.trans_a || nd->a.mm.trans_b)) {
 		fp->action[i] = A_MATMUL;
@@ -251,6 +254,7 @@ static void plan_producer(struct planner *P, int i)
 		/* the bias must be ready when node i runs */
 		if (b >= 0 && g->nodes[b].op == DTF_OP_BIAS_ADD &&
 		    g->nodes[b].inputs[0] == cur && bv != cur &&
+		    g->nodes[bv].shape.rank == 1 &&
 		    (bv < i || g->nodes[bv].op == DTF_OP_VARIABLE)) {
 			fp->bias[i] = g->nodes[b].inputs[1];
 			fp->action[b] = A_SKIP;
@@ -342,6 +346,7 @@ static void plan_max_pool2d_grad(struct planner *P, int i)
 }
 
 static void plan_add(struct planner *P, int i) { P->fp->action[i] = A_ADD; }
+static void plan_bmm(struct planner *P, int i) { P->fp->action[i] = A_BMM; }
 static void plan_dropout(struct planner *P, int i) { P->fp->action[i] = A_DROPOUT; }
 
 /* ---- the fast kernel table ------------------------------------------- */
@@ -394,9 +399,8 @@ RUN(run_conv2d_backprop_filter)
 RUN(run_matmul)
 {
 	RUN_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_fast_matmul(p, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
 			n->a.mm.trans_b, F(g, out), ws);
 	if (bias >= 0 || relu)
@@ -407,7 +411,8 @@ RUN(run_matmul)
 RUN(run_bias_add)
 {
 	RUN_VARS;
-	int c = last_dim(n);
+	/* b of x's trailing dimensions: x viewed as (rows, numel(b)) */
+	int c = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), F(g, b), relu,
 			  F(g, out));
 }
@@ -456,6 +461,15 @@ RUN(run_add)
 	if (y != F(g, a))
 		memcpy(y, F(g, a), numel * sizeof(float));
 	dtf_fast_add_inplace(p, numel, F(g, b), y);
+}
+
+RUN(run_batch_matmul)
+{
+	RUN_VARS;
+	int nb, m, cols, k;
+	dtf_graph_batch_matmul_dims(g, n, &nb, &m, &cols, &k);
+	dtf_fast_batch_matmul(p, nb, m, cols, k, F(g, a), n->a.mm.trans_a,
+			      F(g, b), n->a.mm.trans_b, n->a.mm.alpha, F(g, i));
 }
 
 /* DROPOUT and DROPOUT_GRAD */
@@ -514,7 +528,8 @@ struct fast_kernel {
 #define FAST_LAYER_NORM_GRAD_GAMMA REFERENCE
 #define FAST_MULTIPLY REFERENCE
 #define FAST_CONCAT REFERENCE
-#define FAST_SLICE REFERENCE
+#define FAST_SLICE REFERENCE /* memcpy per row already */
+#define FAST_SLICE_GRAD REFERENCE
 #define FAST_LEAKY_RELU REFERENCE
 #define FAST_LEAKY_RELU_GRAD REFERENCE
 #define FAST_ELU REFERENCE
@@ -537,6 +552,9 @@ struct fast_kernel {
 #define FAST_SIGMOID_XENT_GRAD REFERENCE
 #define FAST_MSE REFERENCE
 #define FAST_MSE_GRAD REFERENCE
+/* an odometer walk, one copy per element already */
+#define FAST_TRANSPOSE REFERENCE
+#define FAST_BATCH_MATMUL {plan_bmm, run_batch_matmul}
 static const struct fast_kernel fast_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = FAST_##id,

@@ -188,6 +188,44 @@ void dtf_fast_matmul(struct dtf_pool *p, int m, int n, int k, const float *a,
 	dtf_pool_run(p, mm_task, &j);
 }
 
+/* ---- batch matmul: one sgemm per matrix, matrices split across threads --- */
+
+struct bmm_job {
+	int batch, m, n, k, trans_a, trans_b;
+	float alpha;
+	const float *a, *b;
+	float *c;
+};
+
+static void bmm_task(void *arg, int tid, int nt)
+{
+	const struct bmm_job *j = arg;
+	size_t lo, hi;
+	dtf_pool_split((size_t)j->batch, 1, tid, nt, &lo, &hi);
+	size_t sa = (size_t)j->m * j->k, sb = (size_t)j->k * j->n,
+	       sc = (size_t)j->m * j->n;
+	for (size_t i = lo; i < hi; i++)
+		cblas_sgemm(CblasRowMajor, j->trans_a ? CblasTrans : CblasNoTrans,
+			    j->trans_b ? CblasTrans : CblasNoTrans, j->m, j->n,
+			    j->k, j->alpha, j->a + i * sa,
+			    j->trans_a ? j->m : j->k, j->b + i * sb,
+			    j->trans_b ? j->k : j->n, 0.0f, j->c + i * sc, j->n);
+}
+
+void dtf_fast_batch_matmul(struct dtf_pool *p, int batch, int m, int n, int k,
+			   const float *a, int trans_a, const float *b,
+			   int trans_b, float alpha, float *c)
+{
+	if (batch <= 0 || m <= 0 || n <= 0)
+		return;
+	if (k <= 0) {
+		memset(c, 0, (size_t)batch * m * n * sizeof(float));
+		return;
+	}
+	struct bmm_job j = {batch, m, n, k, trans_a, trans_b, alpha, a, b, c};
+	dtf_pool_run(p, bmm_task, &j);
+}
+
 /* ---- bias + relu ------------------------------------------------------------- */
 
 static inline DTF_BODY void bias_act_body(size_t rows, int c,

@@ -191,10 +191,20 @@ void dtf_cpu_embedding_grad(size_t n, int vocab, int dim, const float *dy,
 void dtf_cpu_concat(size_t outer, size_t ia, size_t ib, const float *a,
 		    const float *b, float *y);
 
-/* y (outer, len) = x (outer, inner)[:, begin:begin+len]; the gradient of
- * concat for one of its inputs. */
+/* y (outer, len) = x (outer, inner)[:, begin:begin+len]; tf.slice along
+ * one axis, and the gradient of concat for one of its inputs.  A copy of
+ * the bytes: int32 tensors slice through it too. */
 void dtf_cpu_slice_inner(size_t outer, size_t inner, size_t begin, size_t len,
 			 const float *x, float *y);
+/* dx (outer, inner) = 0 but dx[:, begin:begin+len] = dy (outer, len): the
+ * gradient of dtf_cpu_slice_inner (TF's Pad of dy). */
+void dtf_cpu_slice_grad(size_t outer, size_t inner, size_t begin, size_t len,
+			const float *dy, float *dx);
+
+/* tf.transpose: x of dims[0..rank) (row-major) to y whose axis i is x's
+ * axis perm[i].  y must not overlap x. */
+void dtf_cpu_transpose(int rank, const int64_t *dims, const int *perm,
+		       const float *x, float *y);
 
 /* ---- dense ------------------------------------------------------------- */
 
@@ -202,6 +212,16 @@ void dtf_cpu_slice_inner(size_t outer, size_t inner, size_t begin, size_t len,
  * trans_a; op(b) is (k, n): b is (k, n), or (n, k) when trans_b.  sgemm. */
 void dtf_cpu_matmul(int m, int n, int k, const float *a, int trans_a,
 		    const float *b, int trans_b, float *c);
+
+/* c[i] (m, n) = alpha op(a[i]) op(b[i]) for i < batch, the matrices of
+ * each operand contiguous one after the other (a[i] is m k floats from
+ * a + i m k, as op(a)'s (m, k) or a's (k, m) when trans_a; likewise b).
+ * tf.linalg.matmul on batches (adj_x = trans_a, adj_y = trans_b).  Plain
+ * loops summed in double: the reference of the fast (sgemm per batch) and
+ * CUDA (cublasSgemmStridedBatched) kernels. */
+void dtf_cpu_batch_matmul(int batch, int m, int n, int k, const float *a,
+			  int trans_a, const float *b, int trans_b,
+			  float alpha, float *c);
 
 /* y (rows, c) = x (rows, c) + bias (c).  In place (y == x) allowed. */
 void dtf_cpu_bias_add(size_t rows, int c, const float *x, const float *bias,
@@ -258,6 +278,13 @@ void dtf_cpu_softmax(size_t rows, int c, const float *x, float *y);
 /* dx = y * (dy - sum_j dy_j y_j) per row, y the output. */
 void dtf_cpu_softmax_grad(size_t rows, int c, const float *dy, const float *y,
 			  float *dx);
+
+/* As dtf_cpu_softmax over rows of c, with the causal mask of the last
+ * two axes (..., tq, c): row r is query i = r % tq, and entries j > i get
+ * 0 (the softmax runs over entries 0 .. min(i, c - 1)).  In place
+ * allowed. */
+void dtf_cpu_softmax_causal(size_t rows, int c, int tq, const float *x,
+			    float *y);
 
 /* y = a * b elementwise, n elements; in place (y == a or b) allowed. */
 void dtf_cpu_multiply(size_t n, const float *a, const float *b, float *y);

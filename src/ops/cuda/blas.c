@@ -10,6 +10,28 @@
  */
 #include "ops/cuda/internal.h"
 
+void dtf_cuda_batch_matmul(struct dtf_cuda_ctx *ctx, int batch, int m, int n,
+			   int k, const float *a, int trans_a, const float *b,
+			   int trans_b, float alpha, float *c)
+{
+	/* per matrix as dtf_cuda_matmul; strides in elements */
+	if (batch <= 0 || m <= 0 || n <= 0)
+		return;
+	if (k <= 0) {
+		CUDA_KEEP(ctx, cudaMemsetAsync(c, 0,
+					       (size_t)batch * m * n * sizeof(float),
+					       ctx->stream[DTF_CUDA_COMPUTE]));
+		return;
+	}
+	const float zero = 0.0f;
+	CUBLAS_KEEP(ctx, cublasSgemmStridedBatched(
+				 ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+				 trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k,
+				 &alpha, b, trans_b ? k : n, (long long)k * n, a,
+				 trans_a ? m : k, (long long)m * k, &zero, c, n,
+				 (long long)m * n, batch));
+}
+
 void dtf_cuda_matmul(struct dtf_cuda_ctx *ctx, int m, int n, int k,
 		     const float *a, int trans_a, const float *b, int trans_b,
 		     float *c)

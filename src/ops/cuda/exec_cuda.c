@@ -154,17 +154,16 @@ KERNEL(cu_max_pool2d_grad)
 KERNEL(cu_matmul)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_cuda_matmul(ctx, m, cols, k, D(ex, a), n->a.mm.trans_a, D(ex, b),
 			n->a.mm.trans_b, y);
 }
 
-KERNEL(cu_bias_add)
+KERNEL(cu_bias_add) /* x (rows, numel(b)) + b, as the CPU's */
 {
 	KERNEL_VARS;
-	int ch = (int)n->shape.d[n->shape.rank - 1];
+	int ch = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_cuda_bias_add(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b), y);
 }
 
@@ -172,7 +171,7 @@ KERNEL(cu_bias_add_grad)
 {
 	KERNEL_VARS;
 	const struct dtf_shape *s = &g->nodes[a].shape;
-	int ch = (int)s->d[s->rank - 1];
+	int ch = (int)numel;
 	dtf_cuda_bias_add_grad(ctx, (size_t)dtf_shape_numel(s) / (size_t)ch, ch,
 			       D(ex, a), y);
 }
@@ -213,11 +212,13 @@ KERNEL(cu_add)
 KERNEL(cu_sparse_xent)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	int step = stats == DTF_CUDA_STATS_STEP && ex->nstats >= 1;
 	dtf_cuda_sparse_softmax_xent(
-		ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
-		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y,
+		ctx, rows, classes, D(ex, a), (const int32_t *)D(ex, b),
+		(size_t)c->valid * (size_t)per, per, c->loss_scale, y,
 		step ? ex->d_grads + ex->nparams : NULL,
 		step ? NULL : &ex->d_eval[0]);
 }
@@ -225,10 +226,12 @@ KERNEL(cu_sparse_xent)
 KERNEL(cu_sparse_xent_grad)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	dtf_cuda_sparse_softmax_xent_grad(
-		ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
-		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y);
+		ctx, rows, classes, D(ex, a), (const int32_t *)D(ex, b),
+		(size_t)c->valid * (size_t)per, c->loss_scale / (float)per, y);
 }
 
 /* rows and channels of the node's (..., c) output or input */
@@ -299,6 +302,80 @@ KERNEL(cu_embedding_grad) /* dy, ids -> dtable */
 				(const int32_t *)D(ex, b), y);
 }
 
+/* SLICE (forward or concat's gradient) and SLICE_GRAD: (outer, inner)
+ * views as the CPU's */
+static void slice_view(const struct dtf_shape *big, int axis, int64_t begin,
+		       const struct dtf_shape *cut, size_t *outer,
+		       size_t *inner, size_t *off, size_t *len)
+{
+	size_t o = 1;
+	for (int k = 0; k < axis; k++)
+		o *= (size_t)big->d[k];
+	size_t after = (size_t)dtf_shape_numel(big) / o / (size_t)big->d[axis];
+	*outer = o;
+	*inner = (size_t)dtf_shape_numel(big) / o;
+	*off = (size_t)begin * after;
+	*len = (size_t)dtf_shape_numel(cut) / o;
+}
+
+KERNEL(cu_slice)
+{
+	KERNEL_VARS;
+	size_t outer, inner, off, len;
+	slice_view(&g->nodes[a].shape, n->a.cat.axis, n->a.cat.begin,
+		   &n->shape, &outer, &inner, &off, &len);
+	dtf_cuda_slice(ctx, outer, inner, off, len, D(ex, a), y);
+}
+
+KERNEL(cu_slice_grad)
+{
+	KERNEL_VARS;
+	size_t outer, inner, off, len;
+	slice_view(&n->shape, n->a.cat.axis, n->a.cat.begin,
+		   &g->nodes[a].shape, &outer, &inner, &off, &len);
+	dtf_cuda_slice_grad(ctx, outer, inner, off, len, D(ex, a), y);
+}
+
+KERNEL(cu_softmax)
+{
+	KERNEL_VARS;
+	int ch = (int)n->shape.d[n->shape.rank - 1];
+	int tq = n->a.sm.causal ? (int)n->shape.d[n->shape.rank - 2] : 0;
+	dtf_cuda_softmax(ctx, numel / (size_t)ch, ch, tq, D(ex, a), y);
+}
+
+KERNEL(cu_softmax_grad) /* dy, y */
+{
+	KERNEL_VARS;
+	int ch = (int)n->shape.d[n->shape.rank - 1];
+	dtf_cuda_softmax_grad(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b),
+			      y);
+}
+
+KERNEL(cu_identity)
+{
+	KERNEL_VARS;
+	if (y != D(ex, a))
+		dtf_cuda_copy_async(ctx, DTF_CUDA_COMPUTE, y, D(ex, a),
+				    numel * sizeof(float));
+}
+
+KERNEL(cu_transpose)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	dtf_cuda_transpose(ctx, s->rank, s->d, n->a.tr.perm, D(ex, a), y);
+}
+
+KERNEL(cu_batch_matmul)
+{
+	KERNEL_VARS;
+	int nb, m, cols, k;
+	dtf_graph_batch_matmul_dims(g, n, &nb, &m, &cols, &k);
+	dtf_cuda_batch_matmul(ctx, nb, m, cols, k, D(ex, a), n->a.mm.trans_a,
+			      D(ex, b), n->a.mm.trans_b, n->a.mm.alpha, y);
+}
+
 /* ---- planning: the plan column of the kernel table ------------------- */
 
 static int plan_conv2d(struct dtf_cuda_exec *ex, int i)
@@ -325,7 +402,7 @@ static int plan_bias_add_grad(struct dtf_cuda_exec *ex, int i)
 {
 	const struct dtf_graph *g = ex->g;
 	const struct dtf_shape *s = &g->nodes[g->nodes[i].inputs[0]].shape;
-	int c = (int)s->d[s->rank - 1];
+	int c = (int)dtf_shape_numel(&g->nodes[i].shape);
 	dtf_cuda_ctx_need(ex->ctx, 0, 0,
 			  dtf_cuda_bias_add_grad_scratch(
 				  (size_t)dtf_shape_numel(s) / (size_t)c, c));
@@ -390,7 +467,8 @@ struct cuda_kernel {
 #define CUDA_LAYER_NORM_GRAD_GAMMA {plan_layer_norm_grad_gamma, cu_layer_norm_grad_gamma, NULL}
 #define CUDA_MULTIPLY NO_KERNEL_YET
 #define CUDA_CONCAT NO_KERNEL_YET
-#define CUDA_SLICE NO_KERNEL_YET
+#define CUDA_SLICE {NULL, cu_slice, NULL}
+#define CUDA_SLICE_GRAD {NULL, cu_slice_grad, NULL}
 #define CUDA_LEAKY_RELU NO_KERNEL_YET
 #define CUDA_LEAKY_RELU_GRAD NO_KERNEL_YET
 #define CUDA_ELU NO_KERNEL_YET
@@ -401,9 +479,9 @@ struct cuda_kernel {
 #define CUDA_TANH_GRAD NO_KERNEL_YET
 #define CUDA_SIGMOID NO_KERNEL_YET
 #define CUDA_SIGMOID_GRAD NO_KERNEL_YET
-#define CUDA_SOFTMAX NO_KERNEL_YET
-#define CUDA_SOFTMAX_GRAD NO_KERNEL_YET
-#define CUDA_IDENTITY NO_KERNEL_YET
+#define CUDA_SOFTMAX {NULL, cu_softmax, NULL}
+#define CUDA_SOFTMAX_GRAD {NULL, cu_softmax_grad, NULL}
+#define CUDA_IDENTITY {NULL, cu_identity, NULL}
 #define CUDA_SOFTMAX_XENT NO_KERNEL_YET
 #define CUDA_SOFTMAX_XENT_GRAD NO_KERNEL_YET
 #define CUDA_SIGMOID_XENT NO_KERNEL_YET
@@ -412,6 +490,8 @@ struct cuda_kernel {
 #define CUDA_MSE_GRAD NO_KERNEL_YET
 #define CUDA_EMBEDDING {NULL, cu_embedding, NULL}
 #define CUDA_EMBEDDING_GRAD {NULL, cu_embedding_grad, NULL}
+#define CUDA_TRANSPOSE {NULL, cu_transpose, NULL}
+#define CUDA_BATCH_MATMUL {NULL, cu_batch_matmul, NULL}
 static const struct cuda_kernel cuda_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = CUDA_##id,
@@ -647,12 +727,13 @@ void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 		for (int i = g->nforward; i < g->nnodes; i++)
 			cuda_kernels[g->nodes[i].op].run(ex, i, c, set, stats);
 	if (g->logits >= 0 && g->labels >= 0) {
-		const struct dtf_shape *s = &g->nodes[g->logits].shape;
+		size_t rows;
+		int classes, per;
+		dtf_graph_xent_dims(g, g->logits, &rows, &classes, &per);
 		int step = stats == DTF_CUDA_STATS_STEP;
-		dtf_cuda_count_correct(ctx, (size_t)s->d[0], (int)s->d[1],
-				       D(ex, g->logits),
+		dtf_cuda_count_correct(ctx, rows, classes, D(ex, g->logits),
 				       (const int32_t *)D(ex, g->labels),
-				       (size_t)c->valid,
+				       (size_t)c->valid * (size_t)per, per,
 				       step && ex->nstats >= 2
 					       ? ex->d_grads + ex->nparams + 1
 					       : NULL,

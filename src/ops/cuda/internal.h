@@ -106,6 +106,14 @@ extern "C" {
  * cudaGetLastError().  Arguments as the public kernels of cuda.h. */
 void dtf_cu_transpose(cudaStream_t s, int rows, int cols, const float *in,
 		      float *out);
+/* tf.transpose of x (dims[0..rank)) by perm; rank <= 8 */
+void dtf_cu_transpose_nd(cudaStream_t s, int rank, const int64_t *dims,
+			 const int *perm, const float *x, float *y);
+/* softmax rows (tq > 0: causal, row r is query r % tq) and its gradient */
+void dtf_cu_softmax(cudaStream_t s, size_t rows, int c, int tq,
+		    const float *x, float *y);
+void dtf_cu_softmax_grad(cudaStream_t s, size_t rows, int c, const float *dy,
+			 const float *y, float *dx);
 void dtf_cu_relu_grad(cudaStream_t s, size_t n, const float *dy,
 		      const float *y, float *dx);
 void dtf_cu_bias_add(cudaStream_t s, size_t rows, int c, const float *x,
@@ -147,13 +155,15 @@ void dtf_cu_max_pool_grad(cudaStream_t s, const int *geom14, const float *x,
 			  const float *dy, float *dx);
 void dtf_cu_xent(cudaStream_t s, size_t rows, int classes,
 		 const float *logits, const int32_t *labels, size_t valid,
-		 float scale, float *loss, float *sum_f, double *sum_acc);
+		 int per, float scale, float *loss, float *sum_f,
+		 double *sum_acc);
 void dtf_cu_xent_grad(cudaStream_t s, size_t rows, int classes,
 		      const float *logits, const int32_t *labels, size_t valid,
 		      float scale, float *dlogits);
 void dtf_cu_count_correct(cudaStream_t s, size_t rows, int classes,
 			  const float *logits, const int32_t *labels,
-			  size_t valid, float *count_f, double *count_acc);
+			  size_t valid, int per, float *count_f,
+			  double *count_acc);
 void dtf_cu_sgd(cudaStream_t s, size_t n, float *p, const float *g,
 		float *v, float lr, float momentum, int nesterov);
 void dtf_cu_adam(cudaStream_t s, size_t n, float *p, const float *g,

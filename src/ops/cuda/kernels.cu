@@ -455,8 +455,8 @@ __device__ double block_sum(double v)
 }
 
 __global__ void k_xent(size_t rows, int classes, const float *logits,
-		       const int32_t *labels, size_t valid, float scale,
-		       float *loss, float *sum_f, double *sum_acc)
+		       const int32_t *labels, size_t valid, int per,
+		       float scale, float *loss, float *sum_f, double *sum_acc)
 {
 	double local = 0.0;
 	size_t n = rows < valid ? rows : valid;
@@ -471,7 +471,7 @@ __global__ void k_xent(size_t rows, int classes, const float *logits,
 		row_lse(classes, l, &m, &lse);
 		local += (m - l[y]) + lse;
 	}
-	double total = block_sum(local);
+	double total = block_sum(local) / per;
 	if (threadIdx.x == 0) {
 		if (loss)
 			*loss = (float)(total * scale);
@@ -511,7 +511,7 @@ __global__ void k_xent_grad(size_t rows, int classes, const float *logits,
 }
 
 __global__ void k_count_correct(size_t rows, int classes, const float *logits,
-				const int32_t *labels, size_t valid,
+				const int32_t *labels, size_t valid, int per,
 				float *count_f, double *count_acc)
 {
 	double local = 0.0;
@@ -524,7 +524,7 @@ __global__ void k_count_correct(size_t rows, int classes, const float *logits,
 				best = j;
 		local += classes > 0 && best == labels[r];
 	}
-	double total = block_sum(local);
+	double total = block_sum(local) / per;
 	if (threadIdx.x == 0) {
 		if (count_f)
 			*count_f = (float)total;
@@ -569,7 +569,112 @@ __global__ void k_adam(size_t n, float *p, const float *g, float *m, float *v,
 /* tests/test_cuda_emu.cpp compiles the kernels above as host C++ (one
  * thread, one block) and leaves the launchers out. */
 #ifndef DTF_CUDA_EMULATE
+/* ---- transpose, softmax (shape.c, activation.c) ------------------------- */
+
+#define MAXR 8 /* DTF_MAX_RANK */
+struct tgeom {
+	int rank;
+	long long odims[MAXR];   /* output dimensions */
+	long long ostride[MAXR]; /* input stride of each output axis */
+};
+
+__global__ void k_transpose_nd(struct tgeom t, size_t total, const float *x,
+			       float *y)
+{
+	GRID_STRIDE(o, total)
+	{
+		size_t rest = o, off = 0;
+		for (int i = t.rank - 1; i >= 0; i--) {
+			size_t d = (size_t)t.odims[i];
+			off += (rest % d) * (size_t)t.ostride[i];
+			rest /= d;
+		}
+		y[o] = x[off];
+	}
+}
+
+/* dtf_cpu_softmax's arithmetic per row: float max and exp, double sum */
+__device__ void softmax_row(int c, const float *x, float *y)
+{
+	if (c <= 0)
+		return;
+	float m = x[0];
+	for (int j = 1; j < c; j++)
+		m = x[j] > m ? x[j] : m;
+	double s = 0.0;
+	for (int j = 0; j < c; j++) {
+		float e = expf(x[j] - m);
+		y[j] = e;
+		s += e;
+	}
+	float inv = (float)(1.0 / s);
+	for (int j = 0; j < c; j++)
+		y[j] *= inv;
+}
+
+__global__ void k_softmax(size_t rows, int c, int tq, const float *x, float *y)
+{
+	GRID_STRIDE(r, rows)
+	{
+		int keep = c;
+		if (tq > 0) {
+			int i = (int)(r % (size_t)tq);
+			keep = i + 1 < c ? i + 1 : c;
+		}
+		softmax_row(keep, x + r * (size_t)c, y + r * (size_t)c);
+		for (int j = keep; j < c; j++)
+			y[r * (size_t)c + j] = 0.0f;
+	}
+}
+
+__global__ void k_softmax_grad(size_t rows, int c, const float *dy,
+			       const float *y, float *dx)
+{
+	GRID_STRIDE(r, rows)
+	{
+		const float *gr = dy + r * (size_t)c, *yr = y + r * (size_t)c;
+		float *dr = dx + r * (size_t)c;
+		double s = 0.0;
+		for (int j = 0; j < c; j++)
+			s += (double)gr[j] * yr[j];
+		for (int j = 0; j < c; j++)
+			dr[j] = (float)(yr[j] * (gr[j] - s));
+	}
+}
+
 extern "C" {
+
+void dtf_cu_transpose_nd(cudaStream_t s, int rank, const int64_t *dims,
+			 const int *perm, const float *x, float *y)
+{
+	struct tgeom t;
+	long long stride[MAXR];
+	size_t total = 1;
+	t.rank = rank;
+	for (int i = rank - 1, st = 1; i >= 0; i--) {
+		stride[i] = st;
+		st *= (int)dims[i];
+	}
+	for (int i = 0; i < rank; i++) {
+		t.odims[i] = dims[perm[i]];
+		t.ostride[i] = stride[perm[i]];
+		total *= (size_t)dims[i];
+	}
+	k_transpose_nd<<<blocks_for(total), THREADS, 0, s>>>(t, total, x, y);
+}
+
+void dtf_cu_softmax(cudaStream_t s, size_t rows, int c, int tq,
+		    const float *x, float *y)
+{
+	k_softmax<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, tq, x, y);
+}
+
+void dtf_cu_softmax_grad(cudaStream_t s, size_t rows, int c, const float *dy,
+			 const float *y, float *dx)
+{
+	k_softmax_grad<<<blocks_for(rows), THREADS, 0, s>>>(rows, c, dy, y, dx);
+}
+
 
 void dtf_cu_transpose(cudaStream_t s, int rows, int cols, const float *in,
 		      float *out)
@@ -694,10 +799,11 @@ void dtf_cu_max_pool_grad(cudaStream_t s, const int *geom14, const float *x,
 
 void dtf_cu_xent(cudaStream_t s, size_t rows, int classes,
 		 const float *logits, const int32_t *labels, size_t valid,
-		 float scale, float *loss, float *sum_f, double *sum_acc)
+		 int per, float scale, float *loss, float *sum_f,
+		 double *sum_acc)
 {
-	k_xent<<<1, RED, 0, s>>>(rows, classes, logits, labels, valid, scale,
-				 loss, sum_f, sum_acc);
+	k_xent<<<1, RED, 0, s>>>(rows, classes, logits, labels, valid, per,
+				 scale, loss, sum_f, sum_acc);
 }
 
 void dtf_cu_xent_grad(cudaStream_t s, size_t rows, int classes,
@@ -710,10 +816,11 @@ void dtf_cu_xent_grad(cudaStream_t s, size_t rows, int classes,
 
 void dtf_cu_count_correct(cudaStream_t s, size_t rows, int classes,
 			  const float *logits, const int32_t *labels,
-			  size_t valid, float *count_f, double *count_acc)
+			  size_t valid, int per, float *count_f,
+			  double *count_acc)
 {
 	k_count_correct<<<1, RED, 0, s>>>(rows, classes, logits, labels, valid,
-					  count_f, count_acc);
+					  per, count_f, count_acc);
 }
 
 void dtf_cu_sgd(cudaStream_t s, size_t n, float *p, const float *g, float *v,
