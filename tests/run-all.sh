@@ -14,24 +14,5 @@ fi
 ninja -C "$build" || exit 1
 meson test -C "$build" --print-errorlogs --num-processes 1
 rc=$?
-python3 - "$build/meson-logs/testlog.json" <<'PY'
-import json, re, sys
-passed = failed = skipped = 0
-for line in open(sys.argv[1]):
-    t = json.loads(line)
-    m = re.search(r"Checks: (\d+), Failures: (\d+), Errors: (\d+)", t.get("stdout", ""))
-    if m and t["result"] != "SKIP":
-        n, f, e = map(int, m.groups())
-        passed += n - f - e
-        failed += f + e
-        if t["result"] != "OK" and f + e == 0:
-            failed += 1  # crashed or timed out after its summary
-    elif t["result"] == "SKIP":
-        skipped += 1
-    elif t["result"] == "OK":
-        passed += 1
-    else:
-        failed += 1
-print(f"{passed} passed, {failed} failed, {skipped} skipped")
-PY
+python3 "$here/tests/testlog_summary.py" "$build/meson-logs/testlog.json"
 exit $rc

@@ -1065,8 +1065,8 @@ START_TEST(cli_job_error_exit_2)
 		   "train: {batch_size: 4}\n", HEAD);
 	fclose(f);
 	char cmd[1024];
-	snprintf(cmd, sizeof(cmd), "%s/dtf-train --dry-run %s 2>&1",
-		 build ? build : ".", path);
+	snprintf(cmd, sizeof(cmd), "%s%s/dtf-train --dry-run %s 2>&1",
+		 tu_exe_wrapper(), build ? build : ".", path);
 	FILE *p = popen(cmd, "r");
 	char out[1024] = "";
 	size_t got = fread(out, 1, sizeof(out) - 1, p);

@@ -717,9 +717,10 @@ START_TEST(first_report)
 	for (int k = 0; k < 4; k++) {
 		char name[32];
 		snprintf(name, sizeof(name), "v%d.bin", k);
-		int st = tu_run("%s/dtf-train -q -t 1 %s --export-variables "
+		int st = tu_run("%s%s/dtf-train -q -t 1 %s --export-variables "
 				"%s/%s %s/job.yaml 2>%s/log",
-				tu_build_root(), sets[k], dir, name, dir, dir);
+				tu_exe_wrapper(), tu_build_root(), sets[k], dir,
+				name, dir, dir);
 		ck_assert_msg(st == 0, "%s: exit %d\n%s", sets[k], st,
 			      tu_slurp(dir, "log"));
 		size_t n;

@@ -276,8 +276,8 @@ END_TEST
 /* Mistakes found before any training: exit 2 (3 for data) and a message. */
 START_TEST(usage_errors_before_training)
 {
-	ck_assert_int_eq(tu_run("%s/dtf-train %s/no-such-job.yaml 2>/dev/null",
-				tu_build_root(), tmpdir), 2);
+	ck_assert_int_eq(tu_run("%s%s/dtf-train %s/no-such-job.yaml 2>/dev/null",
+				tu_exe_wrapper(), tu_build_root(), tmpdir), 2);
 	ck_assert_int_eq(tu_mpirun(1, NULL, NULL, NULL,
 				   "--export-variables %s/no-such-dir/v.bin %s/job.yaml",
 				   tmpdir, tmpdir), 2);

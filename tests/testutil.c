@@ -34,6 +34,18 @@ const char *tu_build_root(void) { return env_or_dot("DTF_BUILD_ROOT"); }
 
 const char *tu_source_root(void) { return env_or_dot("DTF_SOURCE_ROOT"); }
 
+const char *tu_exe_wrapper(void)
+{
+	static char buf[1024];
+	const char *w = getenv("DTF_TEST_EXE_WRAPPER");
+	if (!w || !*w)
+		return "";
+	int len = snprintf(buf, sizeof(buf), "%s ", w);
+	ck_assert_msg(len > 0 && (size_t)len < sizeof(buf),
+		      "DTF_TEST_EXE_WRAPPER too long: %.200s...", w);
+	return buf;
+}
+
 int tu_run(const char *fmt, ...)
 {
 	char cmd[8192];
@@ -57,10 +69,11 @@ int tu_mpirun(int np, const char *env, const char *dir, const char *log,
 	va_end(ap);
 	ck_assert_msg(len >= 0 && (size_t)len < sizeof(args),
 		      "dtf-train arguments too long: %.200s...", args);
-	return tu_run("%s%stimeout %d mpirun -np %d %s/dtf-train %s >/dev/null "
+	return tu_run("%s%stimeout %d mpirun -np %d %s%s/dtf-train %s >/dev/null "
 		      "2>%s",
 		      env ? env : "", env && *env ? " " : "",
-		      TU_MPIRUN_TIMEOUT_S, np, tu_build_root(), args,
+		      TU_MPIRUN_TIMEOUT_S, np, tu_exe_wrapper(), tu_build_root(),
+		      args,
 		      log ? tu_path(path, sizeof(path), dir, log) : "/dev/null");
 }
 
@@ -84,10 +97,10 @@ void tu_write_tiny_job(const char *dir, const char *name, int shuffle,
 void tu_synth(const char *dir, const char *prefix, int count, int shards,
 	      const char *shape, int seed)
 {
-	int st = tu_run("%s/dtf-records synth --out %s/%s --count %d "
+	int st = tu_run("%s%s/dtf-records synth --out %s/%s --count %d "
 			"--shards %d --shape %s --classes 4 --seed %d "
 			">/dev/null",
-			tu_build_root(), dir, prefix, count, shards, shape,
+			tu_exe_wrapper(), tu_build_root(), dir, prefix, count, shards, shape,
 			seed);
 	ck_assert_msg(st == 0, "dtf-records synth --out %s/%s: exit status %d",
 		      dir, prefix, st);

@@ -78,6 +78,14 @@ const char *tu_build_root(void);
 /* The source tree: $DTF_SOURCE_ROOT (meson sets it), else ".". */
 const char *tu_source_root(void);
 
+/* The command that runs the build's programs on this machine, followed by
+ * a space: $DTF_TEST_EXE_WRAPPER (a cross build's emulator, e.g.
+ * "qemu-aarch64"; tests/arm64.sh sets it), else "" (run them directly).
+ * tu_mpirun and tu_synth put it before dtf-train and dtf-records; tests
+ * that run a build program themselves do the same.  Never NULL; a static
+ * buffer, not to be freed; a wrapper over 1022 bytes aborts the test. */
+const char *tu_exe_wrapper(void);
+
 /* Runs the printf-formatted shell command with system(3) and returns its
  * exit status, or 128 when it did not exit normally (killed by a signal,
  * or the shell could not run).  A command longer than 8191 bytes aborts
@@ -89,14 +97,14 @@ int tu_run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define TU_MPIRUN_TIMEOUT_S 120
 
 /*
- * Runs `ENV timeout TU_MPIRUN_TIMEOUT_S mpirun -np NP BUILD/dtf-train ARGS
- * >/dev/null 2>LOG` through tu_run and returns its exit status (that of
+ * Runs `ENV timeout TU_MPIRUN_TIMEOUT_S mpirun -np NP WRAPPER BUILD/dtf-train
+ * ARGS >/dev/null 2>LOG` through tu_run and returns its exit status (that of
  * dtf-train's ranks as mpirun reports it, 124 on the timeout, 128 when it
- * did not exit).  BUILD is tu_build_root(); ARGS is the printf-formatted
- * rest of the command line (options, then the job file); env is a shell
- * prefix such as "DTF_FAULT=x" (NULL or "": none); LOG, the file that gets
- * the ranks' stderr, is DIR/LOG as for the file helpers (log NULL:
- * /dev/null).  A command that does not fit (8191 bytes) aborts the test.
+ * did not exit).  WRAPPER is tu_exe_wrapper(), BUILD tu_build_root(); ARGS
+ * is the printf-formatted rest of the command line (options, then the job
+ * file); env is a shell prefix such as "DTF_FAULT=x" (NULL or "": none);
+ * LOG, the file that gets the ranks' stderr, is DIR/LOG as for the file
+ * helpers (log NULL: /dev/null).  A command that does not fit (8191 bytes) aborts the test.
  */
 int tu_mpirun(int np, const char *env, const char *dir, const char *log,
 	      const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -88,8 +88,9 @@ int dtf_threads_setup_fast(int threads, int *use_fast, struct dtf_pool **pool)
 	const char *i = getenv("DTF_CPU_ISA");
 	enum dtf_cpu_isa isa = DTF_ISA_AVX512;
 	if (i && *i && dtf_cpu_isa_parse(i, &isa) != 0)
-		dtf_warn("DTF_CPU_ISA=%s: unknown value (known: avx512, avx2, generic); using %s, the widest this CPU has",
-			 i, dtf_cpu_isa_name(dtf_cpu_isa_max()));
+		dtf_warn("DTF_CPU_ISA=%s: unknown value (known: avx512, %s, generic); using %s, the widest this CPU has",
+			 i, dtf_cpu_isa_name(DTF_ISA_AVX2),
+			 dtf_cpu_isa_name(dtf_cpu_isa_max()));
 	else if (i && *i && isa > dtf_cpu_isa_max())
 		dtf_warn("DTF_CPU_ISA=%s: this CPU has %s at most; using that",
 			 i, dtf_cpu_isa_name(dtf_cpu_isa_max()));

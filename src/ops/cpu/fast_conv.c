@@ -5,11 +5,12 @@
  * Four kinds of kernel, chosen by geometry and CPU:
  *  - Winograd F(m x m, r x r) on 6 x 6 or 8 x 8 tiles (winograd.c) for
  *    stride-1 square 3x3, 4x4 and 5x5 filters with c and o multiples of 16
- *    where dtf_cpu_isa() is AVX-512 or AVX2: 4 to 6 times fewer
+ *    where dtf_cpu_isa() is AVX-512, AVX2 or NEON: 4 to 6 times fewer
  *    multiplications than any direct sum; the other kernels below handle everything else.
- *  - direct register tiles (where dtf_cpu_isa() is AVX-512 or AVX2;
- *    use_fwd_vec/use_bwf_vec/use_bwi_vec; one source, fast_conv_isa.h,
- *    compiled for 16- and 8-float vectors, the same bits on both): each
+ *  - direct register tiles (where dtf_cpu_isa() is AVX-512 or AVX2, or
+ *    NEON on AArch64; use_fwd_vec/use_bwf_vec/use_bwi_vec; one source,
+ *    fast_conv_isa.h, compiled for 16- and 8-float vectors, the same bits
+ *    on both, and for NEON's 4 floats with AVX2's tiles): each
  *    image is copied into a zero-padded buffer and the sums run in
  *    register tiles, inputs broadcast from memory: forward 14 pixels x 32
  *    outputs on AVX-512, 6 x 16 on AVX2 (any c); filter gradient 12 (AVX2:
@@ -205,6 +206,7 @@ DTF_ISA_FN(direct_fwd,
 
 /* ---- direct kernels in register tiles, per vector width: fast_conv_isa.h ---- */
 
+#if defined(DTF_VEC_TILES)
 #if defined(DTF_T512)
 #define DTF_VW 16
 #include "ops/cpu/vec.h"
@@ -213,6 +215,11 @@ DTF_ISA_FN(direct_fwd,
 #define DTF_VW 8
 #include "ops/cpu/vec.h"
 #include "ops/cpu/fast_conv_isa.h"
+#else
+#define DTF_VW 4
+#include "ops/cpu/vec.h"
+#include "ops/cpu/fast_conv_isa.h"
+#endif
 
 /* ---- direct input gradient (stride 1): the padded dy ---- */
 
@@ -243,17 +250,14 @@ static void pad_dy(const struct dtf_window_geom *g, const float *dy,
 		       (size_t)g->ow * O * sizeof *dyp);
 }
 
-/* 16-float vectors on AVX-512, 8 on AVX2 (have_vec() holds) */
-static int wide(void) { return dtf_cpu_isa() == DTF_ISA_AVX512; }
+/* Each kernel for the vector width of dtf_cpu_isa() (simd.h:
+ * DTF_VEC_CALL; have_vec() holds). */
 
 /* One image: y (oh, ow, o) = act(conv(xp, w) + bias), o % 32 == 0. */
 static void conv_fwd_vec(const struct dtf_window_geom *g, const float *xp,
 			 const float *w, const float *bias, int relu, float *y)
 {
-	if (wide())
-		conv_fwd_512(g, xp, w, bias, relu, y);
-	else
-		conv_fwd_256(g, xp, w, bias, relu, y);
+	DTF_VEC_CALL(conv_fwd, (g, xp, w, bias, relu, y));
 }
 
 /* dw (K, o) += the filter gradient of one padded image, o % 32 == 0:
@@ -261,29 +265,22 @@ static void conv_fwd_vec(const struct dtf_window_geom *g, const float *xp,
 static void conv_bwf_vec(const struct dtf_window_geom *g, const float *xp,
 			 const float *dy, float *dw, int narrow)
 {
-	if (wide() && narrow)
-		conv_bwfn_512(g, xp, dy, dw);
-	else if (wide())
-		conv_bwf_512(g, xp, dy, dw);
-	else if (narrow)
-		conv_bwfn_256(g, xp, dy, dw);
+	if (narrow)
+		DTF_VEC_CALL(conv_bwfn, (g, xp, dy, dw));
 	else
-		conv_bwf_256(g, xp, dy, dw);
+		DTF_VEC_CALL(conv_bwf, (g, xp, dy, dw));
 }
 
 /* dx (h, w, c) of one image from its padded dy, c % 32 == 0. */
 static void conv_bwi_vec(const struct dtf_window_geom *g, const float *dyp,
 			 const float *wt, float *dx)
 {
-	if (wide())
-		conv_bwi_512(g, dyp, wt, dx);
-	else
-		conv_bwi_256(g, dyp, wt, dx);
+	DTF_VEC_CALL(conv_bwi, (g, dyp, wt, dx));
 }
 
 static int have_vec(void)
 {
-	return dtf_cpu_isa() >= DTF_ISA_AVX2;
+	return dtf_cpu_isa() > DTF_ISA_GENERIC;
 }
 #else
 /* The zero-padded dy of the input gradient: dy (oh, ow, o) placed at
@@ -304,15 +301,17 @@ static int bwi_w(const struct dtf_window_geom *g)
 static int have_vec(void) { return 0; }
 #endif
 
-/* Where the direct register-tile kernels (AVX-512 or AVX2) run: the
+/* Where the direct register-tile kernels (AVX-512, AVX2, NEON) run: the
  * forward whenever o is a multiple of 32 (narrow filters too: its tile
  * does not depend on c); the filter gradient when o is a multiple of 32
  * (tiles along c for wide filters, across the window for narrow ones);
  * the input gradient when c is a multiple of 32 and strides are 1. */
+#if defined(DTF_VEC_TILES)
 static int use_fwd_vec(const struct dtf_window_geom *g)
 {
 	return g->o % 32 == 0 && have_vec();
 }
+#endif
 
 static int use_bwf_vec(const struct dtf_window_geom *g)
 {
@@ -524,7 +523,7 @@ static void fwd_task(void *arg, int tid, int nt)
 	size_t lo, hi;
 	dtf_pool_split((size_t)g->n, 1, tid, nt, &lo, &hi);
 	float *ws = my_ws(j, tid);
-#if defined(DTF_T512)
+#if defined(DTF_VEC_TILES)
 	if (use_fwd_vec(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
@@ -602,7 +601,7 @@ static void bwi_task(void *arg, int tid, int nt)
 	if (hi <= lo)
 		return;
 	float *ws = my_ws(j, tid);
-#if defined(DTF_T512)
+#if defined(DTF_VEC_TILES)
 	if (use_bwi_vec(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_dy(g, j->dy + b * out_pix * O, ws);
@@ -666,7 +665,7 @@ static void bwf_task(void *arg, int tid, int nt)
 	float *ws = my_ws(j, tid);
 	float *part = partial(j, tid);
 	memset(part, 0, (size_t)K * O * sizeof *part);
-#if defined(DTF_T512)
+#if defined(DTF_VEC_TILES)
 	if (use_bwf_vec(g)) {
 		for (size_t b = lo; b < hi; b++) {
 			pad_image(g, j->x + b * in_img, ws);
@@ -779,7 +778,7 @@ static void pool_bwf_task(void *arg, int tid, int nt)
 			for (int t = 0; t < C; t++)
 				tsum[t] += isum[t];
 		if (use_bwf_vec(g)) {
-#if defined(DTF_T512)
+#if defined(DTF_VEC_TILES)
 			pad_image(g, j->x + b * in_img, ws);
 			conv_bwf_vec(g, ws, dxb, part, use_direct(g));
 #endif

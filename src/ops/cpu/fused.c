@@ -544,6 +544,13 @@ static inline DTF_BODY void pool_grad_2x2_16(const float *restrict img,
 #define DTF_VW 8
 #include "ops/cpu/vec.h"
 #include "ops/cpu/pool_grad_isa.h"
+#elif defined(DTF_NEON)
+/* the same on AArch64, 4 floats per NEON vector */
+#define DTF_VW 4
+#include "ops/cpu/vec.h"
+#include "ops/cpu/pool_grad_isa.h"
+#endif
+#if defined(DTF_VEC_TILES)
 #undef VLOAD
 #undef VSTORE
 #define VLOAD(v, p) memcpy(&(v), (p), sizeof(v16f))
@@ -553,8 +560,9 @@ static inline DTF_BODY void pool_grad_2x2_16(const float *restrict img,
 /* Channels a window pass keeps partial sums for on the stack. */
 #define CMAX 1024
 
-/* The pass over windows; isa (a literal: 2 AVX-512, 1 AVX2, 0 neither)
- * picks the intrinsics for 2x2 windows, in the copy for that ISA only. */
+/* The pass over windows; isa (a literal: 2 AVX-512, 1 AVX2 or NEON, 0
+ * neither) picks the intrinsics for 2x2 windows, in the copy for that ISA
+ * only. */
 static inline __attribute__((always_inline)) void
 pool_grad_walk(const struct dtf_window_geom *g, size_t nb,
 	       const float *restrict x, const float *restrict dy, int relu,
@@ -590,6 +598,12 @@ pool_grad_walk(const struct dtf_window_geom *g, size_t nb,
 							}
 							if (isa == 1) {
 								pool_grad_2x2_16_256(img, dimg, gy + t0, base + t0, w,
+										     c, relu, part + (t0 - c0));
+								continue;
+							}
+#elif defined(DTF_NEON)
+							if (isa == 1) {
+								pool_grad_2x2_16_128(img, dimg, gy + t0, base + t0, w,
 										     c, relu, part + (t0 - c0));
 								continue;
 							}
@@ -645,6 +659,14 @@ DTF_T256 static void pool_grad_256(const struct dtf_window_geom *g, size_t nb,
 {
 	pool_grad_walk(g, nb, x, dy, relu, dx, sum, 1);
 }
+#elif defined(DTF_NEON)
+/* The NEON copy: intrinsics for 2x2 windows. */
+static void pool_grad_128(const struct dtf_window_geom *g, size_t nb,
+			  const float *restrict x, const float *restrict dy,
+			  int relu, float *restrict dx, float *sum)
+{
+	pool_grad_walk(g, nb, x, dy, relu, dx, sum, 1);
+}
 #endif
 
 static void pool_grad(const struct dtf_window_geom *g, size_t nb,
@@ -658,6 +680,11 @@ static void pool_grad(const struct dtf_window_geom *g, size_t nb,
 	}
 	if (dtf_cpu_isa() == DTF_ISA_AVX2) {
 		pool_grad_256(g, nb, x, dy, relu, dx, sum);
+		return;
+	}
+#elif defined(DTF_NEON)
+	if (dtf_cpu_isa() == DTF_ISA_NEON) {
+		pool_grad_128(g, nb, x, dy, relu, dx, sum);
 		return;
 	}
 #endif

@@ -11,9 +11,10 @@
  * read it).  On AVX-512 (16-float vectors, 32 registers) tiles are 6 rows
  * x 64 columns (24 accumulators) when the width is a multiple of 64,
  * otherwise 12 rows x 32 or 12 x 16; on AVX2 + FMA (8-float vectors, 16
- * registers) 6 rows x 16 columns (12 accumulators).  Both run each
- * output's sum over the same slices of k in the same order, one FMA per
- * product, so they give the same bits.  One source, gemm_tile_isa.h,
+ * registers) 6 rows x 16 columns (12 accumulators); on AArch64 NEON
+ * (4-float vectors) 6 rows x 8 columns.  All run each output's sum over
+ * the same slices of k in the same order, one FMA per product, so they
+ * give the same bits.  One source, gemm_tile_isa.h,
  * compiled for each width (vec.h).
  */
 #ifndef DTF_OPS_CPU_GEMM_TILE_H
@@ -35,7 +36,7 @@ void dtf_mm_tile(int rows, int K, int O, const float *a, size_t ars,
 		 int add, int ct);
 
 /* 1 when this build has dtf_mm_tile and dtf_cpu_isa() is AVX2 or
- * AVX-512. */
+ * AVX-512 (x86) or NEON (AArch64). */
 int dtf_mm_tile_usable(void);
 
 #endif

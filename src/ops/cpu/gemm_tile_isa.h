@@ -62,7 +62,8 @@ VT static void VN(dtf_mm_tile)(int rows, int K, int O, const float *a,
 	const int ov = ov16;
 	const int R = ov == 4 ? 6 : 12;
 #else
-	const int ov = 2; /* 16 columns: 12 of the 16 registers */
+	/* AVX2: 16 columns, 12 of the 16 registers; NEON: 8 columns */
+	const int ov = 2;
 	const int R = 6;
 #endif
 	/* K in chunks whose slice of b (KC x 16 ov16 floats, 32 KB) stays in

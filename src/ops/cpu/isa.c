@@ -7,7 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/cpu/simd.h"
+
+#if defined(DTF_NEON)
+static const char *const names[] = {"generic", "neon", "avx512"};
+#else
 static const char *const names[] = {"generic", "avx2", "avx512"};
+#endif
 
 /* the ISA in use; -1 until the first dtf_cpu_isa() */
 static atomic_int current = -1;
@@ -24,6 +30,8 @@ enum dtf_cpu_isa dtf_cpu_isa_max(void)
 		return DTF_ISA_AVX512;
 	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
 		return DTF_ISA_AVX2;
+#elif defined(DTF_NEON)
+	return DTF_ISA_NEON;
 #endif
 	return DTF_ISA_GENERIC;
 }

@@ -2,8 +2,8 @@
  * pool_grad_isa.h - fused.c's pool_grad_2x2_16 (the max pool gradient of
  * one 2x2 window, 16 channels) in intrinsics for one vector width
  * (vec.h): included by fused.c once per width, it defines
- * VN(pool_grad_2x2_16).  Selects and masks only, so both widths give the
- * generic version's bits.  Not always_inline: the copies of
+ * VN(pool_grad_2x2_16).  Selects and masks only, so every width (16, 8,
+ * NEON's 4) gives the generic version's bits.  Not always_inline: the copies of
  * pool_grad_walk for other ISAs hold a dead call to it, which GCC
  * removes; the copy of its own ISA inlines it.
  */

@@ -1,32 +1,42 @@
 /*
  * vec.h - the vector layer the fast kernels' register tiles are written
- * over, so that one source serves both vector widths.
+ * over, so that one source serves every vector width.
  *
- * Define DTF_VW as 16 (AVX-512: __m512) or 8 (AVX2 + FMA: __m256) and
- * include this header; it (re)defines
+ * Define DTF_VW as 16 (AVX-512: __m512), 8 (AVX2 + FMA: __m256) or 4
+ * (AArch64 NEON: float32x4_t) and include this header; it (re)defines
  *     VF            the vector of DTF_VW floats
  *     VT            the target attribute every function using VF carries
- *     VN(name)      name##_512 or name##_256, for the functions of one width
+ *                   (none on AArch64, where NEON is the base ISA)
+ *     VN(name)      name##_512, name##_256 or name##_128, for the
+ *                   functions of one width
  *     VLOAD(p), VLOADA(p), VSTORE(p, v), VSTOREA(p, v)   (A: aligned)
  *     VZERO(), VSET1(s), VADD, VSUB, VMUL, VMAX, VFMA(a, b, c) = a * b + c
- * (each one instruction, so both widths do the same float operations per
- * lane), and lane masks (a mask register on AVX-512, all-ones or all-zero
- * lanes of a vector on AVX2):
+ * (each one instruction on x86, so both x86 widths do the same float
+ * operations per lane; VFMA is fused on every width, and VMAX(a, b) is
+ * x86's maxps on every width: a > b ? a : b, so b where either is NaN or
+ * both are zeros), and lane masks (a mask register on AVX-512, all-ones or
+ * all-zero lanes of a vector on AVX2 and NEON):
  *     VM            the mask type
  *     VCMPGT(a, b)  a > b, ordered (false where either is NaN)
  *     VSELM(m, a, b)  b where m, else a;   VMASKZ(m, a)  a where m, else +0
- *     VMANDN(a, b) = ~a & b, VMOR(a, b), VMNOT(a), VMALL() (every lane)  A kernel source is a header of static functions over these,
- * included once per width from its .c file (the pattern of gemm_tile.c);
- * include this header again with the other DTF_VW before the second
- * inclusion.  Only where simd.h defines DTF_T512 (GCC on x86).
+ *     VMANDN(a, b) = ~a & b, VMOR(a, b), VMNOT(a), VMALL() (every lane)
+ * A kernel source is a header of static functions over these, included
+ * once per width from its .c file (the pattern of gemm_tile.c); include
+ * this header again with the other DTF_VW before the second inclusion.
+ * Only where simd.h defines DTF_VEC_TILES: DTF_VW 16 and 8 with GCC on x86
+ * (DTF_T512), 4 on AArch64 (DTF_NEON).
  */
 #include "ops/cpu/simd.h"
 
-#if !defined(DTF_T512)
-#error "vec.h needs GCC on x86 (DTF_T512 in simd.h)"
+#if !defined(DTF_VEC_TILES)
+#error "vec.h needs GCC on x86 or AArch64 (DTF_VEC_TILES in simd.h)"
 #endif
 
+#if defined(DTF_T512)
 #include <immintrin.h>
+#else
+#include <arm_neon.h>
+#endif
 
 #undef VF
 #undef VT
@@ -97,6 +107,37 @@
 #define VMOR(a, b) _mm256_or_ps(a, b)
 #define VMNOT(a) _mm256_xor_ps(a, VMALL())
 #define VMALL() _mm256_castsi256_ps(_mm256_set1_epi32(-1))
+#elif DTF_VW == 4 && defined(DTF_NEON)
+#define VF float32x4_t
+#define VT
+#define VN(name) name##_128
+#define VLOAD(p) vld1q_f32(p)
+#define VLOADA(p) vld1q_f32(p)
+#define VSTORE(p, v) vst1q_f32(p, v)
+#define VSTOREA(p, v) vst1q_f32(p, v)
+#define VZERO() vdupq_n_f32(0.0f)
+#define VSET1(s) vdupq_n_f32(s)
+#define VADD(a, b) vaddq_f32(a, b)
+#define VSUB(a, b) vsubq_f32(a, b)
+#define VMUL(a, b) vmulq_f32(a, b)
+/* maxps, not vmaxq_f32 (which gives NaN for a NaN and +0 for -0, +0) */
+#define VMAX(a, b) dtf_vmax_128(a, b)
+#define VFMA(a, b, c) vfmaq_f32(c, a, b)
+#define VM uint32x4_t
+#define VCMPGT(a, b) vcgtq_f32(a, b)
+#define VSELM(m, a, b) vbslq_f32(m, b, a)
+#define VMASKZ(m, a) vreinterpretq_f32_u32(vandq_u32(m, vreinterpretq_u32_f32(a)))
+#define VMANDN(a, b) vbicq_u32(b, a)
+#define VMOR(a, b) vorrq_u32(a, b)
+#define VMNOT(a) vmvnq_u32(a)
+#define VMALL() vdupq_n_u32(0xffffffffu)
+#ifndef DTF_VMAX_128
+#define DTF_VMAX_128
+static inline float32x4_t dtf_vmax_128(float32x4_t a, float32x4_t b)
+{
+	return vbslq_f32(vcgtq_f32(a, b), a, b);
+}
+#endif
 #else
-#error "vec.h: DTF_VW must be 16 or 8"
+#error "vec.h: DTF_VW must be 16 or 8 (x86) or 4 (AArch64)"
 #endif

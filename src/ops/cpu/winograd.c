@@ -2,10 +2,10 @@
  * winograd.c - conv2d by Winograd's minimal filtering: F(4x4, 3x3) and
  * F(3x3, 4x4) on 6 x 6 tiles, F(4x4, 5x5) on 8 x 8 tiles, for the forward
  * pass, the input gradient and the filter gradient, 16 channels per vector
- * on AVX-512 and 8 on AVX2 + FMA: one source for the transforms
- * (winograd_isa.h) and the products (gemm_tile.h), compiled for each
- * width, doing the same float operations per channel on both, so both
- * give the same bits.
+ * on AVX-512, 8 on AVX2 + FMA and 4 on AArch64 NEON: one source for the
+ * transforms (winograd_isa.h) and the products (gemm_tile.h), compiled
+ * for each width, doing the same float operations per channel on the x86
+ * widths, so both give the same bits.
  *
  * Source: A. Lavin and S. Gray, "Fast Algorithms for Convolutional Neural
  * Networks", CVPR 2016.  Per m x m output tile and r x r filter, on an
@@ -62,7 +62,7 @@
 #include "ops/cpu/simd.h"
 #include "ops/cpu/gemm_tile.h"
 
-#if defined(DTF_T512)
+#if defined(DTF_VEC_TILES)
 
 /* Tiling of one (forward-like) geometry. */
 struct wgeo {
@@ -251,6 +251,7 @@ static size_t zero_windows(const struct wgeo *q, const float *xp,
 
 /* ---- the transforms, per vector width: winograd_isa.h --------------------- */
 
+#if defined(DTF_T512)
 #define DTF_VW 16
 #include "ops/cpu/vec.h"
 #include "ops/cpu/winograd_isa.h"
@@ -258,52 +259,42 @@ static size_t zero_windows(const struct wgeo *q, const float *xp,
 #define DTF_VW 8
 #include "ops/cpu/vec.h"
 #include "ops/cpu/winograd_isa.h"
+#else
+#define DTF_VW 4
+#include "ops/cpu/vec.h"
+#include "ops/cpu/winograd_isa.h"
+#endif
 
-/* 16-float vectors on AVX-512, 8 on AVX2 (dtf_wino_applies() holds) */
-static int wide(void) { return dtf_cpu_isa() == DTF_ISA_AVX512; }
+/* each transform for the vector width of dtf_cpu_isa() (simd.h:
+ * DTF_VEC_CALL; dtf_wino_applies() holds) */
 
 static void in_transform(const struct wgeo *q, const float *xp, float *V)
 {
-	if (wide())
-		in_transform_512(q, xp, V);
-	else
-		in_transform_256(q, xp, V);
+	DTF_VEC_CALL(in_transform, (q, xp, V));
 }
 
 static void out_transform(const struct wgeo *q, const float *M,
 			  const float *bias, int relu, const unsigned char *wz,
 			  float *y)
 {
-	if (wide())
-		out_transform_512(q, M, bias, relu, wz, y);
-	else
-		out_transform_256(q, M, bias, relu, wz, y);
+	DTF_VEC_CALL(out_transform, (q, M, bias, relu, wz, y));
 }
 
 static void dy_transform(const struct wgeo *q, const float *dy, float *dM)
 {
-	if (wide())
-		dy_transform_512(q, dy, dM);
-	else
-		dy_transform_256(q, dy, dM);
+	DTF_VEC_CALL(dy_transform, (q, dy, dM));
 }
 
 static void filter_transform(const float *w, int r, int C, int O, int c_lo,
 			     int c_hi, float *U)
 {
-	if (wide())
-		filter_transform_512(w, r, C, O, c_lo, c_hi, U);
-	else
-		filter_transform_256(w, r, C, O, c_lo, c_hi, U);
+	DTF_VEC_CALL(filter_transform, (w, r, C, O, c_lo, c_hi, U));
 }
 
 static void filter_inverse(const float *part, size_t pstride, int nparts,
 			   int r, int C, int O, int c_lo, int c_hi, float *dw)
 {
-	if (wide())
-		filter_inverse_512(part, pstride, nparts, r, C, O, c_lo, c_hi, dw);
-	else
-		filter_inverse_256(part, pstride, nparts, r, C, O, c_lo, c_hi, dw);
+	DTF_VEC_CALL(filter_inverse, (part, pstride, nparts, r, C, O, c_lo, c_hi, dw));
 }
 
 /* ---- the products in the transformed domain: gemm_tile.h ---- */
@@ -387,7 +378,7 @@ int dtf_wino_applies(const struct dtf_window_geom *g)
 	       g->dilation_w == 1 && g->c % 16 == 0 && g->o % 16 == 0 &&
 	       g->c > 0 && g->o > 0 && g->pad_top < g->kh &&
 	       g->pad_left < g->kw && g->pad_bottom < g->kh &&
-	       g->pad_right < g->kw && dtf_cpu_isa() >= DTF_ISA_AVX2;
+	       g->pad_right < g->kw && dtf_cpu_isa() > DTF_ISA_GENERIC;
 }
 
 size_t dtf_wino_workspace(const struct dtf_window_geom *g, int nthreads)
@@ -503,7 +494,7 @@ void dtf_wino_backprop_filter(struct dtf_pool *p,
 	dtf_pool_run(p, bwf_inverse_task, &j);
 }
 
-#else /* no x86 vector build support: never applies */
+#else /* no vector build support (vec.h): never applies */
 
 int dtf_wino_applies(const struct dtf_window_geom *g)
 {

@@ -1,7 +1,7 @@
 /*
  * winograd.h - conv2d by Winograd's minimal filtering (winograd.c): the
  * fast path fast_conv.c takes for stride-1 square 3x3, 4x4 and 5x5 filters
- * where dtf_cpu_isa() (isa.h) is AVX-512 or AVX2.
+ * where dtf_cpu_isa() (isa.h) is AVX-512 or AVX2 (x86) or NEON (AArch64).
  *
  * Same conventions as fast.h: float32, NHWC, filter HWIO, row-major,
  * caller-owned buffers, never allocate, never fail; images split across
