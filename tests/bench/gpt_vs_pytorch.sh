@@ -16,13 +16,16 @@
 # PyTorch, dtf-train, ..., so that a slow spell of a shared machine falls
 # on both), the median and best of each and the ratio of medians (the RESULT
 # line's ratio) and of bests, the peak resident memory of every process
-# (ru_maxrss) and the CPU seconds per trained token (user + sys of all
-# processes of the run, from getrusage by tests/bench/maxrss.py, over all
-# STEPS x batch x block tokens; this counts start-up, data loading and the
-# warm-up steps too, for both tools alike; PyTorch's own figure over the
-# timed steps alone is printed beside it as a check).  On a shared machine
-# the wall rates move with the other load while CPU seconds per token
-# barely do: compare those when the machine is not quiet.
+# (ru_maxrss) and the CPU seconds per trained token: user + sys of all
+# processes of a run (getrusage, by tests/bench/maxrss.py), less those of
+# a run of WARMUP steps alone (start-up, data loading, warm-up; one per
+# tool and configuration), over the tokens of the other STEPS - WARMUP
+# steps; PyTorch's own count over its timed steps is printed beside it as
+# a check, and the whole run's CPU seconds over all its tokens too.  On a
+# shared machine the wall rates move with the other load while CPU
+# seconds per token move much less: compare those when it is not quiet
+# (spinning threads waiting at a barrier still count, so they are not
+# immune to oversubscription).
 #   C. with VAL=1: both tools train the job's full schedule (train.max_steps
 #      of the job, 2000) on 2 ranks x 1 thread and print the validation
 #      loss after the last step: the mean token cross-entropy over the
@@ -62,7 +65,7 @@ case $CONFIG in
 *) die "CONFIG=$CONFIG: not 4l or 6l" ;;
 esac
 for v in STEPS WARMUP ROUNDS; do
-	eval "n=\$$v"
+	n=; eval "n=\$$v"
 	case $n in '' | *[!0-9]*) die "$v=$n: not a whole number" ;; esac
 done
 [ "$WARMUP" -lt "$STEPS" ] || die "WARMUP ($WARMUP) must be below STEPS ($STEPS)"
@@ -138,45 +141,66 @@ med() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } EN
 best() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | tail -1; }
 low() { echo "$1" | tr ' ' '\n' | sed '/^$/d' | sort -g | head -1; }
 
+# run_dtf STEPS LOG, run_py STEPS LOG: one run of each tool ($launch, $threads)
+run_dtf() {
+	$launch "$py" "$here/maxrss.py" "$build/dtf-train" --threads "$threads" --set train.batch_size="$BATCH" \
+		--set train.max_steps="$1" --set train.epochs=100 --set logging.every_steps="$WARMUP" \
+		"$tmp/job.yaml" >"$2" 2>&1 || { cat "$2"; die "dtf-train failed"; }
+}
+run_py() {
+	$launch "$py" "$here/maxrss.py" "$py" "$here/pytorch_gpt.py" --config "$CONFIG" \
+		--data-dir "$root/$data" --threads "$threads" --batch "$BATCH" \
+		--steps "$1" --warmup "$WARMUP" >"$2" 2>&1 || { cat "$2"; die "pytorch_gpt.py failed"; }
+}
+# per_token SECONDS TOKENS
+per_token() { awk -v c="$1" -v n="$2" 'BEGIN { printf "%.3g", c / n }'; }
+
 # run NAME RANKS THREADS
 run() {
 	name=$1 ranks=$2 threads=$3
 	echo
 	echo "== $name: $ranks process(es) x $threads thread(s), global batch $BATCH, $ROUNDS rounds"
-	sets="--set train.batch_size=$BATCH --set train.max_steps=$STEPS --set train.epochs=100 --set logging.every_steps=$WARMUP"
 	launch=
 	[ "$ranks" = 1 ] || launch="mpirun $MPIRUN_OPTS -np $ranks"
-	tokens=$((STEPS * BATCH * block)) timed_tokens=$(((STEPS - WARMUP) * BATCH * block))
-	ds= ps= dc= pc= pt= : >"$tmp/d.all"; : >"$tmp/p.all"
+	tokens=$((STEPS * BATCH * block)) steady_tokens=$(((STEPS - WARMUP) * BATCH * block))
+	# the CPU seconds of start-up, data loading and WARMUP steps: one run
+	# of each tool of WARMUP steps; the steady CPU s/token of a round is
+	# (its CPU seconds - those) / the tokens of its last STEPS - WARMUP steps
+	run_dtf "$WARMUP" "$tmp/d0.log"
+	run_py "$WARMUP" "$tmp/p0.log"
+	d0=$(cpu_sum "$tmp/d0.log") p0=$(cpu_sum "$tmp/p0.log")
+	echo "  start-up + $WARMUP steps: dtf-train $d0 CPU s, PyTorch $p0 CPU s"
+	ds='' ps='' dc='' pc='' dw='' pw='' pt=''
+	: >"$tmp/d.all"; : >"$tmp/p.all"
 	r=0
 	while [ "$r" -lt "$ROUNDS" ]; do
 		r=$((r + 1))
-		$launch "$py" "$here/maxrss.py" "$build/dtf-train" --threads "$threads" $sets "$tmp/job.yaml" \
-			>"$tmp/d.log" 2>&1 || { cat "$tmp/d.log"; die "dtf-train failed"; }
-		$launch "$py" "$here/maxrss.py" "$py" "$here/pytorch_gpt.py" --config "$CONFIG" \
-			--data-dir "$root/$data" --threads "$threads" --batch "$BATCH" \
-			--steps "$STEPS" --warmup "$WARMUP" >"$tmp/p.log" 2>&1 || { cat "$tmp/p.log"; die "pytorch_gpt.py failed"; }
+		run_dtf "$STEPS" "$tmp/d.log"
+		run_py "$STEPS" "$tmp/p.log"
 		d=$(dtf_rate "$tmp/d.log")
 		p=$(sed -n 's/^RESULT tokens_per_s=\([0-9.]*\).*/\1/p' "$tmp/p.log")
-		dcs=$(awk -v c="$(cpu_sum "$tmp/d.log")" -v n="$tokens" 'BEGIN { printf "%.3g", c / n }')
-		pcs=$(awk -v c="$(cpu_sum "$tmp/p.log")" -v n="$tokens" 'BEGIN { printf "%.3g", c / n }')
-		pts=$(awk -v c="$(cpu_timed "$tmp/p.log")" -v n="$timed_tokens" 'BEGIN { printf "%.3g", c / n }')
-		printf "  round %d: dtf-train %.0f, PyTorch %.0f tokens/s; CPU s/token dtf-train %s, PyTorch %s (timed steps alone %s)\n" \
-			"$r" "$d" "$p" "$dcs" "$pcs" "$pts"
-		ds="$ds $d" ps="$ps $p" dc="$dc $dcs" pc="$pc $pcs" pt="$pt $pts"
+		dcs=$(per_token "$(awk -v a="$(cpu_sum "$tmp/d.log")" -v b="$d0" 'BEGIN { print a - b }')" "$steady_tokens")
+		pcs=$(per_token "$(awk -v a="$(cpu_sum "$tmp/p.log")" -v b="$p0" 'BEGIN { print a - b }')" "$steady_tokens")
+		dws=$(per_token "$(cpu_sum "$tmp/d.log")" "$tokens")
+		pws=$(per_token "$(cpu_sum "$tmp/p.log")" "$tokens")
+		pts=$(per_token "$(cpu_timed "$tmp/p.log")" "$steady_tokens")
+		printf "  round %d: dtf-train %.0f, PyTorch %.0f tokens/s; steady CPU s/token dtf-train %s, PyTorch %s (its own timer: %s); whole run %s, %s\n" \
+			"$r" "$d" "$p" "$dcs" "$pcs" "$pts" "$dws" "$pws"
+		ds="$ds $d" ps="$ps $p" dc="$dc $dcs" pc="$pc $pcs" dw="$dw $dws" pw="$pw $pws" pt="$pt $pts"
 		cat "$tmp/d.log" >>"$tmp/d.all"; cat "$tmp/p.log" >>"$tmp/p.all"
 	done
 	grep -m1 'thread(s) per rank' "$tmp/d.all" | sed 's/^/  dtf-train: /'
-	grep -m1 'kernel' "$tmp/d.all" | grep -v 'thread(s) per rank' | sed 's/^/  dtf-train: /' || true
+	grep -m1 '^pytorch ' "$tmp/p.all" | sed 's/^/  PyTorch: /'
 	d=$(med "$ds") p=$(med "$ps") db=$(best "$ds") pb=$(best "$ps")
-	dcm=$(med "$dc") pcm=$(med "$pc") ptm=$(med "$pt") dcl=$(low "$dc") pcl=$(low "$pc")
+	dcm=$(med "$dc") pcm=$(med "$pc") dwm=$(med "$dw") pwm=$(med "$pw") ptm=$(med "$pt")
 	dm=$(rss_max "$tmp/d.all") pm=$(rss_max "$tmp/p.all")
-	awk -v n="$name" -v d="$d" -v p="$p" -v db="$db" -v pb="$pb" -v dm="$dm" -v pm="$pm" \
-		-v dc="$dcm" -v pc="$pcm" -v pt="$ptm" -v dcl="$dcl" -v pcl="$pcl" \
+	pim=$(sed -n 's/^RSS .*import_mb=\([0-9.]*\).*/\1/p' "$tmp/p.all" | sort -n | tail -1)
+	awk -v n="$name" -v d="$d" -v p="$p" -v db="$db" -v pb="$pb" -v dm="$dm" -v pm="$pm" -v pim="$pim" \
+		-v dc="$dcm" -v pc="$pcm" -v dw="$dwm" -v pw="$pwm" -v pt="$ptm" \
 		-v dl="$(rss_list "$tmp/d.log")" -v pl="$(rss_list "$tmp/p.log")" 'BEGIN {
 		printf "  tokens/s, median: dtf-train %.0f, PyTorch %.0f, ratio %.2fx; best: %.0f, %.0f, ratio %.2fx\n", d, p, d / p, db, pb, db / pb
-		printf "  CPU s/token (all processes, whole run), median: dtf-train %.3g, PyTorch %.3g, PyTorch / dtf-train %.2fx; lowest: %.3g, %.3g; PyTorch timed steps alone %.3g\n", dc, pc, pc / dc, dcl, pcl, pt
-		printf "  peak RSS per process (MB, last round): dtf-train %s, PyTorch %s; largest of all rounds dtf-train / PyTorch = %.2f\n", dl, pl, dm / pm
+		printf "  CPU s/token (user+sys, all processes), median: steady dtf-train %.3g, PyTorch %.3g (its own timer %.3g), PyTorch / dtf-train %.2fx; whole run %.3g, %.3g\n", dc, pc, pt, pc / dc, dw, pw
+		printf "  peak RSS per process (MB, last round): dtf-train %s, PyTorch %s (of which %.0f after import torch); largest of all rounds dtf-train / PyTorch = %.2f\n", dl, pl, pim, dm / pm
 		printf "RESULT %s dtf_tps=%.1f pytorch_tps=%.1f ratio=%.2f best_ratio=%.2f dtf_cpu_s_per_token=%.3g pytorch_cpu_s_per_token=%.3g cpu_ratio=%.2f dtf_rss_mb=%.1f pytorch_rss_mb=%.1f rss_ratio=%.2f\n", n, d, p, d / p, db / pb, dc, pc, pc / dc, dm, pm, dm / pm }'
 }
 

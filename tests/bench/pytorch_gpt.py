@@ -51,7 +51,7 @@ Prints, from rank 0, lines the benchmark script parses:
   EVAL step=S loss=L examples=E tokens=K seconds=T          with --eval
   CPU rank=R user_s=U sys_s=S timed_s=C                     every rank;
       timed_s: user+sys of the process over the timed steps only
-  RSS rank=R peak_mb=M                                      every rank, ru_maxrss
+  RSS rank=R peak_mb=M import_mb=I     every rank, ru_maxrss (I: right after import torch)
 and "step S/N loss L lr X" every --log-every steps (the mean training loss
 of rank 0's share of those steps).
 """
@@ -70,6 +70,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+# the resident memory of the interpreter and the torch libraries alone
+IMPORT_MB = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 CONFIGS = {
     # layers, heads, embedding width, block size, default data directory
@@ -267,7 +270,8 @@ def batch(windows, idx):
 
 
 def evaluate(model, val, per, rank, world):
-    """Mean token cross-entropy over every validation window, all ranks."""
+    """Mean token cross-entropy over every validation window, all ranks
+    (the mean does not depend on the batch: --eval-batch per rank)."""
     model.eval()
     tot = torch.zeros(3, dtype=torch.float64)  # loss sum, examples, tokens
     with torch.no_grad():
@@ -306,6 +310,7 @@ def parse_args():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clipnorm", type=float, default=1.0)
     ap.add_argument("--eval", action="store_true", help="validation loss after the last step")
+    ap.add_argument("--eval-batch", type=int, default=64, help="windows per rank per eval batch")
     ap.add_argument("--log-every", type=int, default=0)
     ap.add_argument("--seed", type=int, default=42)
     a = ap.parse_args()
@@ -384,7 +389,7 @@ def main():
             opt.step()
             step += 1
             if a.log_every:
-                loss_sum += float(loss)
+                loss_sum += float(loss.detach())
                 loss_n += 1
                 if step % a.log_every == 0 and rank == 0:
                     print("step %d/%d loss %.4f lr %.3g" % (step, a.steps, loss_sum / loss_n, lr),
@@ -403,7 +408,8 @@ def main():
                   % (sps * a.block, sps, step, a.warmup), flush=True)
     if a.eval:
         te = time.time()
-        vloss, ex, tok = evaluate(model.module if world > 1 else model, val, per, rank, world)
+        vloss, ex, tok = evaluate(model.module if world > 1 else model, val, a.eval_batch,
+                                  rank, world)
         if rank == 0:
             print("EVAL step=%d loss=%.4f examples=%d tokens=%d seconds=%.1f"
                   % (step, vloss, ex, tok, time.time() - te), flush=True)
@@ -416,7 +422,7 @@ def main():
             dist.barrier()
         if r == rank:
             print("CPU rank=%d user_s=%.2f sys_s=%.2f timed_s=%.2f" % (rank, ut, st, timed), flush=True)
-            print("RSS rank=%d peak_mb=%.1f" % (rank, rss), flush=True)
+            print("RSS rank=%d peak_mb=%.1f import_mb=%.1f" % (rank, rss, IMPORT_MB), flush=True)
     if world > 1:
         dist.destroy_process_group()
 
