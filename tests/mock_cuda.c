@@ -182,6 +182,10 @@ void dtf_cuda_gelu(struct dtf_cuda_ctx *c, size_t n, int a, const float *x, floa
 { c->kernels++, total_kernels++; dtf_cpu_gelu(n, a, x, y); }
 void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *c, size_t n, int a, const float *dy, const float *x, float *dx)
 { c->kernels++, total_kernels++; dtf_cpu_gelu_grad(n, a, dy, x, dx); }
+void dtf_cuda_causal_self_attention(struct dtf_cuda_ctx *c, int b, int t, int ch, int h, const float *qkv, float *y)
+{ c->kernels++, total_kernels++; dtf_cpu_causal_self_attention(b, t, ch, h, qkv, y); }
+void dtf_cuda_causal_self_attention_grad(struct dtf_cuda_ctx *c, int b, int t, int ch, int h, const float *qkv, const float *dy, float *dq)
+{ c->kernels++, total_kernels++; dtf_cpu_causal_self_attention_grad(b, t, ch, h, qkv, dy, dq); }
 void dtf_cuda_embedding(struct dtf_cuda_ctx *c, size_t n, int v, int d, const int32_t *ids, const float *t, float *y)
 { c->kernels++, total_kernels++; dtf_cpu_embedding(n, v, d, ids, t, y); }
 void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *c, size_t n, int v, int d, const float *dy, const int32_t *ids, float *dt)

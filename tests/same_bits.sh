@@ -12,7 +12,10 @@
 # fp16 compression, gradient accumulation, a learning-rate schedule with
 # linear scaling), and the CNN on the GPU path on the mock device (1 and 2
 # ranks, fp16, accumulation: checked against the CPU's recorded lines),
-# all on the same synthetic 28x28x1 records, and hashes
+# all on the same synthetic 28x28x1 records (the character-level GPT job
+# shakespeare_char_gpt on windows of 65 ids cut from a repeated line of
+# text; its 6-layer sibling, 10.8 M parameters at batch 64 x 256, is left
+# out: 20 steps take too long for the suite), and hashes
 # (SHA-256) the variables each run exports.  `check` (the default)
 # compares them with HASH_FILE (default tests/fixtures/same-bits.txt),
 # `record` writes that file, `print` prints the lines.
@@ -47,6 +50,11 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 	--shape 28,28,1 --classes 10 --seed 5 >/dev/null || exit 1
 "$build/dtf-records" synth --out "$tmp/test" --count 200 --shards 1 \
 	--shape 28,28,1 --classes 10 --seed 6 >/dev/null || exit 1
+# the GPT's records: windows of 65 ids of a repeated line
+mkdir -p "$tmp/text"
+yes "To be, or not to be, that is the question:" | head -c 40000 >"$tmp/text/text.txt"
+"$build/dtf-records" convert-text --text "$tmp/text/text.txt" --out "$tmp/text" \
+	--block-size 64 --shards 4 >/dev/null || exit 1
 
 bad=0
 bin=$build/dtf-train # the binary run() runs
@@ -54,9 +62,13 @@ bin=$build/dtf-train # the binary run() runs
 run() {
 	name=$1 np=$2 job=$3
 	shift 3
+	case $job in
+	shakespeare_char_gpt*) trainf="$tmp/text/train" evalf="$tmp/text/validation" ;;
+	*) trainf="$tmp/train" evalf="$tmp/test" ;;
+	esac
 	if ! timeout 300 mpirun -np "$np" "$bin" --threads 1 -q \
-		--set "data.train.files=$tmp/train-*.tfrecord" \
-		--set "data.eval.files=$tmp/test-*.tfrecord" \
+		--set "data.train.files=$trainf-*.tfrecord" \
+		--set "data.eval.files=$evalf-*.tfrecord" \
 		--set train.max_steps=20 --export-variables "$tmp/$name.bin" \
 		"$@" "$here/graphs/$job.yaml" >"$tmp/$name.log" 2>&1; then
 		echo "same_bits.sh: $name failed:" >&2
@@ -70,6 +82,7 @@ run() {
 : >"$tmp/hashes"
 for j in "$here"/graphs/*.yaml; do
 	job=$(basename "$j" .yaml)
+	[ "$job" = shakespeare_char_gpt_6l ] && continue
 	run "$job-1" 1 "$job" --set strategy.type=one_device
 	run "$job-2" 2 "$job"
 done

@@ -132,7 +132,8 @@ START_TEST(shape_error_names_layer_and_position)
 		"model:\n"
 		"  input: image\n"
 		"  layers:\n"
-		"    - {dense: {units: 3, name: logits}}\n"
+		"    - flatten\n"
+		"    - {conv2d: {filters: 3, kernel: 3, name: logits}}\n"
 		"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
 		"train: {batch_size: 4}\n";
 	struct dtf_job *job;
@@ -140,9 +141,9 @@ START_TEST(shape_error_names_layer_and_position)
 	struct dtf_graph g;
 	int rc = dtf_graph_lower_model(job, 4, &g, NULL);
 	ck_assert_int_eq(rc, -DTF_ERR_CONFIG);
-	ck_assert_msg(strstr(dtf_error_msg(), "bad.yaml:9:") != NULL, "%s",
+	ck_assert_msg(strstr(dtf_error_msg(), "bad.yaml:10:") != NULL, "%s",
 		      dtf_error_msg());
-	ck_assert_msg(strstr(dtf_error_msg(), "flatten") != NULL, "%s",
+	ck_assert_msg(strstr(dtf_error_msg(), "4-D") != NULL, "%s",
 		      dtf_error_msg());
 	dtf_job_free(job);
 }
@@ -179,8 +180,8 @@ START_TEST(input_must_be_float_and_logits_last)
 			 -DTF_ERR_CONFIG);
 	ck_assert_str_eq(dtf_error_msg(),
 			 "bad.yaml:7:10: model.input: feature 'label' is int32 (ids); "
-			 "the model input must be a float32 feature (ids go "
-			 "through an embedding in model.graph)");
+			 "the model input must be a float32 feature, or ids "
+			 "for a first layer that is an embedding");
 	snprintf(text, sizeof(text), "%s%s", head,
 		 "  input: image\n"
 		 "  layers:\n"
@@ -706,7 +707,7 @@ START_TEST(new_op_errors)
 	int b = dtf_graph_input(&g, "b", 1, &fb);
 	ck_assert_int_eq(dtf_graph_add(&g, "s", a, b), -DTF_ERR_GRAPH);
 	ck_assert_str_eq(dtf_error_msg(),
-			 "add needs inputs of the same shape (or a vector of the last dimension): 'a' has shape (2, 4, 4, 3) but 'b' has shape (2, 5, 4, 3)");
+			 "add needs inputs of the same shape (or one of the other's trailing dimensions, broadcast): 'a' has shape (2, 4, 4, 3) but 'b' has shape (2, 5, 4, 3)");
 	ck_assert_int_eq(dtf_graph_concat(&g, "c", a, b, 3), -DTF_ERR_GRAPH);
 	ck_assert_str_eq(dtf_error_msg(),
 			 "concat along axis 3 needs float32 inputs that match on every other axis: 'a' has shape (2, 4, 4, 3) but 'b' has shape (2, 5, 4, 3)");
@@ -872,6 +873,144 @@ START_TEST(embedding_gradient_matches_finite_differences)
 }
 END_TEST
 
+/* Dense over the last axis and a tied head: h = tanh(emb (4, 5, 3) w),
+ * logits = h table^T (4, 5, 7) with the embedding's own table
+ * (transpose_b), so the table gets two gradients (the scatter-add and the
+ * head's dy^T h) summed.  The forward against a plain loop, every
+ * parameter's gradient against central differences. */
+static const char tied_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    tokens: {type: bytes, decode: uint8, dtype: int32, shape: [5]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    table: {variable: {shape: [7, 3], initializer: {random_normal: {stddev: 0.5}}}}\n"
+	"    emb: {embedding: {inputs: [tokens, table]}}\n"
+	"    w: {variable: {shape: [3, 3]}}\n"
+	"    h: {matmul: {inputs: [emb, w]}}\n"
+	"    act: {tanh: {inputs: [h]}}\n"
+	"    head: {matmul: {inputs: [act, table], transpose_b: true}}\n"
+	"    logits: {reshape: {inputs: [head], shape: [35]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(matmul_last_axis_and_tied_head)
+{
+	struct tu_model m;
+	model_build(&m, tied_job);
+	struct dtf_graph *g = &m.g;
+	int h = dtf_graph_find(g, "h"), head = dtf_graph_find(g, "head");
+	int act = dtf_graph_find(g, "act"), tok = dtf_graph_find(g, "tokens");
+	int emb = dtf_graph_find(g, "emb");
+	ck_assert_int_eq(g->nodes[h].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[h].shape.d[2], 3);
+	ck_assert_int_eq(g->nodes[head].shape.rank, 3);
+	ck_assert_int_eq(g->nodes[head].shape.d[1], 5);
+	ck_assert_int_eq(g->nodes[head].shape.d[2], 7);
+	ck_assert_int_eq(g->nodes[head].a.mm.trans_b, 1);
+	/* 2 m n k with m = 4 * 5 rows */
+	ck_assert_int_eq(dtf_graph_node_flops(g, h), 2 * 20 * 3 * 3);
+	ck_assert_int_eq(dtf_graph_node_flops(g, head), 2 * 20 * 7 * 3);
+	int32_t *ids = g->nodes[tok].data;
+	for (int p = 0; p < 20; p++)
+		ids[p] = (p * 3 + p / 5) % 7;
+	dtf_exec_forward(g, &m.ctx);
+	const float *t = m.params + g->nodes[dtf_graph_find(g, "table")].a.var.offset;
+	const float *w = m.params + g->nodes[dtf_graph_find(g, "w")].a.var.offset;
+	const float *e = g->nodes[emb].data, *a = g->nodes[act].data;
+	const float *hy = g->nodes[h].data, *y = g->nodes[head].data;
+	for (int r = 0; r < 20; r++) {
+		for (int j = 0; j < 3; j++) {
+			double s = 0;
+			for (int k = 0; k < 3; k++)
+				s += (double)e[r * 3 + k] * w[k * 3 + j];
+			/* act = tanh(h) ran in place over h */
+			ck_assert_msg(fabs(hy[r * 3 + j] - tanh(s)) < 1e-5,
+				      "act[%d][%d] %g want %g", r, j,
+				      hy[r * 3 + j], tanh(s));
+		}
+		for (int v = 0; v < 7; v++) {
+			double s = 0;
+			for (int k = 0; k < 3; k++)
+				s += (double)a[r * 3 + k] * t[v * 3 + k];
+			ck_assert_msg(fabs(y[r * 7 + v] - s) < 1e-5, "head[%d][%d]", r, v);
+		}
+	}
+	gmodel_check(&m, "tied head");
+	tu_model_free(&m);
+}
+END_TEST
+
+START_TEST(matmul_errors)
+{
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_init(&g, 2), 0);
+	struct dtf_feature_spec fs = {.name = "x", .type = DTF_FEATURE_FLOAT,
+				      .rank = 2, .shape = {5, 4}, .dtype = DTF_FLOAT32};
+	int x = OK(dtf_graph_input(&g, "x", 0, &fs));
+	int w = var(&g, "w", 2, 3, 4, 0, 0);
+	ck_assert_int_eq(dtf_graph_matmul(&g, "m1", x, w), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "matmul inner dimensions differ: 'x' has shape (2, 5, 4) "
+			 "but 'w' has shape (3, 4)");
+	int y = OK(dtf_graph_matmul_ex(&g, "m2", x, w, 1));
+	ck_assert_int_eq(g.nodes[y].shape.rank, 3);
+	ck_assert_int_eq(g.nodes[y].shape.d[2], 3);
+	ck_assert_int_eq(dtf_graph_matmul_ex(&g, "m3", y, w, 1), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "matmul with transpose_b needs a (units, features) weight "
+			 "whose features match the input's last dimension: 'm2' "
+			 "has shape (2, 5, 3) but 'w' has shape (3, 4)");
+	dtf_graph_deinit(&g);
+}
+END_TEST
+
+/* add of a (t, c) position table over (n, t, c) (a learned position
+ * embedding): a bias_add of two trailing dimensions whose gradient sums
+ * dy over the batch.  Forward against a plain loop, gradients against
+ * central differences. */
+static const char broadcast_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    x: {type: float, shape: [5, 3]}\n"
+	"    label: {type: int64, shape: []}\n"
+	"model:\n"
+	"  graph:\n"
+	"    pos: {variable: {shape: [5, 3], initializer: {random_normal: {stddev: 0.5}}}}\n"
+	"    h: {add: {inputs: [x, pos]}}\n"
+	"    act: {tanh: {inputs: [h]}}\n"
+	"    w: {variable: {shape: [3, 2]}}\n"
+	"    y: {matmul: {inputs: [act, w]}}\n"
+	"    logits: {reshape: {inputs: [y], shape: [10]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(add_broadcasts_trailing_dimensions)
+{
+	struct tu_model m;
+	model_build(&m, broadcast_job);
+	struct dtf_graph *g = &m.g;
+	int h = dtf_graph_find(g, "h"), x = dtf_graph_find(g, "x");
+	ck_assert_int_eq(g->nodes[h].op, DTF_OP_BIAS_ADD);
+	ck_assert_int_eq(g->nodes[h].shape.rank, 3);
+	ck_assert_int_eq(dtf_graph_node_flops(g, h), 4 * 15);
+	float xv[60];
+	memcpy(xv, g->nodes[x].data, sizeof(xv));
+	dtf_exec_forward(g, &m.ctx);
+	const float *pos = m.params + g->nodes[dtf_graph_find(g, "pos")].a.var.offset;
+	/* h ran in place over x, then tanh in place over h */
+	const float *av = g->nodes[dtf_graph_find(g, "act")].data;
+	for (int r = 0; r < 4; r++)
+		for (int i = 0; i < 15; i++)
+			ck_assert(fabs(av[r * 15 + i] - tanh(xv[r * 15 + i] + pos[i])) < 1e-6);
+	gmodel_check(&m, "broadcast add");
+	tu_model_free(&m);
+}
+END_TEST
+
 /* embedding's constructor: int32 ids, a (vocab, d) float32 table. */
 START_TEST(embedding_errors)
 {
@@ -927,6 +1066,9 @@ static Suite *graph_suite(void)
 	tc = tcase_create("embedding");
 	tcase_add_test(tc, embedding_gradient_matches_finite_differences);
 	tcase_add_test(tc, embedding_errors);
+	tcase_add_test(tc, matmul_last_axis_and_tied_head);
+	tcase_add_test(tc, matmul_errors);
+	tcase_add_test(tc, add_broadcasts_trailing_dimensions);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("toposort");
 	tcase_add_test(tc, toposort_orders_and_finds_cycles);

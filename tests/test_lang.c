@@ -574,6 +574,7 @@ START_TEST(initializers)
 		"    gn: {variable: {shape: [200, 300], initializer: glorot_normal}}\n"
 		"    hn: {variable: {shape: [200, 300], initializer: he_normal}}\n"
 		"    tn: {variable: {shape: [20000], initializer: {truncated_normal: {mean: 1, stddev: 0.5}}}}\n"
+		"    rn: {variable: {shape: [20000], initializer: {random_normal: {mean: -1, stddev: 0.02}}}}\n"
 		"    c: {variable: {shape: [3], initializer: {constant: {value: 2.5}}, trainable: false}}\n"
 		"    o: {variable: {shape: [3], initializer: ones}}\n"
 		"    k: {constant: {value: [1, 2, 3]}}\n"
@@ -596,6 +597,8 @@ START_TEST(initializers)
 		{"gn", -2 * sqrt(2.0 / 500) / .8796, 2 * sqrt(2.0 / 500) / .8796, 0, sqrt(2.0 / 500)},
 		{"hn", -2 * sqrt(2.0 / 200) / .8796, 2 * sqrt(2.0 / 200) / .8796, 0, sqrt(2.0 / 200)},
 		{"tn", 0, 2, 1, 0.5 * .8796},
+		/* not truncated: beyond 2 sd occur (checked below) */
+		{"rn", -1 - 6 * 0.02, -1 + 6 * 0.02, -1, 0.02},
 		{"c", 2.5, 2.5, 2.5, -1},
 		{"o", 1, 1, 1, -1},
 		{"f", -1, -1, -1, -1},
@@ -622,6 +625,12 @@ START_TEST(initializers)
 				      want[k].sd);
 		}
 	}
+	/* random_normal is not truncated: a plain normal has 4.55% of its
+	 * values beyond two standard deviations (910 of 20000) */
+	int rn = dtf_graph_find(&g, "rn"), beyond = 0;
+	for (int i = 0; i < 20000; i++)
+		beyond += fabsf(p[g.nodes[rn].a.var.offset + i] + 1.0f) > 0.04f;
+	ck_assert_msg(beyond > 700 && beyond < 1100, "%d beyond 2 sd", beyond);
 	int k = dtf_graph_find(&g, "k");
 	const float *kv = p + g.nodes[k].a.var.offset;
 	ck_assert(kv[0] == 1 && kv[1] == 2 && kv[2] == 3);
@@ -959,12 +968,12 @@ START_TEST(error_shape_mismatch_names_both)
 		"has shape (4, 72) but 'w' has shape (70, 3)");
 	ck_assert_msg_is(
 		fails("  input: image\n  layers:\n"
-		      "    - {conv2d: {filters: 3, kernel: 3, name: c}}\n"
-		      "    - {dense: {units: 3, name: logits, inputs: [image]}}\n"
+		      "    - flatten\n"
+		      "    - {conv2d: {filters: 3, kernel: 3, name: logits}}\n"
 		      "  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n",
 		      -DTF_ERR_CONFIG),
-		"job.yaml:10:7: layer 'logits': dense needs a 2-D (batch, "
-		"features) input, got rank 4 (add a flatten layer before it)");
+		"job.yaml:10:7: layer 'logits': conv2d needs a 4-D (batch, "
+		"height, width, channels) input, got rank 2");
 }
 END_TEST
 

@@ -170,11 +170,14 @@ int dtf_cfg_check_job(struct ctx *c)
 						    job->data.nfeatures, feature_name_at, sug,
 						    sizeof(sug)));
 	const struct dtf_feature_spec *in = find_feature(job, job->model.input);
-	if (in && in->dtype != DTF_FLOAT32)
+	/* ids feed a first layer that looks them up (embedding) */
+	int ids_ok = !graph && job->model.layers[0].kind == DTF_LAYER_EMBEDDING &&
+		     job->model.layers[0].ninputs == 0;
+	if (in && in->dtype != DTF_FLOAT32 && !ids_ok)
 		return dtf_cfg_fail(c, c->slot[SLOT_INPUT], "model.input",
 				    "feature '%s' is int32 (ids); the model input must "
-				    "be a float32 feature (ids go through an embedding "
-				    "in model.graph)",
+				    "be a float32 feature, or ids for a first layer "
+				    "that is an embedding",
 				    in->name);
 	if ((rc = check_augment(c)) < 0)
 		return rc;

@@ -54,7 +54,11 @@ enum dtf_layer_kind {
 	DTF_LAYER_CONSTANT,
 	DTF_LAYER_MATMUL,
 	DTF_LAYER_BIAS_ADD,
-	DTF_LAYER_EMBEDDING,
+	DTF_LAYER_EMBEDDING, /* both forms: the layer makes its table */
+	DTF_LAYER_CAUSAL_SELF_ATTENTION,
+	/* layers form only: the GPT's layers (dtf-train-job(5)) */
+	DTF_LAYER_POSITION_EMBEDDING,
+	DTF_LAYER_TRANSFORMER_BLOCK,
 	DTF_LAYER_COUNT_
 };
 
@@ -81,12 +85,14 @@ enum dtf_init_kind {
 	DTF_INIT_KIND_HE_NORMAL,
 	DTF_INIT_KIND_HE_UNIFORM,
 	DTF_INIT_KIND_TRUNCATED_NORMAL, /* mean, stddev */
+	DTF_INIT_KIND_RANDOM_NORMAL,    /* mean, stddev (Keras RandomNormal) */
 };
 
 struct dtf_init_spec {
 	enum dtf_init_kind kind;
 	float value;        /* constant; default 0 */
-	float mean, stddev; /* truncated_normal; default 0, 0.05 (Keras) */
+	float mean, stddev; /* truncated_normal, random_normal; default 0,
+			       0.05 (Keras) */
 };
 
 /* Which weight-decay group a variable belongs to (train.weight_decay). */
@@ -127,15 +133,40 @@ struct dtf_layer {
 	/* max_pool2d, avg_pool2d */
 	int size_h, size_w;        /* default 2 */
 	/* dense */
-	int units;                 /* required */
+	int units;                 /* required, unless tied_to is given */
+	/* dense: the name of an earlier embedding layer whose table (vocab,
+	 * d) is the kernel, transposed (GPT-2's tied output head); "" (the
+	 * default): the layer's own kernel */
+	char tied_to[DTF_NAME_MAX];
+	/* embedding (layers form) */
+	int input_dim, output_dim; /* vocabulary size, width; required */
+	/* position_embedding: positions; 0 (default): dimension 1 of the
+	 * input */
+	int length;
+	/* transformer_block: heads (below) */
+	int hidden;                /* MLP width; 0 (default): 4 x width */
+	int fused_attention;       /* default 1: causal_self_attention */
 	/* dropout */
-	float rate;                /* required, in [0, 1) */
+	float rate;                /* required, in [0, 1); causal_self_attention:
+				      `dropout`, 0 (the only rate implemented) */
+	/* causal_self_attention, transformer_block */
+	int heads;                 /* required, divides the channels */
 	/* batch_norm, layer_norm */
 	float momentum;            /* batch_norm moving averages, 0.99 */
 	float epsilon;             /* 0.001 (Keras) */
 	int center, scale;         /* beta, gamma; default 1, 1 */
-	/* concat, softmax */
+	/* concat, softmax, slice */
 	int axis;                  /* default -1 */
+	/* matmul (transpose_b), batch_matmul (both; adj_x / adj_y are the
+	 * same keys under TF's BatchMatMul names) */
+	int transpose_a, transpose_b; /* default 0 */
+	/* slice: begin and size along `axis` (size -1: to the end) */
+	int64_t begin, size;
+	/* transpose: the permutation of the input's axes */
+	int perm_rank;
+	int perm[DTF_MAX_RANK];
+	/* softmax: mask (.., i, j > i) of the last two axes */
+	int causal;                /* default 0 */
 	/* reshape (target shape without the batch; one -1 allowed),
 	 * variable, constant (full shape) */
 	int shape_rank;

@@ -173,7 +173,7 @@ static int read_layer_shape(struct ctx *c, void *base, const yaml_node_t *key,
 }
 
 /* initializer: a name, or {constant: {value: v}} / {truncated_normal:
- * {mean: m, stddev: s}}. */
+ * {mean: m, stddev: s}} / {random_normal: {mean: m, stddev: s}}. */
 static const struct field init_constant_fields[] = {
 	{.key = "value", .type = T_FLOAT, .off = LAY(init.value), .def = 0},
 };
@@ -197,6 +197,7 @@ static const struct choice initializers[] = {
 	{"he_uniform", DTF_INIT_KIND_HE_UNIFORM, NULL},
 	{"truncated_normal", DTF_INIT_KIND_TRUNCATED_NORMAL,
 	 &init_normal_section},
+	{"random_normal", DTF_INIT_KIND_RANDOM_NORMAL, &init_normal_section},
 };
 
 static int read_initializer(struct ctx *c, void *base, const yaml_node_t *key,
@@ -314,10 +315,43 @@ static const struct field pool_fields[] = {POOL_FIELDS, NAME_FIELD,
 					   INPUTS_FIELD};
 
 static const struct field dense_fields[] = {
-	{.key = "units", .type = T_INT, .flags = F_REQUIRED | F_POS,
-	 .off = LAY(units)},
+	{.key = "units", .type = T_INT, .flags = F_POS, .off = LAY(units)},
 	USE_BIAS_FIELD, ACTIVATION_FIELD, KERNEL_INIT_FIELD, NAME_FIELD,
 	INPUTS_FIELD,
+	{.key = "tied_to", .type = T_STR, .off = LAY(tied_to),
+	 .size = DTF_NAME_MAX},
+};
+
+/* The GPT's layers (nanoGPT, GPT-2): embeddings and kernels default to
+ * random_normal with stddev 0.02 (GPT-2's initializer_range; Keras's
+ * Embedding would draw uniform in [-0.05, 0.05]). */
+#define GPT_INIT_FIELD(k)                                              \
+	{.key = k, .type = T_CUSTOM, .read = read_initializer}
+
+static const struct field embedding_fields[] = {
+	{.key = "input_dim", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(input_dim)},
+	{.key = "output_dim", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(output_dim)},
+	GPT_INIT_FIELD("embeddings_initializer"), NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field position_embedding_fields[] = {
+	{.key = "length", .type = T_INT, .flags = F_POS, .off = LAY(length)},
+	GPT_INIT_FIELD("embeddings_initializer"), NAME_FIELD, INPUTS_FIELD,
+};
+
+static const struct field transformer_block_fields[] = {
+	{.key = "heads", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(heads)},
+	{.key = "hidden", .type = T_INT, .flags = F_POS, .off = LAY(hidden)},
+	{.key = "dropout", .type = T_FLOAT, .flags = F_UNIT, .off = LAY(rate),
+	 .def = 0},
+	{.key = "epsilon", .type = T_FLOAT, .flags = F_POS,
+	 .off = LAY(epsilon), .def = 1e-5},
+	{.key = "fused_attention", .type = T_BOOL,
+	 .off = LAY(fused_attention), .def = 1},
+	GPT_INIT_FIELD("kernel_initializer"), NAME_FIELD, INPUTS_FIELD,
 };
 
 static const struct field dropout_fields[] = {
@@ -380,6 +414,10 @@ static const struct field op_conv_fields[] = {
 };
 static const struct field op_pool_fields[] = {INPUTS_REQ, POOL_FIELDS};
 static const struct field op_plain_fields[] = {INPUTS_REQ};
+static const struct field op_matmul_fields[] = {
+	INPUTS_REQ, {.key = "transpose_b", .type = T_BOOL,
+		     .off = LAY(transpose_b), .def = 0},
+};
 static const struct field op_dropout_fields[] = {
 	INPUTS_REQ,
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
@@ -411,6 +449,13 @@ static const struct field op_elu_fields[] = {
 static const struct field op_gelu_fields[] = {
 	INPUTS_REQ, {.key = "approximate", .type = T_BOOL,
 		     .off = LAY(approximate), .def = 0},
+};
+static const struct field op_attention_fields[] = {
+	INPUTS_REQ,
+	{.key = "heads", .type = T_INT, .flags = F_REQUIRED | F_POS,
+	 .off = LAY(heads)},
+	{.key = "dropout", .type = T_FLOAT, .flags = F_UNIT, .off = LAY(rate),
+	 .def = 0},
 };
 static const struct field variable_fields[] = {
 	{.key = "shape", .type = T_CUSTOM, .flags = F_REQUIRED,
@@ -483,13 +528,56 @@ static int check_variable(struct ctx *c, void *base, const yaml_node_t *key,
 	return 0;
 }
 
+/* dense: units, unless tied_to gives them (the table's vocabulary) */
+static int check_dense(struct ctx *c, void *base, const yaml_node_t *key,
+		       const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	if (!l->units && !l->tied_to[0])
+		return dtf_cfg_fail(c, key, path,
+				    "missing required key 'units' (or 'tied_to')");
+	return 0;
+}
+
+/* The GPT layers' default initializer: random_normal(0, 0.02). */
+static int check_gpt_init(struct ctx *c, void *base, const yaml_node_t *key,
+			  const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	if (!l->init_given) {
+		l->init.kind = DTF_INIT_KIND_RANDOM_NORMAL;
+		l->init.mean = 0;
+		l->init.stddev = 0.02f;
+	}
+	return 0;
+}
+
+/* attention dropout: the key is read so that a rate other than 0 is an
+ * error at its place, not ignored */
+static int check_attention(struct ctx *c, void *base, const yaml_node_t *key,
+			   const yaml_node_t *map, const char *path)
+{
+	struct dtf_layer *l = base;
+	const yaml_node_t *dn = dtf_ytree_get(c->t, map, "dropout");
+	if (l->rate != 0.0f)
+		return dtf_cfg_fail(c, dn ? dn : key, path,
+				    "dropout %g is not implemented (only 0)",
+				    l->rate);
+	return 0;
+}
+
 #define SECTION(id, fields, check)                                     \
 	static const struct section id = {fields, NFIELDS(fields), -1, check}
 
 SECTION(conv2d_section, conv2d_fields, NULL);
 SECTION(depthwise_section, depthwise_fields, NULL);
 SECTION(pool_section, pool_fields, check_pool);
-SECTION(dense_section, dense_fields, NULL);
+SECTION(dense_section, dense_fields, check_dense);
+SECTION(embedding_section, embedding_fields, check_gpt_init);
+SECTION(position_embedding_section, position_embedding_fields,
+	check_gpt_init);
+SECTION(transformer_block_section, transformer_block_fields,
+	check_gpt_init);
 SECTION(dropout_section, dropout_fields, NULL);
 SECTION(batch_norm_section, batch_norm_fields, NULL);
 SECTION(layer_norm_section, layer_norm_fields, NULL);
@@ -502,6 +590,7 @@ SECTION(plain_section, plain_fields, NULL);
 SECTION(op_conv_section, op_conv_fields, NULL);
 SECTION(op_pool_section, op_pool_fields, check_pool);
 SECTION(op_plain_section, op_plain_fields, NULL);
+SECTION(op_matmul_section, op_matmul_fields, NULL);
 SECTION(op_dropout_section, op_dropout_fields, NULL);
 SECTION(op_batch_norm_section, op_batch_norm_fields, NULL);
 SECTION(op_layer_norm_section, op_layer_norm_fields, NULL);
@@ -510,6 +599,7 @@ SECTION(op_reshape_section, op_reshape_fields, NULL);
 SECTION(op_leaky_relu_section, op_leaky_relu_fields, NULL);
 SECTION(op_elu_section, op_elu_fields, NULL);
 SECTION(op_gelu_section, op_gelu_fields, NULL);
+SECTION(op_attention_section, op_attention_fields, check_attention);
 SECTION(variable_section, variable_fields, check_variable);
 SECTION(constant_section, constant_fields, check_constant);
 
@@ -519,7 +609,8 @@ static const char *const kind_names[] = {
 	"depthwise_conv2d", "avg_pool2d", "global_avg_pool", "batch_norm",
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
-	"constant", "matmul", "bias_add", "embedding",
+	"constant", "matmul", "bias_add", "embedding", "causal_self_attention",
+	"position_embedding", "transformer_block",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -549,6 +640,11 @@ static const struct choice layer_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
+	{"embedding", DTF_LAYER_EMBEDDING, &embedding_section},
+	{"position_embedding", DTF_LAYER_POSITION_EMBEDDING,
+	 &position_embedding_section},
+	{"transformer_block", DTF_LAYER_TRANSFORMER_BLOCK,
+	 &transformer_block_section},
 };
 
 /* model.graph nodes */
@@ -557,9 +653,11 @@ static const struct choice op_kinds[] = {
 	{"constant", DTF_LAYER_CONSTANT, &constant_section},
 	{"conv2d", DTF_LAYER_CONV2D, &op_conv_section},
 	{"depthwise_conv2d", DTF_LAYER_DEPTHWISE_CONV2D, &op_conv_section},
-	{"matmul", DTF_LAYER_MATMUL, &op_plain_section},
+	{"matmul", DTF_LAYER_MATMUL, &op_matmul_section},
 	{"bias_add", DTF_LAYER_BIAS_ADD, &op_plain_section},
 	{"embedding", DTF_LAYER_EMBEDDING, &op_plain_section},
+	{"causal_self_attention", DTF_LAYER_CAUSAL_SELF_ATTENTION,
+	 &op_attention_section},
 	{"max_pool2d", DTF_LAYER_MAX_POOL2D, &op_pool_section},
 	{"avg_pool2d", DTF_LAYER_AVG_POOL2D, &op_pool_section},
 	{"global_avg_pool", DTF_LAYER_GLOBAL_AVG_POOL, &op_plain_section},

@@ -639,6 +639,9 @@ struct onnx_rule {
 #define ONNX_mean_squared_error_grad GRADIENT
 #define ONNX_embedding EMIT(emit_embedding)
 #define ONNX_embedding_grad GRADIENT
+#define ONNX_causal_self_attention \
+	NOT_EXPORTED("no ONNX rule yet (ONNX's Attention is opset 23)")
+#define ONNX_causal_self_attention_grad GRADIENT
 
 /* One entry per row of DTF_OPS, in enum order; an op without an
  * ONNX_<name> above is an undeclared identifier here. */

@@ -146,23 +146,26 @@ RULE(grad_max_pool2d)
 	return accumulate(g, grads, x, id);
 }
 
+/* y = x w (x (..., k), w (k, n)) or, with trans_b, y = x w^T (w (n, k));
+ * x viewed as (rows, k).  The forward op never has trans_a. */
 RULE(grad_matmul)
 {
 	RULE_VARS;
-	DTF_ASSERT(!n.a.mm.trans_a && !n.a.mm.trans_b);
+	DTF_ASSERT(!n.a.mm.trans_a);
+	int tb = n.a.mm.trans_b;
 	if (needs(g, x)) {
-		/* dx (n, k) = dy (n, m) w^T */
+		/* dx (rows, k) = dy w^T, or dy w with trans_b */
 		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_input", dy, y,
 			       sx);
 		if (id >= 0)
-			g->nodes[id].a.mm.trans_b = 1;
+			g->nodes[id].a.mm.trans_b = !tb;
 		if ((rc = accumulate(g, grads, x, id)) < 0)
 			return rc;
 	}
 	if (needs(g, y)) {
-		/* dw (k, m) = x^T dy */
-		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel", x, dy,
-			       &g->nodes[y].shape);
+		/* dw (k, n) = x^T dy, or (n, k) = dy^T x with trans_b */
+		id = grad_node(g, DTF_OP_MATMUL, n.name, "grad_kernel",
+			       tb ? dy : x, tb ? x : dy, &g->nodes[y].shape);
 		if (id >= 0)
 			g->nodes[id].a.mm.trans_a = 1;
 		rc = accumulate(g, grads, y, id);
@@ -385,6 +388,18 @@ RULE(grad_dense_loss)
 	id = grad_node(g, op, n.name, "grad", x, y, sx);
 	if (id >= 0)
 		g->nodes[id].a.loss = n.a.loss;
+	return accumulate(g, grads, x, id);
+}
+
+/* CAUSAL_SELF_ATTENTION: dqkv from qkv and dy, the probabilities
+ * recomputed (nothing saved by the forward) */
+RULE(grad_attention)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_CAUSAL_SELF_ATTENTION_GRAD, n.name, "grad", x,
+		       dy, sx);
+	if (id >= 0)
+		g->nodes[id].a.attn = n.a.attn;
 	return accumulate(g, grads, x, id);
 }
 

@@ -274,19 +274,43 @@ int dtf_graph_max_pool2d(struct dtf_graph *g, const char *name, int x,
 
 int dtf_graph_matmul(struct dtf_graph *g, const char *name, int x, int w)
 {
+	return dtf_graph_matmul_ex(g, name, x, w, 0);
+}
+
+int dtf_graph_matmul_ex(struct dtf_graph *g, const char *name, int x, int w,
+			int transpose_b)
+{
 	const struct dtf_node *nx = &g->nodes[x], *nw = &g->nodes[w];
-	if (nx->shape.rank != 2)
-		return shape_error(g, "dense needs a 2-D (batch, features) input (add a flatten layer before it)",
+	if (nx->shape.rank < 2 || nx->dtype != DTF_FLOAT32)
+		return shape_error(g, "dense needs a float32 input of rank 2 or more (batch, ..., features)",
 				   x, -1);
-	if (nw->shape.rank != 2 || nw->shape.d[0] != nx->shape.d[1])
-		return shape_error(g, "matmul inner dimensions differ", x, w);
+	int64_t k = nx->shape.d[nx->shape.rank - 1];
+	if (nw->shape.rank != 2 || nw->dtype != DTF_FLOAT32 ||
+	    nw->shape.d[transpose_b ? 1 : 0] != k)
+		return shape_error(g, transpose_b
+					      ? "matmul with transpose_b needs a (units, features) weight whose features match the input's last dimension"
+					      : "matmul inner dimensions differ",
+				   x, w);
 	/* add_node may move g->nodes: nx and nw are not read after it */
-	const int64_t rows = nx->shape.d[0], cols = nw->shape.d[1];
+	struct dtf_shape s = nx->shape;
+	s.d[s.rank - 1] = nw->shape.d[transpose_b ? 0 : 1];
 	int id = add_node(g, DTF_OP_MATMUL, name, x, w);
 	if (id < 0)
 		return id;
-	g->nodes[id].shape = (struct dtf_shape){2, {rows, cols}};
+	g->nodes[id].shape = s;
+	g->nodes[id].a.mm.trans_b = transpose_b != 0;
 	return id;
+}
+
+void dtf_graph_matmul_dims(const struct dtf_graph *g, const struct dtf_node *n,
+			   int *m, int *cols, int *k)
+{
+	const struct dtf_shape *sa = &g->nodes[n->inputs[0]].shape;
+	int64_t alast = sa->d[sa->rank - 1];
+	int64_t arows = alast ? dtf_shape_numel(sa) / alast : 0;
+	*cols = (int)n->shape.d[n->shape.rank - 1];
+	*m = *cols ? (int)(dtf_shape_numel(&n->shape) / *cols) : 0;
+	*k = (int)(n->a.mm.trans_a ? arows : alast);
 }
 
 int dtf_graph_bias_add(struct dtf_graph *g, const char *name, int x, int b)
@@ -457,6 +481,10 @@ static void init_variable(const struct dtf_node *n, struct dtf_philox_key key,
 		break;
 	case DTF_INIT_KIND_TRUNCATED_NORMAL:
 		dtf_rng_normal(key, a, b, 0, spec.mean, spec.stddev, 1, p,
+			       numel);
+		break;
+	case DTF_INIT_KIND_RANDOM_NORMAL:
+		dtf_rng_normal(key, a, b, 0, spec.mean, spec.stddev, 0, p,
 			       numel);
 		break;
 	}

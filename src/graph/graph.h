@@ -51,7 +51,12 @@
  *            sum), the dense losses 6 (sigmoid: max, multiply, subtract,
  *            exp, log1p, add), mean squared error 3 (subtract,
  *            multiply-add), embedding 0 (a gather), its gradient 1 per
- *            element of dy (one add into the table)
+ *            element of dy (one add into the table), causal self-attention
+ *            4 per B*T*T*C (its two products Q K^T and P V over the full
+ *            T x T square, as nanoGPT's MFU estimate and the composition
+ *            with batch_matmul count them, though the kernels compute only
+ *            the causal half; softmax not counted), its gradient 10 (Q K^T
+ *            recomputed, dP, dQ, dK, dV)
  *   grad     its gradient rule: the function of graph/autodiff.c that
  *            emits the nodes of its inputs' gradients, or NULL for an op
  *            that is itself a gradient (never differentiated)
@@ -124,7 +129,9 @@
 	X(MSE,                              mean_squared_error,                2, -1, SCALAR,   IN0,       3,  grad_dense_loss)       \
 	X(MSE_GRAD,                         mean_squared_error_grad,           2, -1, GRAD,     IN0,       3,  NULL)                  \
 	X(EMBEDDING,                        embedding,                         2, -1, GATHER,   ZERO,      0,  grad_embedding)        \
-	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)
+	X(EMBEDDING_GRAD,                   embedding_grad,                    2, -1, GRAD,     IN0,       1,  NULL)                  \
+	X(CAUSAL_SELF_ATTENTION,            causal_self_attention,             1, -1, ATTENTION, ATTENTION, 4, grad_attention)       \
+	X(CAUSAL_SELF_ATTENTION_GRAD,       causal_self_attention_grad,        2, -1, GRAD,     ATTENTION, 10, NULL)
 
 /* How an op's output shape follows from its inputs and attributes. */
 enum dtf_shape_rule {
@@ -132,13 +139,15 @@ enum dtf_shape_rule {
 	DTF_SHAPE_PARAM,    /* variable: as declared */
 	DTF_SHAPE_SAME,     /* input 0's shape (elementwise, normalization) */
 	DTF_SHAPE_WINDOW,   /* (n, oh, ow, o or c) from the window geometry */
-	DTF_SHAPE_MATMUL,   /* (rows of a, columns of b), transposes applied */
+	DTF_SHAPE_MATMUL,   /* a (..., k) times b (k, n): (..., n); a gradient
+			       (trans_a) (k, n) from a (..., k), dy (..., n) */
 	DTF_SHAPE_CHANNELS, /* (n, c) of an (n, h, w, c) input */
 	DTF_SHAPE_RESHAPE,  /* the target shape, one -1 inferred */
 	DTF_SHAPE_CONCAT,   /* input 0's shape, the axis summed with input 1's */
 	DTF_SHAPE_SCALAR,   /* a loss: rank 0 */
 	DTF_SHAPE_GATHER,   /* embedding: ids' shape (n, ...) with the table's
 			       row length appended: (n, ..., d) */
+	DTF_SHAPE_ATTENTION, /* (b, t, c) of a (b, t, 3c) input */
 	DTF_SHAPE_GRAD,     /* a gradient: the shape of the forward tensor it
 			       is the gradient of, set by the gradient rule */
 };
@@ -151,9 +160,10 @@ enum dtf_flops_basis {
 	DTF_FLOPS_CONV,      /* 2 per multiply-add: 2 n oh ow o kh kw c */
 	DTF_FLOPS_DWCONV,    /* 2 n oh ow o kh kw (o = c * multiplier) */
 	DTF_FLOPS_POOL,      /* 1 per window tap: n oh ow c kh kw */
-	DTF_FLOPS_MATMUL,    /* 2 m n k */
+	DTF_FLOPS_MATMUL,    /* 2 m n k (dtf_graph_matmul_dims) */
 	DTF_FLOPS_GELU,      /* per output element: 5 (erf form), 9 (tanh) */
 	DTF_FLOPS_GELU_GRAD, /* per output element: 9 (erf form), 14 (tanh) */
+	DTF_FLOPS_ATTENTION, /* b t t c of a (b, t, 3c) input 0 */
 };
 
 enum dtf_op {
@@ -247,6 +257,9 @@ struct dtf_node {
 		struct { /* SOFTMAX_XENT* */
 			float label_smoothing;
 		} loss;
+		struct { /* CAUSAL_SELF_ATTENTION* */
+			int heads;
+		} attn;
 	} a;
 	/* Set by planning: the node's output. VARIABLE nodes point into the
 	 * parameter vector, RESHAPE nodes alias their input, gradients of
@@ -327,7 +340,23 @@ int dtf_graph_max_pool2d(struct dtf_graph *g, const char *name, int x,
 			 enum dtf_padding padding);
 /* x (n, k) times w (k, m). */
 int dtf_graph_matmul(struct dtf_graph *g, const char *name, int x, int w);
-/* x (..., c) + b (c). */
+/*
+ * Dense over the last axis (tf.matmul of a batch of rows, Keras Dense on
+ * rank >= 2): x float32 (..., k) of rank >= 2 times w (k, n) gives
+ * (..., n); with transpose_b, w is (n, k) and x is multiplied by w^T
+ * (tf.matmul(x, w, transpose_b=True)), so an output head can share an
+ * embedding table (vocab, d).  Every operand is viewed as the 2-D matrix
+ * (numel / last dimension, last dimension): one sgemm.
+ */
+int dtf_graph_matmul_ex(struct dtf_graph *g, const char *name, int x, int w,
+			int transpose_b);
+/* The sgemm of a MATMUL node: c (m, n) = op(a) (m, k) op(b) (k, n), each
+ * operand viewed as (numel / last dimension, last dimension). */
+void dtf_graph_matmul_dims(const struct dtf_graph *g, const struct dtf_node *n,
+			   int *m, int *cols, int *k);
+/* x (..., c) + b (c).  (A BIAS_ADD node made by dtf_graph_add may carry
+ * a b of several trailing dimensions: its kernels view x as (rows,
+ * numel(b)).) */
 int dtf_graph_bias_add(struct dtf_graph *g, const char *name, int x, int b);
 int dtf_graph_relu(struct dtf_graph *g, const char *name, int x);
 int dtf_graph_dropout(struct dtf_graph *g, const char *name, int x,
@@ -403,8 +432,11 @@ int dtf_graph_layer_norm(struct dtf_graph *g, const char *name, int x,
  */
 int dtf_graph_embedding(struct dtf_graph *g, const char *name, int ids,
 			int table);
-/* a + b of the same shape; a (c) vector on either side is broadcast over
- * the other's last axis (emitted as bias_add). */
+/* a + b of the same shape; a tensor of the other's trailing dimensions
+ * on either side (a (c) vector, a (t, c) position embedding under
+ * (n, t, c)) is broadcast over the other's leading axes (numpy's rule
+ * without size-1 axes; emitted as bias_add, whose gradient sums dy over
+ * those axes). */
 int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b);
 /* a * b elementwise, same shape. */
 int dtf_graph_multiply(struct dtf_graph *g, const char *name, int a, int b);
@@ -438,6 +470,23 @@ int dtf_graph_sigmoid_xent(struct dtf_graph *g, const char *name, int logits,
 /* predictions and float32 labels of the same shape (n, ...). */
 int dtf_graph_mean_squared_error(struct dtf_graph *g, const char *name,
 				 int predictions, int labels);
+
+/*
+ * Multi-head causal self-attention, the core of GPT-2's (nanoGPT's)
+ * CausalSelfAttention without its two projections: qkv float32 (b, t, 3c)
+ * holds q in columns [0, c), k in [c, 2c), v in [2c, 3c); head h of each
+ * is its columns h*d .. (h+1)*d - 1, d = c / heads.  Output (b, t, c),
+ * the heads' results side by side in the same column order:
+ *     y[n, i, h] = sum_{j <= i} softmax_j(q_i . k_j / sqrt(d)) v_j
+ * (the causal mask: query i sees keys 0..i).  heads >= 1 must divide c.
+ * dropout is the rate on the attention probabilities: only 0 (no
+ * dropout) is implemented, anything else is DTF_ERR_GRAPH.  Its gradient
+ * CAUSAL_SELF_ATTENTION_GRAD (inputs qkv, dy; output dqkv of qkv's shape)
+ * recomputes the probabilities (FlashAttention's backward), so the
+ * forward saves nothing.
+ */
+int dtf_graph_causal_self_attention(struct dtf_graph *g, const char *name,
+				    int qkv, int heads, float dropout);
 
 /*
  * Forward FLOPs of node `id` for its whole per-replica batch (divide by
@@ -480,8 +529,9 @@ size_t dtf_graph_num_nontrainable(const struct dtf_graph *g);
  * l = sqrt(6 / (fan_in + fan_out)); glorot_normal truncated normal with
  * stddev sqrt(2 / (fan_in + fan_out)) / .87962566103423978; he_normal
  * truncated normal, stddev sqrt(2 / fan_in) / .87962566103423978;
- * he_uniform l = sqrt(6 / fan_in); truncated_normal(mean, stddev) redraws
- * beyond two standard deviations (the .8796... factor is the stddev of a
+ * he_uniform l = sqrt(6 / fan_in); random_normal(mean, stddev) a plain
+ * normal (Keras RandomNormal; nanoGPT's N(0, 0.02)); truncated_normal(mean,
+ * stddev) redraws beyond two standard deviations (the .8796... factor is the stddev of a
  * unit normal truncated at 2, which Keras's variance scaling divides out).
  */
 void dtf_graph_init_params(const struct dtf_graph *g, uint64_t seed,

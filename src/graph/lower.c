@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "core/alloc.h"
 #include "core/error.h"
+#include "graph/lower_priv.h"
 
 static int layer_error(const struct dtf_layer *l, int rc)
 {
@@ -274,14 +275,49 @@ static int lower_common(struct dtf_graph *g, const struct dtf_layer *l,
 	}
 }
 
-static int lower_layer(struct dtf_graph *g, const struct dtf_layer *l,
-		       const int *in, int nin)
+/* The GPT layers (graph/lower_gpt.c); dense with tied_to. */
+static int lower_gpt_layer(const struct dtf_job *job, struct dtf_graph *g,
+			   const struct dtf_layer *l, const int *in, int nin)
+{
+	int rc = need_inputs(l, nin, 1, 1);
+	if (rc < 0)
+		return rc;
+	if (l->kind == DTF_LAYER_EMBEDDING)
+		return dtf_lower_embedding(g, l, in[0]);
+	if (l->kind == DTF_LAYER_POSITION_EMBEDDING)
+		return dtf_lower_position_embedding(g, l, in[0]);
+	if (l->kind == DTF_LAYER_TRANSFORMER_BLOCK) {
+		int nblocks = 0;
+		for (int i = 0; i < job->model.nlayers; i++)
+			nblocks += job->model.layers[i].kind ==
+				   DTF_LAYER_TRANSFORMER_BLOCK;
+		return dtf_lower_transformer_block(g, l, in[0], nblocks);
+	}
+	/* dense tied_to an earlier embedding layer */
+	const struct dtf_layer *tied = NULL;
+	for (const struct dtf_layer *t = job->model.layers; t < l; t++)
+		if (!strcmp(t->name, l->tied_to))
+			tied = t;
+	if (!tied || tied->kind != DTF_LAYER_EMBEDDING)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "tied_to: '%s' names no earlier embedding layer",
+				 l->tied_to);
+	int y = dtf_lower_tied_dense(g, l, tied, in[0]);
+	return y < 0 ? y : activation(g, l, y);
+}
+
+static int lower_layer(const struct dtf_job *job, struct dtf_graph *g,
+		       const struct dtf_layer *l, const int *in, int nin)
 {
 	char name[2 * DTF_NAME_MAX];
 	int x = in[0], w, y, rc;
 	const struct dtf_shape *sx = &g->nodes[x].shape;
 
 	switch (l->kind) {
+	case DTF_LAYER_EMBEDDING:
+	case DTF_LAYER_POSITION_EMBEDDING:
+	case DTF_LAYER_TRANSFORMER_BLOCK:
+		return lower_gpt_layer(job, g, l, in, nin);
 	case DTF_LAYER_CONV2D:
 	case DTF_LAYER_DEPTHWISE_CONV2D: {
 		int depthwise = l->kind == DTF_LAYER_DEPTHWISE_CONV2D;
@@ -309,13 +345,17 @@ static int lower_layer(struct dtf_graph *g, const struct dtf_layer *l,
 		return y < 0 ? y : activation(g, l, y);
 	}
 	case DTF_LAYER_DENSE: {
+		if (l->tied_to[0])
+			return lower_gpt_layer(job, g, l, in, nin);
 		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
 			return rc;
-		if (sx->rank != 2)
+		if (sx->rank < 2)
 			return dtf_error(DTF_ERR_GRAPH,
-					 "dense needs a 2-D (batch, features) input, got rank %d (add a flatten layer before it)",
+					 "dense needs an input of rank 2 or more (batch, ..., features), got rank %d",
 					 sx->rank);
-		int units_in = (int)sx->d[1];
+		/* over the last axis, as Keras's Dense on (batch, time,
+		 * channels) */
+		int units_in = (int)sx->d[sx->rank - 1];
 		struct dtf_shape ks = {2, {units_in, l->units}};
 		if ((w = kernel(g, l, &ks)) < 0)
 			return w;
@@ -366,7 +406,8 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 	case DTF_LAYER_MATMUL:
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
-		return dtf_graph_matmul(g, l->name, in[0], in[1]);
+		return dtf_graph_matmul_ex(g, l->name, in[0], in[1],
+					   l->transpose_b);
 	case DTF_LAYER_BIAS_ADD:
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
@@ -375,6 +416,11 @@ static int lower_op(struct dtf_graph *g, const struct dtf_layer *l,
 		if ((rc = need_inputs(l, nin, 2, 2)) < 0)
 			return rc;
 		return dtf_graph_embedding(g, l->name, in[0], in[1]);
+	case DTF_LAYER_CAUSAL_SELF_ATTENTION: /* inputs: [qkv] */
+		if ((rc = need_inputs(l, nin, 1, 1)) < 0)
+			return rc;
+		return dtf_graph_causal_self_attention(g, l->name, in[0],
+						       l->heads, l->rate);
 	default:
 		return lower_common(g, l, l->name, in, nin);
 	}
@@ -407,9 +453,12 @@ static int lower_layers(const struct dtf_job *job, struct dtf_graph *g,
 {
 	int prev = -1;
 	int fi = find_feature(job, job->model.input);
-	if (fi >= 0 && job->data.features[fi].dtype != DTF_FLOAT32)
+	if (fi >= 0 && job->data.features[fi].dtype != DTF_FLOAT32 &&
+	    !(job->model.nlayers > 0 &&
+	      job->model.layers[0].kind == DTF_LAYER_EMBEDDING &&
+	      job->model.layers[0].ninputs == 0))
 		return dtf_error(DTF_ERR_CONFIG,
-				 "model.input: feature '%s' is int32 (ids); the model input must be a float32 feature (ids go through an embedding in model.graph)",
+				 "model.input: feature '%s' is int32 (ids); the model input must be a float32 feature, or ids for a first layer that is an embedding",
 				 job->model.input);
 	if (job->model.input[0] &&
 	    (prev = feature_node(job, g, job->model.input)) < 0)
@@ -433,7 +482,7 @@ static int lower_layers(const struct dtf_job *job, struct dtf_graph *g,
 				return layer_error(l, in[k]);
 		}
 		int first = g->nnodes;
-		int x = lower_layer(g, l, in, nin);
+		int x = lower_layer(job, g, l, in, nin);
 		if (x < 0)
 			return layer_error(l, x);
 		for (int i = first; i < g->nnodes; i++)

@@ -289,19 +289,32 @@ int dtf_graph_embedding(struct dtf_graph *g, const char *name, int ids,
 
 /* ---- elementwise and shape ---------------------------------------------- */
 
+/* Is b's shape the trailing dimensions of a's (rank of b below a's)? */
+static int is_suffix(const struct dtf_shape *a, const struct dtf_shape *b)
+{
+	if (b->rank < 1 || b->rank >= a->rank)
+		return 0;
+	for (int i = 0; i < b->rank; i++)
+		if (b->d[i] != a->d[a->rank - b->rank + i])
+			return 0;
+	return 1;
+}
+
 int dtf_graph_add(struct dtf_graph *g, const char *name, int a, int b)
 {
 	if (!is_float(g, a) || !is_float(g, b))
 		return dtf_graph_shape_error(g, "add needs float32 inputs", a, b);
 	if (same_shape(S(g, a), S(g, b)))
 		return node2(g, DTF_OP_ADD, name, a, b, S(g, a));
-	/* a (c) vector on either side: bias_add over the last axis */
+	/* a tensor of the other's trailing dimensions, on either side:
+	 * bias_add broadcast over the leading ones (a (c) bias, a (t, c)
+	 * position embedding over (n, t, c)) */
 	const struct dtf_shape *sa = S(g, a), *sb = S(g, b);
-	if (sb->rank == 1 && sa->rank >= 2 && sb->d[0] == sa->d[sa->rank - 1])
+	if (is_suffix(sa, sb))
 		return node2(g, DTF_OP_BIAS_ADD, name, a, b, sa);
-	if (sa->rank == 1 && sb->rank >= 2 && sa->d[0] == sb->d[sb->rank - 1])
+	if (is_suffix(sb, sa))
 		return node2(g, DTF_OP_BIAS_ADD, name, b, a, sb);
-	return dtf_graph_shape_error(g, "add needs inputs of the same shape (or a vector of the last dimension)",
+	return dtf_graph_shape_error(g, "add needs inputs of the same shape (or one of the other's trailing dimensions, broadcast)",
 				     a, b);
 }
 
@@ -513,6 +526,32 @@ int dtf_graph_mean_squared_error(struct dtf_graph *g, const char *name,
 	return dense_loss(g, DTF_OP_MSE, name, predictions, labels, 0);
 }
 
+/* ---- attention ---------------------------------------------------------- */
+
+int dtf_graph_causal_self_attention(struct dtf_graph *g, const char *name,
+				    int qkv, int heads, float dropout)
+{
+	const struct dtf_shape *sq = S(g, qkv);
+	if (sq->rank != 3 || !is_float(g, qkv) || sq->d[2] % 3 != 0 ||
+	    sq->d[2] == 0)
+		return dtf_graph_shape_error(g, "causal_self_attention needs a float32 qkv input of shape (batch, time, 3 * channels)",
+					     qkv, -1);
+	int64_t c = sq->d[2] / 3;
+	if (heads < 1 || c % heads != 0)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "causal_self_attention '%s': heads (%d) must be >= 1 and divide the channels (%lld)",
+				 name, heads, (long long)c);
+	if (dropout != 0.0f)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "causal_self_attention '%s': dropout %g is not implemented (only 0)",
+				 name, dropout);
+	struct dtf_shape s = {3, {sq->d[0], sq->d[1], c}};
+	int id = node1(g, DTF_OP_CAUSAL_SELF_ATTENTION, name, qkv, &s);
+	if (id >= 0)
+		g->nodes[id].a.attn.heads = heads;
+	return id;
+}
+
 /* ---- FLOPs -------------------------------------------------------------- */
 
 int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id)
@@ -539,14 +578,18 @@ int64_t dtf_graph_node_flops(const struct dtf_graph *g, int id)
 	case DTF_FLOPS_POOL:
 		return f * win_out * w->c * w->kh * w->kw;
 	case DTF_FLOPS_MATMUL: {
-		const struct dtf_shape *sa = S(g, n->inputs[0]);
-		int64_t k = n->a.mm.trans_a ? sa->d[0] : sa->d[1];
-		return f * 2 * out * k;
+		int m, cols, k;
+		dtf_graph_matmul_dims(g, n, &m, &cols, &k);
+		return f * 2 * (int64_t)m * cols * k;
 	}
 	case DTF_FLOPS_GELU: /* erf form: scale, erf, add, 2 multiplies */
 		return (n->a.act.approximate ? 9 : 5) * out;
 	case DTF_FLOPS_GELU_GRAD:
 		return (n->a.act.approximate ? 14 : 9) * out;
+	case DTF_FLOPS_ATTENTION: {
+		const struct dtf_shape *sq = S(g, n->inputs[0]);
+		return f * sq->d[0] * sq->d[1] * sq->d[1] * (sq->d[2] / 3);
+	}
 	}
 	return 0;
 }

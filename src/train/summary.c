@@ -139,6 +139,20 @@ int dtf_summary_print(const struct dtf_job *job, const struct dtf_graph *g,
 	human(3.0 * (double)fwd / g->batch, "FLOPs", b, sizeof(b));
 	fprintf(out, "FLOPs per example: forward %s, training step %s "
 		"(3x forward; a multiply-add is 2 FLOPs)\n", a, b);
+	/* a sequence model (logits (n, t, classes)): per position too */
+	const struct dtf_shape *lg = g->logits >= 0
+					      ? &g->nodes[g->logits].shape
+					      : NULL;
+	if (lg && lg->rank >= 3 && lg->d[0] > 0 &&
+	    lg->d[lg->rank - 1] > 0) {
+		int64_t per = dtf_shape_numel(lg) / lg->d[0] /
+			      lg->d[lg->rank - 1];
+		double ft = (double)fwd / g->batch / (double)per;
+		human(ft, "FLOPs", a, sizeof(a));
+		human(3.0 * ft, "FLOPs", b, sizeof(b));
+		fprintf(out, "FLOPs per token (%lld per example): forward %s, "
+			"training step %s\n", (long long)per, a, b);
+	}
 	struct dtf_plan_stats st;
 	int rc = dtf_plan_measure(g, job->memory.planner, 1,
 				  dtf_backend_cpu_workspace(g), &st);

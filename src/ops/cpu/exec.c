@@ -94,25 +94,26 @@ KERNEL(max_pool2d_grad)
 KERNEL(matmul)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_cpu_matmul(m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
 		       n->a.mm.trans_b, y);
 }
 
+/* b of x's trailing dimensions: x viewed as (rows, numel(b)) */
 KERNEL(bias_add)
 {
 	KERNEL_VARS;
-	int c = (int)n->shape.d[n->shape.rank - 1];
+	int c = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_cpu_bias_add(numel / (size_t)c, c, F(g, a), F(g, b), y);
 }
 
+/* db: dy summed over its leading axes down to db's shape */
 KERNEL(bias_add_grad)
 {
 	KERNEL_VARS;
 	const struct dtf_shape *s = &g->nodes[a].shape;
-	int c = (int)s->d[s->rank - 1];
+	int c = (int)numel;
 	dtf_cpu_bias_add_grad((size_t)dtf_shape_numel(s) / (size_t)c, c,
 			      F(g, a), y);
 }
@@ -488,6 +489,34 @@ KERNEL(mean_squared_error_grad)
 	loss_dims(g, n, &r, &cols);
 	dtf_cpu_mean_squared_error_grad(r, cols, F(g, a), F(g, b),
 					(size_t)ctx->valid, ctx->loss_scale, y);
+}
+
+/* (b, t, c) and heads of an attention node; q is its qkv input */
+static void attention_dims(const struct dtf_graph *g, const struct dtf_node *n,
+			   int q, int *b, int *t, int *c)
+{
+	const struct dtf_shape *s = &g->nodes[q].shape;
+	*b = (int)s->d[0];
+	*t = (int)s->d[1];
+	*c = (int)(s->d[2] / 3);
+	(void)n;
+}
+
+KERNEL(causal_self_attention) /* qkv */
+{
+	KERNEL_VARS;
+	int nb, t, c;
+	attention_dims(g, n, a, &nb, &t, &c);
+	dtf_cpu_causal_self_attention(nb, t, c, n->a.attn.heads, F(g, a), y);
+}
+
+KERNEL(causal_self_attention_grad) /* qkv, dy */
+{
+	KERNEL_VARS;
+	int nb, t, c;
+	attention_dims(g, n, a, &nb, &t, &c);
+	dtf_cpu_causal_self_attention_grad(nb, t, c, n->a.attn.heads, F(g, a),
+					   F(g, b), y);
 }
 
 typedef void (*cpu_kernel_fn)(const struct dtf_graph *g,

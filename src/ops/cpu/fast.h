@@ -201,6 +201,24 @@ void dtf_fast_dropout(struct dtf_pool *p, size_t rows, size_t cols,
 		      const uint64_t *example_id, uint32_t salt,
 		      const float *x, float *y);
 
+/* ---- attention (fast_attention.c) ------------------------------------------ */
+
+/* Floats of workspace the two functions below need for time t, channels c
+ * and `heads` heads on `nthreads` threads (per thread: a head's q, k, v
+ * blocks, one transposed, and two score rows). */
+size_t dtf_fast_attention_workspace(int t, int c, int heads, int nthreads);
+/* dtf_cpu_causal_self_attention and its gradient over the pool: the
+ * (example, head) pairs split across threads; vectors over keys (scores)
+ * and over the head's channels (weighted sums).  Same result up to float
+ * rounding (float sums, a polynomial exp within ~2 ulp); the same bits for
+ * any thread count.  ws: dtf_fast_attention_workspace() floats. */
+void dtf_fast_causal_self_attention(struct dtf_pool *p, int b, int t, int c,
+				    int heads, const float *qkv, float *y,
+				    float *ws);
+void dtf_fast_causal_self_attention_grad(struct dtf_pool *p, int b, int t,
+					 int c, int heads, const float *qkv,
+					 const float *dy, float *dqkv, float *ws);
+
 /* ---- optimizer ------------------------------------------------------------- */
 
 /* Adam as dtf_optimizer_apply (train/optimizer.h), one fused pass over n

@@ -30,6 +30,7 @@ enum action {
 	A_DROPOUT,      /* dropout or dropout_grad */
 	A_POOL_GRAD_BWF, /* A_POOL_GRAD, then the filter gradient next[i]
 			    from dx, which is not stored */
+	A_ATTENTION,    /* causal_self_attention or its gradient */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -154,7 +155,9 @@ static int bias_grad_of(const struct dtf_graph *g, int i)
 	for (int k = i + 1; k < g->nnodes; k++)
 		if (g->nodes[k].op == DTF_OP_BIAS_ADD_GRAD &&
 		    g->nodes[k].inputs[0] == i)
-			return k;
+			/* fused as column sums of the last axis: only a
+			 * vector's gradient */
+			return g->nodes[k].shape.rank == 1 ? k : -1;
 	return -1;
 }
 
@@ -231,11 +234,11 @@ static void plan_producer(struct planner *P, int i)
 		    : nd->op == DTF_OP_MATMUL ? A_MATMUL
 					      : A_BIAS_ACT;
 	if (nd->op == DTF_OP_MATMUL) {
-		const struct dtf_shape *sa = &g->nodes[nd->inputs[0]].shape;
-		int mk = (int)(nd->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+		int mm, mc, mk;
+		dtf_graph_matmul_dims(g, nd, &mm, &mc, &mk);
 		P->ws = max_sz(P->ws, dtf_fast_matmul_workspace(
-					      (int)nd->shape.d[0], (int)nd->shape.d[1],
-					      mk, nd->a.mm.trans_a, nd->a.mm.trans_b));
+					      mm, mc, mk, nd->a.mm.trans_a,
+					      nd->a.mm.trans_b));
 	}
 	if (nd->op == DTF_OP_MATMUL && (nd->a.mm.trans_a || nd->a.mm.trans_b)) {
 		fp->action[i] = A_MATMUL;
@@ -251,6 +254,7 @@ static void plan_producer(struct planner *P, int i)
 		/* the bias must be ready when node i runs */
 		if (b >= 0 && g->nodes[b].op == DTF_OP_BIAS_ADD &&
 		    g->nodes[b].inputs[0] == cur && bv != cur &&
+		    g->nodes[bv].shape.rank == 1 &&
 		    (bv < i || g->nodes[bv].op == DTF_OP_VARIABLE)) {
 			fp->bias[i] = g->nodes[b].inputs[1];
 			fp->action[b] = A_SKIP;
@@ -344,6 +348,17 @@ static void plan_max_pool2d_grad(struct planner *P, int i)
 static void plan_add(struct planner *P, int i) { P->fp->action[i] = A_ADD; }
 static void plan_dropout(struct planner *P, int i) { P->fp->action[i] = A_DROPOUT; }
 
+/* CAUSAL_SELF_ATTENTION and its gradient: input 0 is qkv (b, t, 3c) */
+static void plan_attention(struct planner *P, int i)
+{
+	const struct dtf_node *nd = &P->g->nodes[i];
+	const struct dtf_shape *s = &P->g->nodes[nd->inputs[0]].shape;
+	P->fp->action[i] = A_ATTENTION;
+	P->ws = max_sz(P->ws, dtf_fast_attention_workspace(
+				      (int)s->d[1], (int)(s->d[2] / 3),
+				      nd->a.attn.heads, P->nt));
+}
+
 /* ---- the fast kernel table ------------------------------------------- */
 
 /* One signature for every fast kernel: node i as planned (its fused
@@ -394,9 +409,8 @@ RUN(run_conv2d_backprop_filter)
 RUN(run_matmul)
 {
 	RUN_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_fast_matmul(p, m, cols, k, F(g, a), n->a.mm.trans_a, F(g, b),
 			n->a.mm.trans_b, F(g, out), ws);
 	if (bias >= 0 || relu)
@@ -407,7 +421,8 @@ RUN(run_matmul)
 RUN(run_bias_add)
 {
 	RUN_VARS;
-	int c = last_dim(n);
+	/* b of x's trailing dimensions: x viewed as (rows, numel(b)) */
+	int c = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_fast_bias_act(p, numel / (size_t)c, c, F(g, a), F(g, b), relu,
 			  F(g, out));
 }
@@ -467,6 +482,20 @@ RUN(run_dropout)
 			 ctx->training ? n->a.drop.rate : 0.0f, ctx->dropout_key,
 			 ctx->example_ids, dtf_exec_dropout_salt(n, ctx->step),
 			 F(g, a), F(g, i));
+}
+
+/* CAUSAL_SELF_ATTENTION (qkv) and CAUSAL_SELF_ATTENTION_GRAD (qkv, dy) */
+RUN(run_attention)
+{
+	RUN_VARS;
+	const struct dtf_shape *s = &g->nodes[a].shape;
+	int nb = (int)s->d[0], t = (int)s->d[1], c = (int)(s->d[2] / 3);
+	if (n->op == DTF_OP_CAUSAL_SELF_ATTENTION)
+		dtf_fast_causal_self_attention(p, nb, t, c, n->a.attn.heads,
+					       F(g, a), F(g, i), ws);
+	else
+		dtf_fast_causal_self_attention_grad(p, nb, t, c, n->a.attn.heads,
+						    F(g, a), F(g, b), F(g, i), ws);
 }
 
 /*
@@ -537,6 +566,8 @@ struct fast_kernel {
 #define FAST_SIGMOID_XENT_GRAD REFERENCE
 #define FAST_MSE REFERENCE
 #define FAST_MSE_GRAD REFERENCE
+#define FAST_CAUSAL_SELF_ATTENTION {plan_attention, run_attention}
+#define FAST_CAUSAL_SELF_ATTENTION_GRAD {plan_attention, run_attention}
 static const struct fast_kernel fast_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = FAST_##id,

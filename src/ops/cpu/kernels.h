@@ -395,6 +395,23 @@ void dtf_cpu_mean_squared_error_grad(size_t rows, size_t cols,
 				     const float *pred, const float *labels,
 				     size_t valid, float scale, float *dpred);
 
+/* ---- attention (attention.c) ------------------------------------------- */
+
+/*
+ * Multi-head causal self-attention (dtf_graph_causal_self_attention):
+ * qkv (b, t, 3c) = [q | k | v], head h of each in columns h*d ..
+ * (h+1)*d - 1, d = c / heads (heads divides c); y (b, t, c), head h in
+ * the same columns: y_i = sum_{j <= i} softmax_j(q_i . k_j / sqrt(d)) v_j.
+ * Scores and softmax statistics in double.  No workspace.
+ */
+void dtf_cpu_causal_self_attention(int b, int t, int c, int heads,
+				   const float *qkv, float *y);
+/* dqkv (b, t, 3c) from qkv and dy (b, t, c), the probabilities recomputed
+ * from qkv (nothing is saved by the forward).  dqkv is written. */
+void dtf_cpu_causal_self_attention_grad(int b, int t, int c, int heads,
+					const float *qkv, const float *dy,
+					float *dqkv);
+
 /* ---- elementwise helpers ----------------------------------------------- */
 
 /* y += x, n elements (gradient accumulation). */

@@ -547,6 +547,29 @@ void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
 					    dtable));
 }
 
+void dtf_cuda_causal_self_attention(struct dtf_cuda_ctx *ctx, int b, int t,
+				    int c, int heads, const float *qkv,
+				    float *y)
+{
+	LAUNCHED(ctx, dtf_cu_causal_self_attention(STREAM(ctx), b, t, c, heads,
+						   qkv, y));
+}
+
+void dtf_cuda_causal_self_attention_grad(struct dtf_cuda_ctx *ctx, int b,
+					 int t, int c, int heads,
+					 const float *qkv, const float *dy,
+					 float *dqkv)
+{
+	if (dtf_cuda_attention_grad_scratch(b, t, heads) > ctx->reduce_floats) {
+		dtf_cuda_fail_cuda(ctx, cudaErrorInvalidValue,
+				   "dtf_cuda_causal_self_attention_grad (scratch not reserved for this shape)");
+		return;
+	}
+	LAUNCHED(ctx, dtf_cu_causal_self_attention_grad(STREAM(ctx), b, t, c,
+							heads, qkv, dy,
+							ctx->reduce, dqkv));
+}
+
 static void dropout(struct dtf_cuda_ctx *ctx, size_t rows, size_t cols,
 		    float rate, struct dtf_philox_key key, const uint64_t *ids,
 		    uint32_t salt, const float *x, float *y)

@@ -249,6 +249,28 @@ void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *ctx, size_t n, int vocab,
 			     int dim, const float *dy, const int32_t *ids,
 			     float *dtable);
 
+/* ---- causal self-attention --------------------------------------------- */
+
+/* As dtf_cpu_causal_self_attention (qkv (b, t, 3c) -> y (b, t, c)): one
+ * thread per (example, head, query) row, two passes over its keys in
+ * float (not the CPU's bits: float sums, CUDA's expf). */
+void dtf_cuda_causal_self_attention(struct dtf_cuda_ctx *ctx, int b, int t,
+				    int c, int heads, const float *qkv,
+				    float *y);
+/* As dtf_cpu_causal_self_attention_grad: one thread per query row (dq and
+ * the row's softmax statistics, kept in the reduce scratch), then one per
+ * key row (dk, dv over the queries that see it; no atomics, so
+ * deterministic).  Needs dtf_cuda_attention_grad_scratch(b, t, heads)
+ * floats of reduce scratch reserved (dtf_cuda_ctx_need). */
+void dtf_cuda_causal_self_attention_grad(struct dtf_cuda_ctx *ctx, int b,
+					 int t, int c, int heads,
+					 const float *qkv, const float *dy,
+					 float *dqkv);
+static inline size_t dtf_cuda_attention_grad_scratch(int b, int t, int heads)
+{
+	return 3 * (size_t)b * (size_t)t * (size_t)heads;
+}
+
 /* ---- dropout: the CPU's Philox stream, bit for bit ---------------------- */
 
 /* As dtf_cpu_dropout; example_id is a device array (rows). */

@@ -154,17 +154,16 @@ KERNEL(cu_max_pool2d_grad)
 KERNEL(cu_matmul)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *sa = &g->nodes[a].shape;
-	int m = (int)n->shape.d[0], cols = (int)n->shape.d[1];
-	int k = (int)(n->a.mm.trans_a ? sa->d[0] : sa->d[1]);
+	int m, cols, k;
+	dtf_graph_matmul_dims(g, n, &m, &cols, &k);
 	dtf_cuda_matmul(ctx, m, cols, k, D(ex, a), n->a.mm.trans_a, D(ex, b),
 			n->a.mm.trans_b, y);
 }
 
-KERNEL(cu_bias_add)
+KERNEL(cu_bias_add) /* x (rows, numel(b)) + b, as the CPU's */
 {
 	KERNEL_VARS;
-	int ch = (int)n->shape.d[n->shape.rank - 1];
+	int ch = (int)dtf_shape_numel(&g->nodes[b].shape);
 	dtf_cuda_bias_add(ctx, numel / (size_t)ch, ch, D(ex, a), D(ex, b), y);
 }
 
@@ -172,7 +171,7 @@ KERNEL(cu_bias_add_grad)
 {
 	KERNEL_VARS;
 	const struct dtf_shape *s = &g->nodes[a].shape;
-	int ch = (int)s->d[s->rank - 1];
+	int ch = (int)numel;
 	dtf_cuda_bias_add_grad(ctx, (size_t)dtf_shape_numel(s) / (size_t)ch, ch,
 			       D(ex, a), y);
 }
@@ -325,7 +324,7 @@ static int plan_bias_add_grad(struct dtf_cuda_exec *ex, int i)
 {
 	const struct dtf_graph *g = ex->g;
 	const struct dtf_shape *s = &g->nodes[g->nodes[i].inputs[0]].shape;
-	int c = (int)s->d[s->rank - 1];
+	int c = (int)dtf_shape_numel(&g->nodes[i].shape);
 	dtf_cuda_ctx_need(ex->ctx, 0, 0,
 			  dtf_cuda_bias_add_grad_scratch(
 				  (size_t)dtf_shape_numel(s) / (size_t)c, c));
@@ -339,6 +338,43 @@ static int plan_layer_norm_grad_gamma(struct dtf_cuda_exec *ex, int i)
 	size_t rows = (size_t)dtf_shape_numel(s) / (size_t)s->d[s->rank - 1];
 	dtf_cuda_ctx_need(ex->ctx, 0, 0,
 			  dtf_cuda_layer_norm_grad_gamma_scratch(rows));
+	return 0;
+}
+
+/* (b, t, c) of the qkv input q (b, t, 3c) of an attention node */
+static void attn_dims(const struct dtf_graph *g, int q, int *b, int *t, int *c)
+{
+	const struct dtf_shape *s = &g->nodes[q].shape;
+	*b = (int)s->d[0];
+	*t = (int)s->d[1];
+	*c = (int)(s->d[2] / 3);
+}
+
+KERNEL(cu_causal_self_attention) /* qkv */
+{
+	KERNEL_VARS;
+	int nb, t, ch;
+	attn_dims(g, a, &nb, &t, &ch);
+	dtf_cuda_causal_self_attention(ctx, nb, t, ch, n->a.attn.heads, D(ex, a),
+				       y);
+}
+
+KERNEL(cu_causal_self_attention_grad) /* qkv, dy */
+{
+	KERNEL_VARS;
+	int nb, t, ch;
+	attn_dims(g, a, &nb, &t, &ch);
+	dtf_cuda_causal_self_attention_grad(ctx, nb, t, ch, n->a.attn.heads,
+					    D(ex, a), D(ex, b), y);
+}
+
+static int plan_attention_grad(struct dtf_cuda_exec *ex, int i)
+{
+	const struct dtf_node *n = &ex->g->nodes[i];
+	int nb, t, ch;
+	attn_dims(ex->g, n->inputs[0], &nb, &t, &ch);
+	dtf_cuda_ctx_need(ex->ctx, 0, 0,
+			  dtf_cuda_attention_grad_scratch(nb, t, n->a.attn.heads));
 	return 0;
 }
 
@@ -412,6 +448,9 @@ struct cuda_kernel {
 #define CUDA_MSE_GRAD NO_KERNEL_YET
 #define CUDA_EMBEDDING {NULL, cu_embedding, NULL}
 #define CUDA_EMBEDDING_GRAD {NULL, cu_embedding_grad, NULL}
+#define CUDA_CAUSAL_SELF_ATTENTION {NULL, cu_causal_self_attention, NULL}
+#define CUDA_CAUSAL_SELF_ATTENTION_GRAD \
+	{plan_attention_grad, cu_causal_self_attention_grad, NULL}
 static const struct cuda_kernel cuda_kernels[] = {
 #define DTF_X_OP(id, name, nin, inplace, shape, flops, factor, grad) \
 	[DTF_OP_##id] = CUDA_##id,

@@ -135,6 +135,13 @@ void dtf_cu_embedding(cudaStream_t s, size_t n, int vocab, int dim,
 		      const int32_t *ids, const float *table, float *y);
 void dtf_cu_embedding_grad(cudaStream_t s, size_t n, int vocab, int dim,
 			   const float *dy, const int32_t *ids, float *dtable);
+void dtf_cu_causal_self_attention(cudaStream_t s, int b, int t, int c,
+				  int heads, const float *qkv, float *y);
+/* stats: 3 * b * heads * t floats */
+void dtf_cu_causal_self_attention_grad(cudaStream_t s, int b, int t, int c,
+				       int heads, const float *qkv,
+				       const float *dy, float *stats,
+				       float *dqkv);
 void dtf_cu_dropout(cudaStream_t s, size_t rows, size_t cols, float rate,
 		    float scale, uint32_t k0, uint32_t k1,
 		    const uint64_t *example_id, uint32_t salt, const float *x,

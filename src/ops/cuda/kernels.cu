@@ -268,6 +268,136 @@ __global__ void k_embedding_grad(size_t n, int vocab, int dim,
 	}
 }
 
+/* ---- causal self-attention (attention.c) ---------------------------------- */
+
+/* Row i of head h of part (0 q, 1 k, 2 v) of example n of qkv (b, t, 3c). */
+__device__ __forceinline__ const float *attn_row(const float *qkv, int t, int c,
+						 int n, int i, int part, int h,
+						 int d)
+{
+	return qkv + ((size_t)n * t + i) * 3 * (size_t)c + (size_t)part * c +
+	       (size_t)h * d;
+}
+
+__device__ __forceinline__ float attn_dot(const float *a, const float *b, int d)
+{
+	float s = 0.0f;
+	for (int k = 0; k < d; k++)
+		s += a[k] * b[k];
+	return s;
+}
+
+/* The max and log of the sum of exp(s - max) of query i's scores. */
+__device__ void attn_stats(const float *qkv, int t, int c, int n, int h, int d,
+			   int i, float scale, float *max, float *sum)
+{
+	const float *q = attn_row(qkv, t, c, n, i, 0, h, d);
+	float m = -INFINITY, l = 0.0f;
+	for (int j = 0; j <= i; j++) {
+		float sj = scale * attn_dot(q, attn_row(qkv, t, c, n, j, 1, h, d), d);
+		m = fmaxf(m, sj);
+	}
+	for (int j = 0; j <= i; j++)
+		l += expf(scale * attn_dot(q, attn_row(qkv, t, c, n, j, 1, h, d), d) - m);
+	*max = m;
+	*sum = l;
+}
+
+/* One thread per (example, head, query): two passes over its keys. */
+__global__ void k_attn_fwd(int b, int t, int c, int heads, const float *qkv,
+			   float *y)
+{
+	int d = c / heads;
+	float scale = 1.0f / sqrtf((float)d);
+	GRID_STRIDE(r, (size_t)b * heads * t)
+	{
+		int i = (int)(r % (size_t)t), h = (int)(r / (size_t)t % (size_t)heads);
+		int n = (int)(r / ((size_t)t * heads));
+		const float *q = attn_row(qkv, t, c, n, i, 0, h, d);
+		float *yi = y + ((size_t)n * t + i) * c + (size_t)h * d;
+		float m, l;
+		attn_stats(qkv, t, c, n, h, d, i, scale, &m, &l);
+		for (int k = 0; k < d; k++)
+			yi[k] = 0.0f;
+		for (int j = 0; j <= i; j++) {
+			const float *kj = attn_row(qkv, t, c, n, j, 1, h, d);
+			const float *vj = attn_row(qkv, t, c, n, j, 2, h, d);
+			float p = expf(scale * attn_dot(q, kj, d) - m) / l;
+			for (int k = 0; k < d; k++)
+				yi[k] += p * vj[k];
+		}
+	}
+}
+
+/* One thread per query row: dq, and the row's max, sum and delta = sum_j
+ * P_ij dP_ij into stats (3 floats per row) for k_attn_bwd_kv. */
+__global__ void k_attn_bwd_q(int b, int t, int c, int heads, const float *qkv,
+			     const float *dy, float *dqkv, float *stats)
+{
+	int d = c / heads;
+	float scale = 1.0f / sqrtf((float)d);
+	GRID_STRIDE(r, (size_t)b * heads * t)
+	{
+		int i = (int)(r % (size_t)t), h = (int)(r / (size_t)t % (size_t)heads);
+		int n = (int)(r / ((size_t)t * heads));
+		const float *q = attn_row(qkv, t, c, n, i, 0, h, d);
+		const float *dyi = dy + ((size_t)n * t + i) * c + (size_t)h * d;
+		float *dq = dqkv + (q - qkv);
+		float m, l, delta = 0.0f;
+		attn_stats(qkv, t, c, n, h, d, i, scale, &m, &l);
+		for (int j = 0; j <= i; j++) {
+			const float *kj = attn_row(qkv, t, c, n, j, 1, h, d);
+			const float *vj = attn_row(qkv, t, c, n, j, 2, h, d);
+			float p = expf(scale * attn_dot(q, kj, d) - m) / l;
+			delta += p * attn_dot(dyi, vj, d);
+		}
+		for (int k = 0; k < d; k++)
+			dq[k] = 0.0f;
+		for (int j = 0; j <= i; j++) {
+			const float *kj = attn_row(qkv, t, c, n, j, 1, h, d);
+			const float *vj = attn_row(qkv, t, c, n, j, 2, h, d);
+			float p = expf(scale * attn_dot(q, kj, d) - m) / l;
+			float ds = p * (attn_dot(dyi, vj, d) - delta);
+			for (int k = 0; k < d; k++)
+				dq[k] += scale * ds * kj[k];
+		}
+		stats[3 * r] = m;
+		stats[3 * r + 1] = l;
+		stats[3 * r + 2] = delta;
+	}
+}
+
+/* One thread per key row j: dk_j, dv_j summed over the queries i >= j,
+ * with their statistics from k_attn_bwd_q (no atomics). */
+__global__ void k_attn_bwd_kv(int b, int t, int c, int heads, const float *qkv,
+			      const float *dy, const float *stats, float *dqkv)
+{
+	int d = c / heads;
+	float scale = 1.0f / sqrtf((float)d);
+	GRID_STRIDE(r, (size_t)b * heads * t)
+	{
+		int j = (int)(r % (size_t)t), h = (int)(r / (size_t)t % (size_t)heads);
+		int n = (int)(r / ((size_t)t * heads));
+		const float *kj = attn_row(qkv, t, c, n, j, 1, h, d);
+		const float *vj = attn_row(qkv, t, c, n, j, 2, h, d);
+		float *dk = dqkv + (kj - qkv), *dv = dqkv + (vj - qkv);
+		for (int k = 0; k < d; k++)
+			dk[k] = dv[k] = 0.0f;
+		for (int i = j; i < t; i++) {
+			size_t ri = r - (size_t)j + (size_t)i;
+			const float *qi = attn_row(qkv, t, c, n, i, 0, h, d);
+			const float *dyi = dy + ((size_t)n * t + i) * c + (size_t)h * d;
+			float p = expf(scale * attn_dot(qi, kj, d) - stats[3 * ri]) /
+				  stats[3 * ri + 1];
+			float ds = p * (attn_dot(dyi, vj, d) - stats[3 * ri + 2]);
+			for (int k = 0; k < d; k++) {
+				dk[k] += scale * ds * qi[k];
+				dv[k] += p * dyi[k];
+			}
+		}
+	}
+}
+
 /* ---- dropout: Philox-4x32-10 as core/rng.c ------------------------------- */
 
 __device__ __forceinline__ void philox(uint32_t k0, uint32_t k1, uint32_t c[4])
@@ -664,6 +794,25 @@ void dtf_cu_embedding_grad(cudaStream_t s, size_t n, int vocab, int dim,
 	size_t m = (size_t)vocab * (size_t)dim;
 	k_embedding_grad<<<blocks_for(m), THREADS, 0, s>>>(n, vocab, dim, dy, ids,
 							    dtable);
+}
+
+void dtf_cu_causal_self_attention(cudaStream_t s, int b, int t, int c,
+				  int heads, const float *qkv, float *y)
+{
+	size_t rows = (size_t)b * heads * t;
+	k_attn_fwd<<<blocks_for(rows), THREADS, 0, s>>>(b, t, c, heads, qkv, y);
+}
+
+void dtf_cu_causal_self_attention_grad(cudaStream_t s, int b, int t, int c,
+				       int heads, const float *qkv,
+				       const float *dy, float *stats,
+				       float *dqkv)
+{
+	size_t rows = (size_t)b * heads * t;
+	k_attn_bwd_q<<<blocks_for(rows), THREADS, 0, s>>>(b, t, c, heads, qkv, dy,
+							   dqkv, stats);
+	k_attn_bwd_kv<<<blocks_for(rows), THREADS, 0, s>>>(b, t, c, heads, qkv, dy,
+							    stats, dqkv);
 }
 
 void dtf_cu_dropout(cudaStream_t s, size_t rows, size_t cols, float rate,

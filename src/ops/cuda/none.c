@@ -76,6 +76,8 @@ void dtf_cuda_layer_norm_grad_input(struct dtf_cuda_ctx *c, size_t r, int k, con
 void dtf_cuda_layer_norm_grad_gamma(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *dy, float e, float *dg) { (void)c; (void)r; (void)k; (void)x; (void)dy; (void)e; (void)dg; UNREACHABLE; }
 void dtf_cuda_gelu(struct dtf_cuda_ctx *c, size_t n, int a, const float *x, float *y) { (void)c; (void)n; (void)a; (void)x; (void)y; UNREACHABLE; }
 void dtf_cuda_gelu_grad(struct dtf_cuda_ctx *c, size_t n, int a, const float *dy, const float *x, float *dx) { (void)c; (void)n; (void)a; (void)dy; (void)x; (void)dx; UNREACHABLE; }
+void dtf_cuda_causal_self_attention(struct dtf_cuda_ctx *c, int b, int t, int ch, int h, const float *qkv, float *y) { (void)c; (void)b; (void)t; (void)ch; (void)h; (void)qkv; (void)y; UNREACHABLE; }
+void dtf_cuda_causal_self_attention_grad(struct dtf_cuda_ctx *c, int b, int t, int ch, int h, const float *qkv, const float *dy, float *dq) { (void)c; (void)b; (void)t; (void)ch; (void)h; (void)qkv; (void)dy; (void)dq; UNREACHABLE; }
 void dtf_cuda_embedding(struct dtf_cuda_ctx *c, size_t n, int v, int d, const int32_t *ids, const float *t, float *y) { (void)c; (void)n; (void)v; (void)d; (void)ids; (void)t; (void)y; UNREACHABLE; }
 void dtf_cuda_embedding_grad(struct dtf_cuda_ctx *c, size_t n, int v, int d, const float *dy, const int32_t *ids, float *dt) { (void)c; (void)n; (void)v; (void)d; (void)dy; (void)ids; (void)dt; UNREACHABLE; }
 void dtf_cuda_dropout(struct dtf_cuda_ctx *c, size_t r, size_t k, float rate, struct dtf_philox_key key, const uint64_t *id, uint32_t s, const float *x, float *y) { (void)c; (void)r; (void)k; (void)rate; (void)key; (void)id; (void)s; (void)x; (void)y; UNREACHABLE; }
