@@ -171,6 +171,8 @@ void dtf_cuda_add(struct dtf_cuda_ctx *c, size_t n, const float *a, const float 
 		memmove(y, a, n * sizeof(float));
 	dtf_cpu_add_inplace(n, b, y);
 }
+void dtf_cuda_slice(struct dtf_cuda_ctx *c, size_t o, size_t i, size_t b, size_t l, const float *x, float *y) { c->kernels++, total_kernels++; dtf_cpu_slice_inner(o, i, b, l, x, y); }
+void dtf_cuda_slice_grad(struct dtf_cuda_ctx *c, size_t o, size_t i, size_t b, size_t l, const float *dy, float *dx) { c->kernels++, total_kernels++; dtf_cpu_slice_grad(o, i, b, l, dy, dx); }
 void dtf_cuda_fill(struct dtf_cuda_ctx *c, float *p, size_t n, float v) { (void)c; for (size_t i = 0; i < n; i++) p[i] = v; }
 void dtf_cuda_layer_norm(struct dtf_cuda_ctx *c, size_t r, int k, const float *x, const float *g, const float *b, float e, float *y)
 { c->kernels++, total_kernels++; dtf_cpu_layer_norm(r, k, x, g, b, e, y); }
@@ -194,10 +196,10 @@ void dtf_cuda_dropout(struct dtf_cuda_ctx *c, size_t r, size_t k, float rate, st
 { c->kernels++, total_kernels++; dtf_cpu_dropout(r, k, rate, key, id, s, x, y); }
 void dtf_cuda_dropout_grad(struct dtf_cuda_ctx *c, size_t r, size_t k, float rate, struct dtf_philox_key key, const uint64_t *id, uint32_t s, const float *dy, float *dx)
 { c->kernels++, total_kernels++; dtf_cpu_dropout_grad(r, k, rate, key, id, s, dy, dx); }
-void dtf_cuda_sparse_softmax_xent(struct dtf_cuda_ctx *c, size_t rows, int classes, const float *l, const int32_t *y, size_t valid, float scale, float *loss, float *sum_f, double *sum_acc)
+void dtf_cuda_sparse_softmax_xent(struct dtf_cuda_ctx *c, size_t rows, int classes, const float *l, const int32_t *y, size_t valid, int per, float scale, float *loss, float *sum_f, double *sum_acc)
 {
 	c->kernels++, total_kernels++;
-	double sum = dtf_cpu_sparse_softmax_xent(rows, classes, l, y, valid, NULL);
+	double sum = dtf_cpu_sparse_softmax_xent(rows, classes, l, y, valid, NULL) / per;
 	if (loss)
 		*loss = (float)(sum * scale);
 	if (sum_f)
@@ -207,14 +209,14 @@ void dtf_cuda_sparse_softmax_xent(struct dtf_cuda_ctx *c, size_t rows, int class
 }
 void dtf_cuda_sparse_softmax_xent_grad(struct dtf_cuda_ctx *c, size_t r, int k, const float *l, const int32_t *y, size_t v, float s, float *d)
 { c->kernels++, total_kernels++; dtf_cpu_sparse_softmax_xent_grad(r, k, l, y, v, s, d); }
-void dtf_cuda_count_correct(struct dtf_cuda_ctx *c, size_t r, int k, const float *l, const int32_t *y, size_t v, float *cf, double *ca)
+void dtf_cuda_count_correct(struct dtf_cuda_ctx *c, size_t r, int k, const float *l, const int32_t *y, size_t v, int per, float *cf, double *ca)
 {
 	c->kernels++, total_kernels++;
-	size_t n = dtf_cpu_count_correct(r, k, l, y, v);
+	double n = (double)dtf_cpu_count_correct(r, k, l, y, v) / per;
 	if (cf)
 		*cf = (float)n;
 	if (ca)
-		*ca += (double)n;
+		*ca += n;
 }
 void dtf_cuda_sgd(struct dtf_cuda_ctx *c, size_t n, float *p, const float *g, float *v, float lr, float mu, int nest)
 {

@@ -723,7 +723,7 @@ START_TEST(test_cross_references)
 				   NULL, 0, DTF_ERR_CONFIG),
 			 "graphs/x.yaml:20:65: model.loss."
 			 "sparse_softmax_cross_entropy.labels: no feature "
-			 "named 'labels' in data.features (did you mean "
+			 "named 'labels' in data.features (nor a layer) (did you mean "
 			 "'label'?)");
 	/* shared-memory reduction where the job alone rules it out: at the
 	 * key, so --dry-run finds it too */

@@ -485,12 +485,12 @@ START_TEST(xent_and_count_correct_vs_cpu)
 	float *d_out = dev_nan(4), *d_dl = dev_nan(rows * classes);
 	double zeros[2] = {0.5, 2.0}; /* accumulate onto these */
 	double *d_acc = dup_dev(zeros, sizeof(zeros));
-	dtf_cuda_sparse_softmax_xent(ctx, rows, classes, d_l, d_lab, valid,
+	dtf_cuda_sparse_softmax_xent(ctx, rows, classes, d_l, d_lab, valid, 1,
 				     scale, d_out, d_out + 1, d_acc);
 	dtf_cuda_sparse_softmax_xent_grad(ctx, rows, classes, d_l, d_lab, valid,
 					  scale, d_dl);
-	dtf_cuda_count_correct(ctx, rows, classes, d_l, d_lab, valid, d_out + 2,
-			       d_acc + 1);
+	dtf_cuda_count_correct(ctx, rows, classes, d_l, d_lab, valid, 1,
+			       d_out + 2, d_acc + 1);
 	float *out = fetch(d_out, 3), *gdl = fetch(d_dl, rows * classes);
 	double acc[2];
 	ck_assert_int_eq(dtf_cuda_download(ctx, acc, d_acc, sizeof(acc)), 0);

@@ -181,7 +181,7 @@ START_TEST(input_must_be_float_and_logits_last)
 	ck_assert_str_eq(dtf_error_msg(),
 			 "bad.yaml:7:10: model.input: feature 'label' is int32 (ids); "
 			 "the model input must be a float32 feature, or ids "
-			 "for a first layer that is an embedding");
+			 "for a first layer that is an embedding or a slice");
 	snprintf(text, sizeof(text), "%s%s", head,
 		 "  input: image\n"
 		 "  layers:\n"
@@ -1011,6 +1011,95 @@ START_TEST(add_broadcasts_trailing_dimensions)
 }
 END_TEST
 
+/* A language model's loss: inputs tokens[:, 0:5] and labels
+ * tokens[:, 1:6] sliced from one int32 window, a float slice along the
+ * channels (its gradient pads dy with zeros), and sparse softmax
+ * cross-entropy over (4, 5, 7) logits and (4, 5) labels: the mean over
+ * all 20 positions, accuracy the fraction of right positions.  Loss and
+ * accuracy against plain loops, gradients against central differences. */
+static const char lm_job[] =
+	"data:\n"
+	"  train: {files: unused}\n"
+	"  features:\n"
+	"    tokens: {type: bytes, decode: uint8, dtype: int32, shape: [6]}\n"
+	"model:\n"
+	"  graph:\n"
+	"    x: {slice: {inputs: [tokens], axis: 1, begin: 0, size: 5}}\n"
+	"    y: {slice: {inputs: [tokens], begin: 1}}\n"
+	"    table: {variable: {shape: [7, 4], initializer: {random_normal: {stddev: 0.5}}}}\n"
+	"    emb: {embedding: {inputs: [x, table]}}\n"
+	"    hs: {slice: {inputs: [emb], axis: 2, begin: 1, size: 2}}\n"
+	"    w: {variable: {shape: [2, 7]}}\n"
+	"    logits: {matmul: {inputs: [hs, w]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: y}}\n"
+	"train: {batch_size: 4}\n";
+
+START_TEST(slice_and_sequence_loss)
+{
+	struct tu_model m;
+	model_build(&m, lm_job);
+	struct dtf_graph *g = &m.g;
+	int x = dtf_graph_find(g, "x"), y = dtf_graph_find(g, "y");
+	int tok = dtf_graph_find(g, "tokens"), lg = dtf_graph_find(g, "logits");
+	ck_assert_int_eq(g->nodes[x].dtype, DTF_INT32);
+	ck_assert_int_eq(g->nodes[y].dtype, DTF_INT32);
+	ck_assert_int_eq(g->nodes[y].shape.d[1], 5);
+	ck_assert_int_eq(g->labels, y);
+	ck_assert_int_eq(g->nodes[dtf_graph_find(g, "hs")].shape.d[2], 2);
+	int32_t *t = g->nodes[tok].data;
+	for (int p = 0; p < 24; p++)
+		t[p] = (p * 3 + p / 6) % 7;
+	double loss = tu_model_loss(&m);
+	const int32_t *xv = g->nodes[x].data, *yv = g->nodes[y].data;
+	const float *l = g->nodes[lg].data;
+	double sum = 0;
+	int right = 0;
+	for (int r = 0; r < 4; r++)
+		for (int i = 0; i < 5; i++) {
+			ck_assert_int_eq(xv[r * 5 + i], t[r * 6 + i]);
+			ck_assert_int_eq(yv[r * 5 + i], t[r * 6 + i + 1]);
+			const float *row = l + (r * 5 + i) * 7;
+			double mx = row[0], z = 0;
+			int best = 0;
+			for (int v = 1; v < 7; v++)
+				if (row[v] > row[best])
+					best = v;
+			mx = row[best];
+			for (int v = 0; v < 7; v++)
+				z += exp(row[v] - mx);
+			sum += log(z) + mx - row[yv[r * 5 + i]];
+			right += best == yv[r * 5 + i];
+		}
+	ck_assert_msg(fabs(loss - sum / 20) < 1e-5, "loss %g, plain %g", loss,
+		      sum / 20);
+	ck_assert_double_eq_tol(dtf_graph_count_correct(g, 4, 1), right / 5.0, 1e-12);
+	gmodel_check(&m, "sequence loss");
+	tu_model_free(&m);
+}
+END_TEST
+
+START_TEST(slice_errors)
+{
+	struct dtf_graph g;
+	ck_assert_int_eq(dtf_graph_init(&g, 2), 0);
+	struct dtf_feature_spec fs = {.name = "x", .type = DTF_FEATURE_FLOAT,
+				      .rank = 1, .shape = {4}, .dtype = DTF_FLOAT32};
+	int x = OK(dtf_graph_input(&g, "x", 0, &fs));
+	ck_assert_int_eq(dtf_graph_slice(&g, "s0", x, 0, 0, 1), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "slice 's0': axis 0 is out of range for 'x' of rank 2 "
+			 "(axis 0, the batch, cannot be sliced)");
+	ck_assert_int_eq(dtf_graph_slice(&g, "s1", x, 1, 2, 3), -DTF_ERR_GRAPH);
+	ck_assert_str_eq(dtf_error_msg(),
+			 "slice 's1': begin 2, size 3 do not fit axis 1 of 'x' (2, "
+			 "4) (begin >= 0, size >= 1 or -1, begin + size <= 4)");
+	int s = OK(dtf_graph_slice(&g, "s2", x, -1, 1, -1));
+	ck_assert_int_eq(g.nodes[s].shape.d[1], 3);
+	ck_assert_int_eq(dtf_graph_node_flops(&g, s), 0);
+	dtf_graph_deinit(&g);
+}
+END_TEST
+
 /* embedding's constructor: int32 ids, a (vocab, d) float32 table. */
 START_TEST(embedding_errors)
 {
@@ -1069,6 +1158,8 @@ static Suite *graph_suite(void)
 	tcase_add_test(tc, matmul_last_axis_and_tied_head);
 	tcase_add_test(tc, matmul_errors);
 	tcase_add_test(tc, add_broadcasts_trailing_dimensions);
+	tcase_add_test(tc, slice_and_sequence_loss);
+	tcase_add_test(tc, slice_errors);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("toposort");
 	tcase_add_test(tc, toposort_orders_and_finds_cycles);

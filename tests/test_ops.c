@@ -1601,6 +1601,39 @@ static double cat_loss(void *p)
 	return dot(c->y, c->r, c->outer * (c->ia + c->ib));
 }
 
+/* slice along an axis and its gradient (zeros with dy at begin) against
+ * plain index loops over a (3, 5, 2) tensor sliced on axis 1, [1, 4). */
+START_TEST(test_slice_and_grad)
+{
+	float x[30], y[18], dx[30];
+	for (int i = 0; i < 30; i++)
+		x[i] = (float)i * 0.5f - 3.0f;
+	poison(y, 18);
+	dtf_cpu_slice_inner(3, 10, 1 * 2, 3 * 2, x, y);
+	for (int a = 0; a < 3; a++)
+		for (int b = 0; b < 3; b++)
+			for (int c = 0; c < 2; c++)
+				ck_assert(y[(a * 3 + b) * 2 + c] ==
+					  x[(a * 5 + b + 1) * 2 + c]);
+	poison(dx, 30);
+	dtf_cpu_slice_grad(3, 10, 1 * 2, 3 * 2, y, dx);
+	for (int a = 0; a < 3; a++)
+		for (int b = 0; b < 5; b++)
+			for (int c = 0; c < 2; c++) {
+				float want = b >= 1 && b < 4 ? x[(a * 5 + b) * 2 + c] : 0.0f;
+				ck_assert(dx[(a * 5 + b) * 2 + c] == want);
+			}
+	/* int32 bits go through unchanged (a copy, no arithmetic) */
+	int32_t ids[4] = {7, -1, 0x7fc00001, 3}, out[2];
+	float fi[4], fo[2];
+	memcpy(fi, ids, sizeof(fi));
+	dtf_cpu_slice_inner(1, 4, 1, 2, fi, fo);
+	memcpy(out, fo, sizeof(out));
+	ck_assert_int_eq(out[0], -1);
+	ck_assert_int_eq(out[1], 0x7fc00001);
+}
+END_TEST
+
 START_TEST(test_concat)
 {
 	/* NHWC channel concat of (2, 3, 2, 4) and (2, 3, 2, 1): outer 12 */
@@ -1875,6 +1908,7 @@ static Suite *ops_suite(void)
 		{"layer_norm", {test_layer_norm_reference_fd}},
 		{"activations", {test_activations}},
 		{"concat", {test_concat}},
+		{"slice", {test_slice_and_grad}},
 		{"dense_losses", {test_dense_losses_hand, test_dense_losses_fd}},
 		{"top_k", {test_top_k_ties}},
 		{"embedding", {test_embedding}},

@@ -170,14 +170,16 @@ int dtf_cfg_check_job(struct ctx *c)
 						    job->data.nfeatures, feature_name_at, sug,
 						    sizeof(sug)));
 	const struct dtf_feature_spec *in = find_feature(job, job->model.input);
-	/* ids feed a first layer that looks them up (embedding) */
-	int ids_ok = !graph && job->model.layers[0].kind == DTF_LAYER_EMBEDDING &&
-		     job->model.layers[0].ninputs == 0;
+	/* ids feed a first layer that looks them up (embedding) or cuts
+	 * them (slice) */
+	const struct dtf_layer *l0 = graph ? NULL : &job->model.layers[0];
+	int ids_ok = l0 && l0->ninputs == 0 &&
+		     (l0->kind == DTF_LAYER_EMBEDDING || l0->kind == DTF_LAYER_SLICE);
 	if (in && in->dtype != DTF_FLOAT32 && !ids_ok)
 		return dtf_cfg_fail(c, c->slot[SLOT_INPUT], "model.input",
 				    "feature '%s' is int32 (ids); the model input must "
 				    "be a float32 feature, or ids for a first layer "
-				    "that is an embedding",
+				    "that is an embedding or a slice",
 				    in->name);
 	if ((rc = check_augment(c)) < 0)
 		return rc;
@@ -213,12 +215,18 @@ int dtf_cfg_check_job(struct ctx *c)
 				    job->model.loss_logits,
 				    dtf_cfg_suggest(job->model.loss_logits, ls, n,
 						    layer_name_at, sug, sizeof(sug)));
+	/* labels may be a node or layer (a slice of a token window): the
+	 * loss's constructor checks its dtype and shape */
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ls[i].name, job->model.loss_labels))
+			return 0;
 	const struct dtf_feature_spec *lab =
 		find_feature(job, job->model.loss_labels);
 	if (!lab)
 		return dtf_cfg_fail(c, c->slot[SLOT_LABELS], ypath,
-				    "no feature named '%s' in data.features%s",
+				    "no feature named '%s' in data.features (nor %s)%s",
 				    job->model.loss_labels,
+				    graph ? "a node" : "a layer",
 				    dtf_cfg_suggest(job->model.loss_labels, job->data.features,
 						    job->data.nfeatures, feature_name_at, sug,
 						    sizeof(sug)));

@@ -56,6 +56,7 @@ enum dtf_layer_kind {
 	DTF_LAYER_BIAS_ADD,
 	DTF_LAYER_EMBEDDING, /* both forms: the layer makes its table */
 	DTF_LAYER_CAUSAL_SELF_ATTENTION,
+	DTF_LAYER_SLICE,           /* both forms */
 	/* layers form only: the GPT's layers (dtf-train-job(5)) */
 	DTF_LAYER_POSITION_EMBEDDING,
 	DTF_LAYER_TRANSFORMER_BLOCK,

@@ -408,6 +408,14 @@ static const struct field gelu_fields[] = {
 
 static const struct field plain_fields[] = {NAME_FIELD, INPUTS_FIELD};
 
+#define SLICE_FIELDS                                                   \
+	{.key = "axis", .type = T_INT, .off = LAY(axis), .def = -1},   \
+		{.key = "begin", .type = T_I64, .flags = F_REQUIRED | F_NONNEG, \
+		 .off = LAY(begin)},                                   \
+		{.key = "size", .type = T_I64, .off = LAY(size), .def = -1}
+static const struct field slice_fields[] = {SLICE_FIELDS, NAME_FIELD,
+					    INPUTS_FIELD};
+
 /* graph form: the mapping key is the name; ops take explicit inputs */
 static const struct field op_conv_fields[] = {
 	INPUTS_REQ, STRIDES_FIELD(1), DILATION_FIELD, PADDING_FIELD,
@@ -418,6 +426,7 @@ static const struct field op_matmul_fields[] = {
 	INPUTS_REQ, {.key = "transpose_b", .type = T_BOOL,
 		     .off = LAY(transpose_b), .def = 0},
 };
+static const struct field op_slice_fields[] = {INPUTS_REQ, SLICE_FIELDS};
 static const struct field op_dropout_fields[] = {
 	INPUTS_REQ,
 	{.key = "rate", .type = T_FLOAT, .flags = F_REQUIRED | F_UNIT,
@@ -587,6 +596,8 @@ SECTION(leaky_relu_section, leaky_relu_fields, NULL);
 SECTION(elu_section, elu_fields, NULL);
 SECTION(gelu_section, gelu_fields, NULL);
 SECTION(plain_section, plain_fields, NULL);
+SECTION(slice_section, slice_fields, NULL);
+SECTION(op_slice_section, op_slice_fields, NULL);
 SECTION(op_conv_section, op_conv_fields, NULL);
 SECTION(op_pool_section, op_pool_fields, check_pool);
 SECTION(op_plain_section, op_plain_fields, NULL);
@@ -610,7 +621,7 @@ static const char *const kind_names[] = {
 	"layer_norm", "add", "multiply", "concat", "reshape", "leaky_relu",
 	"elu", "gelu", "tanh", "sigmoid", "softmax", "identity", "variable",
 	"constant", "matmul", "bias_add", "embedding", "causal_self_attention",
-	"position_embedding", "transformer_block",
+	"slice", "position_embedding", "transformer_block",
 };
 _Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) ==
 		       DTF_LAYER_COUNT_,
@@ -640,6 +651,7 @@ static const struct choice layer_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &plain_section},
+	{"slice", DTF_LAYER_SLICE, &slice_section},
 	{"embedding", DTF_LAYER_EMBEDDING, &embedding_section},
 	{"position_embedding", DTF_LAYER_POSITION_EMBEDDING,
 	 &position_embedding_section},
@@ -677,6 +689,7 @@ static const struct choice op_kinds[] = {
 	{"sigmoid", DTF_LAYER_SIGMOID, &op_plain_section},
 	{"softmax", DTF_LAYER_SOFTMAX, &op_axis_section},
 	{"identity", DTF_LAYER_IDENTITY, &op_plain_section},
+	{"slice", DTF_LAYER_SLICE, &op_slice_section},
 };
 
 /* Defaults that are not in the attribute tables. */

@@ -441,6 +441,21 @@ static int emit_concat(struct ox *x, int id)
 	return 0;
 }
 
+/* tf.slice along one axis: Slice with starts, ends, axes initializers */
+static int emit_slice(struct ox *x, int id)
+{
+	const struct dtf_node *n = nd(x, id);
+	int64_t b = n->a.cat.begin, ax = n->a.cat.axis;
+	int64_t e = b + n->shape.d[ax];
+	const char *ins[4] = {in(x, id, 0), tmp(x, 0, id, "starts"),
+			      tmp(x, 1, id, "ends"), tmp(x, 2, id, "axes")};
+	init_i64(x, ins[1], &b, 1);
+	init_i64(x, ins[2], &e, 1);
+	init_i64(x, ins[3], &ax, 1);
+	node(x, "Slice", n->name, ins, 4, x->name[id]);
+	return 0;
+}
+
 static int emit_batch_norm(struct ox *x, int id)
 {
 	/* BatchNormalization (inference: training_mode 0) normalizes over
@@ -617,7 +632,8 @@ struct onnx_rule {
 #define ONNX_layer_norm_grad_gamma GRADIENT
 #define ONNX_multiply EMIT(emit_multiply)
 #define ONNX_concat EMIT(emit_concat)
-#define ONNX_slice GRADIENT
+#define ONNX_slice EMIT(emit_slice)
+#define ONNX_slice_grad GRADIENT
 #define ONNX_leaky_relu EMIT(emit_leaky_relu)
 #define ONNX_leaky_relu_grad GRADIENT
 #define ONNX_elu EMIT(emit_elu)

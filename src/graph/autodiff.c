@@ -337,6 +337,16 @@ RULE(grad_concat)
 	return rc;
 }
 
+/* SLICE: dy back in place in zeros of x's shape */
+RULE(grad_slice)
+{
+	RULE_VARS;
+	id = grad_node(g, DTF_OP_SLICE_GRAD, n.name, "grad", dy, -1, sx);
+	if (id >= 0)
+		g->nodes[id].a.cat = n.a.cat;
+	return accumulate(g, grads, x, id);
+}
+
 /* LEAKY_RELU, ELU, GELU: gradients that read the forward input x */
 RULE(grad_act_input)
 {

@@ -373,12 +373,16 @@ int dtf_graph_sparse_softmax_xent(struct dtf_graph *g, const char *name,
 				  int logits, int labels)
 {
 	const struct dtf_node *nl = &g->nodes[logits], *ny = &g->nodes[labels];
-	if (nl->shape.rank != 2)
-		return shape_error(g, "sparse_softmax_cross_entropy needs logits of shape (batch, classes)",
+	if (nl->shape.rank < 2 || nl->dtype != DTF_FLOAT32)
+		return shape_error(g, "sparse_softmax_cross_entropy needs float32 logits of shape (batch, ..., classes)",
 				   logits, -1);
-	if (ny->dtype != DTF_INT32 || ny->shape.rank != 1 ||
-	    ny->shape.d[0] != nl->shape.d[0])
-		return shape_error(g, "sparse_softmax_cross_entropy needs int64 labels of shape (batch)",
+	int ok = ny->dtype == DTF_INT32 && ny->shape.rank == nl->shape.rank - 1;
+	for (int i = 0; ok && i < ny->shape.rank; i++)
+		ok = ny->shape.d[i] == nl->shape.d[i];
+	if (!ok)
+		return shape_error(g, nl->shape.rank == 2
+					      ? "sparse_softmax_cross_entropy needs int64 labels of shape (batch)"
+					      : "sparse_softmax_cross_entropy needs int32 labels of the logits' shape without the classes",
 				   labels, logits);
 	int id = add_node(g, DTF_OP_SPARSE_SOFTMAX_XENT, name, logits, labels);
 	if (id < 0)
@@ -388,6 +392,18 @@ int dtf_graph_sparse_softmax_xent(struct dtf_graph *g, const char *name,
 	g->logits = logits;
 	g->labels = labels;
 	return id;
+}
+
+void dtf_graph_xent_dims(const struct dtf_graph *g, int logits, size_t *rows,
+			 int *classes, int *per)
+{
+	const struct dtf_shape *s = &g->nodes[logits].shape;
+	int64_t c = s->d[s->rank - 1];
+	*classes = (int)c;
+	*rows = c ? (size_t)(dtf_shape_numel(s) / c) : 0;
+	*per = s->d[0] ? (int)(*rows / (size_t)s->d[0]) : 1;
+	if (*per < 1)
+		*per = 1;
 }
 
 size_t dtf_graph_num_params(const struct dtf_graph *g)

@@ -108,7 +108,8 @@
 	X(LAYER_NORM_GRAD_GAMMA,            layer_norm_grad_gamma,             2, -1, GRAD,     IN0,       5,  NULL)                  \
 	X(MULTIPLY,                         multiply,                          2, 0,  SAME,     OUT,       1,  grad_multiply)         \
 	X(CONCAT,                           concat,                            2, -1, CONCAT,   ZERO,      0,  grad_concat)           \
-	X(SLICE,                            slice,                             1, -1, GRAD,     ZERO,      0,  NULL)                  \
+	X(SLICE,                            slice,                             1, -1, SLICE,    ZERO,      0,  grad_slice)            \
+	X(SLICE_GRAD,                       slice_grad,                        1, -1, GRAD,     ZERO,      0,  NULL)                  \
 	X(LEAKY_RELU,                       leaky_relu,                        1, 0,  SAME,     OUT,       1,  grad_act_input)        \
 	X(LEAKY_RELU_GRAD,                  leaky_relu_grad,                   2, 0,  GRAD,     OUT,       2,  NULL)                  \
 	X(ELU,                              elu,                               1, 0,  SAME,     OUT,       2,  grad_act_input)        \
@@ -144,6 +145,7 @@ enum dtf_shape_rule {
 	DTF_SHAPE_CHANNELS, /* (n, c) of an (n, h, w, c) input */
 	DTF_SHAPE_RESHAPE,  /* the target shape, one -1 inferred */
 	DTF_SHAPE_CONCAT,   /* input 0's shape, the axis summed with input 1's */
+	DTF_SHAPE_SLICE,    /* input 0's shape, `size` along the axis */
 	DTF_SHAPE_SCALAR,   /* a loss: rank 0 */
 	DTF_SHAPE_GATHER,   /* embedding: ids' shape (n, ...) with the table's
 			       row length appended: (n, ..., d) */
@@ -249,8 +251,9 @@ struct dtf_node {
 			float epsilon;
 			float momentum; /* BATCH_NORM: of the moving averages */
 		} norm;
-		struct { /* CONCAT (axis), SLICE (the gradient of one input:
-			    axis of the concat, first index along it) */
+		struct { /* CONCAT (axis); SLICE, SLICE_GRAD (axis, first
+			    index along it; concat's gradient is a SLICE
+			    too) */
 			int axis;
 			int64_t begin;
 		} cat;
@@ -363,9 +366,20 @@ int dtf_graph_dropout(struct dtf_graph *g, const char *name, int x,
 		      float rate);
 /* Keep dimension 0, flatten the rest. */
 int dtf_graph_flatten(struct dtf_graph *g, const char *name, int x);
-/* logits (n, classes) float32, labels (n) int32 -> scalar loss. */
+/*
+ * logits float32 (n, ..., classes), labels int32 (n, ...) -> scalar loss
+ * (TF's sparse_softmax_cross_entropy_with_logits, then a mean).  With
+ * positions (n, t, classes) an example's loss is the mean over its t
+ * positions, so the loss of a batch is the mean over all n * t (PyTorch's
+ * cross_entropy over the flattened logits); accuracy likewise counts the
+ * fraction of an example's positions whose argmax is the label.
+ */
 int dtf_graph_sparse_softmax_xent(struct dtf_graph *g, const char *name,
 				  int logits, int labels);
+/* The rows of a sparse loss's logits node: (rows, classes) with classes
+ * the last dimension, per = rows / n positions of one example. */
+void dtf_graph_xent_dims(const struct dtf_graph *g, int logits, size_t *rows,
+			 int *classes, int *per);
 
 /* ---- the wider op set --------------------------------------------------
  * Defaults named here are Keras's unless said otherwise; the job language
@@ -444,6 +458,16 @@ int dtf_graph_multiply(struct dtf_graph *g, const char *name, int a, int b);
  * batch axis 0); every other dimension must match (TF's concat). */
 int dtf_graph_concat(struct dtf_graph *g, const char *name, int a, int b,
 		     int axis);
+/*
+ * x[..., begin:begin+size, ...] along `axis` (negative counts from the
+ * end; not the batch axis 0), tf.slice with one axis cut: x float32 or
+ * int32 (the output has x's dtype), 0 <= begin, size >= 1 (or -1: to the
+ * end), begin + size <= the axis' length.  A GPT's inputs and labels are
+ * two slices of one int32 token window.  The gradient (float32 only) is
+ * SLICE_GRAD: dy placed at `begin` in zeros of x's shape (TF's Pad).
+ */
+int dtf_graph_slice(struct dtf_graph *g, const char *name, int x, int axis,
+		    int64_t begin, int64_t size);
 /* tf.reshape to dims[0..rank), the batch dimension included; at most one
  * entry is -1 (inferred).  Dimension 0 must stay the batch. */
 int dtf_graph_reshape(struct dtf_graph *g, const char *name, int x,

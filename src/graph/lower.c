@@ -269,6 +269,8 @@ static int lower_common(struct dtf_graph *g, const struct dtf_layer *l,
 	}
 	case DTF_LAYER_IDENTITY:
 		return dtf_graph_identity(g, name, x);
+	case DTF_LAYER_SLICE:
+		return dtf_graph_slice(g, name, x, l->axis, l->begin, l->size);
 	default:
 		return dtf_error(DTF_ERR_GRAPH, "%s is not an op here",
 				 dtf_layer_kind_name(l->kind));
@@ -454,11 +456,11 @@ static int lower_layers(const struct dtf_job *job, struct dtf_graph *g,
 	int prev = -1;
 	int fi = find_feature(job, job->model.input);
 	if (fi >= 0 && job->data.features[fi].dtype != DTF_FLOAT32 &&
-	    !(job->model.nlayers > 0 &&
-	      job->model.layers[0].kind == DTF_LAYER_EMBEDDING &&
-	      job->model.layers[0].ninputs == 0))
+	    !(job->model.nlayers > 0 && job->model.layers[0].ninputs == 0 &&
+	      (job->model.layers[0].kind == DTF_LAYER_EMBEDDING ||
+	       job->model.layers[0].kind == DTF_LAYER_SLICE)))
 		return dtf_error(DTF_ERR_CONFIG,
-				 "model.input: feature '%s' is int32 (ids); the model input must be a float32 feature, or ids for a first layer that is an embedding",
+				 "model.input: feature '%s' is int32 (ids); the model input must be a float32 feature, or ids for a first layer that is an embedding or a slice",
 				 job->model.input);
 	if (job->model.input[0] &&
 	    (prev = feature_node(job, g, job->model.input)) < 0)
@@ -626,7 +628,13 @@ int dtf_graph_lower_model(const struct dtf_job *job, int batch,
 			       graph ? "node" : "layer");
 		goto out_fail;
 	}
-	int labels = feature_node(job, g, job->model.loss_labels);
+	/* a node or layer (a slice of a token window), else a feature */
+	int labels = -1;
+	for (int i = 0; i < n && labels < 0; i++)
+		if (strcmp(ls[i].name, job->model.loss_labels) == 0)
+			labels = out[i];
+	if (labels < 0)
+		labels = feature_node(job, g, job->model.loss_labels);
 	if (labels < 0) {
 		rc = labels;
 		goto out_fail;

@@ -353,6 +353,41 @@ int dtf_graph_concat(struct dtf_graph *g, const char *name, int a, int b,
 	return id;
 }
 
+int dtf_graph_slice(struct dtf_graph *g, const char *name, int x, int axis,
+		    int64_t begin, int64_t size)
+{
+	const struct dtf_shape *sx = S(g, x);
+	enum dtf_dtype dt = g->nodes[x].dtype;
+	int ax = axis < 0 ? axis + sx->rank : axis;
+	char have[96];
+	if (ax < 1 || ax >= sx->rank)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "slice '%s': axis %d is out of range for '%s' of rank %d (axis 0, the batch, cannot be sliced)",
+				 name, axis, g->nodes[x].name, sx->rank);
+	if (dt != DTF_FLOAT32 && dt != DTF_INT32)
+		return dtf_graph_shape_error(g, "slice needs a float32 or int32 input",
+					     x, -1);
+	int64_t len = sx->d[ax];
+	if (size == -1)
+		size = len - begin;
+	if (begin < 0 || size < 1 || begin + size > len)
+		return dtf_error(DTF_ERR_GRAPH,
+				 "slice '%s': begin %lld, size %lld do not fit axis %d of '%s' %s (begin >= 0, size >= 1 or -1, begin + size <= %lld)",
+				 name, (long long)begin, (long long)size, ax,
+				 g->nodes[x].name,
+				 dtf_shape_str(sx, have, sizeof(have)),
+				 (long long)len);
+	struct dtf_shape s = *sx;
+	s.d[ax] = size;
+	int id = node1(g, DTF_OP_SLICE, name, x, &s);
+	if (id < 0)
+		return id;
+	g->nodes[id].dtype = dt;
+	g->nodes[id].a.cat.axis = ax;
+	g->nodes[id].a.cat.begin = begin;
+	return id;
+}
+
 int dtf_graph_reshape(struct dtf_graph *g, const char *name, int x,
 		      const int64_t *dims, int rank)
 {

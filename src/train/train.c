@@ -695,11 +695,26 @@ int dtf_train_check_labels(const struct replica *r,
 	const struct dtf_graph *g = &r->g;
 	if (g->nodes[g->loss].op != DTF_OP_SPARSE_SOFTMAX_XENT)
 		return 0; /* float labels: any value is a valid target */
-	const int32_t *labels = g->nodes[g->labels].data;
-	int classes = (int)g->nodes[g->logits].shape.d[1];
-	for (int i = 0; i < count; i++) {
-		if (labels[i] >= 0 && labels[i] < classes)
+	/* labels computed from a feature (slices of a token window) are
+	 * checked in the feature they come from, which is fed already: a
+	 * superset of them */
+	int src = g->labels;
+	while (g->nodes[src].op == DTF_OP_SLICE ||
+	       g->nodes[src].op == DTF_OP_RESHAPE ||
+	       g->nodes[src].op == DTF_OP_IDENTITY)
+		src = g->nodes[src].inputs[0];
+	if (g->nodes[src].op != DTF_OP_INPUT ||
+	    g->nodes[src].dtype != DTF_INT32)
+		return 0; /* computed otherwise: the kernels give NaN */
+	const int32_t *labels = g->nodes[src].data;
+	const struct dtf_shape *ls = &g->nodes[g->logits].shape;
+	int classes = (int)ls->d[ls->rank - 1];
+	size_t per = (size_t)(dtf_shape_numel(&g->nodes[src].shape) /
+			      g->nodes[src].shape.d[0]);
+	for (size_t q = 0; q < (size_t)count * per; q++) {
+		if (labels[q] >= 0 && labels[q] < classes)
 			continue;
+		int i = (int)(q / per);
 		uint64_t id = r->ids[i], off = 0;
 		char at[64] = "";
 		/* the offset only costs a read up to the record */
@@ -710,7 +725,7 @@ int dtf_train_check_labels(const struct replica *r,
 				 "%s: record %llu%s: label %d is outside [0, %d), the classes of layer '%s'",
 				 dtf_pipeline_file(p, (int)(id >> 40)),
 				 (unsigned long long)(id & ((1ull << 40) - 1)),
-				 at, labels[i], classes, logits_layer);
+				 at, labels[q], classes, logits_layer);
 	}
 	return 0;
 }

@@ -157,24 +157,33 @@ KERNEL(add)
 	dtf_cpu_add_inplace(numel, F(g, b), y);
 }
 
+/* logits (n, ..., classes), labels (n, ...): an example's loss is the
+ * mean over its `per` positions (PyTorch's cross_entropy of the flattened
+ * (n * per, classes) logits once divided by the n examples) */
 KERNEL(sparse_softmax_cross_entropy)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	ctx->loss_sum = dtf_cpu_sparse_softmax_xent(
-		(size_t)s->d[0], (int)s->d[1], F(g, a),
-		(const int32_t *)g->nodes[b].data, (size_t)ctx->valid, NULL);
+				rows, classes, F(g, a),
+				(const int32_t *)g->nodes[b].data,
+				(size_t)ctx->valid * (size_t)per, NULL) /
+			per;
 	*y = (float)(ctx->loss_sum * ctx->loss_scale);
 }
 
 KERNEL(sparse_softmax_cross_entropy_grad)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	dtf_cpu_sparse_softmax_xent_grad(
-		(size_t)s->d[0], (int)s->d[1], F(g, a),
-		(const int32_t *)g->nodes[b].data, (size_t)ctx->valid,
-		ctx->loss_scale, y);
+		rows, classes, F(g, a), (const int32_t *)g->nodes[b].data,
+		(size_t)ctx->valid * (size_t)per, ctx->loss_scale / (float)per,
+		y);
 }
 
 KERNEL(depthwise_conv2d)
@@ -336,6 +345,19 @@ KERNEL(slice)
 	dtf_cpu_slice_inner(outer, (size_t)dtf_shape_numel(s) / outer,
 			    (size_t)n->a.cat.begin * after, numel / outer,
 			    F(g, a), y);
+}
+
+/* SLICE_GRAD: x's shape is the node's, dy (input 0) the slice's */
+KERNEL(slice_grad)
+{
+	KERNEL_VARS;
+	const struct dtf_shape *s = &n->shape;
+	size_t outer = outer_of(s, n->a.cat.axis);
+	size_t after = numel / outer / (size_t)s->d[n->a.cat.axis];
+	dtf_cpu_slice_grad(outer, numel / outer,
+			   (size_t)n->a.cat.begin * after,
+			   (size_t)dtf_shape_numel(&g->nodes[a].shape) / outer,
+			   F(g, a), y);
 }
 
 KERNEL(leaky_relu)
@@ -580,12 +602,18 @@ double dtf_graph_count_correct(const struct dtf_graph *g, int valid, int k)
 	if (k < 1)
 		k = 1;
 	switch (g->nodes[g->loss].op) {
-	case DTF_OP_SPARSE_SOFTMAX_XENT:
+	case DTF_OP_SPARSE_SOFTMAX_XENT: {
+		/* (n, ..., classes): each example counts the fraction of
+		 * its positions that are right */
+		int classes, per;
+		dtf_graph_xent_dims(g, g->logits, &rows, &classes, &per);
+		size_t v = (size_t)valid * (size_t)per;
 		if (k == 1)
-			return (double)dtf_cpu_count_correct(rows, (int)cols, logits,
-							     labels, (size_t)valid);
-		return (double)dtf_cpu_count_in_top_k(rows, (int)cols, logits,
-						      labels, (size_t)valid, k);
+			return (double)dtf_cpu_count_correct(rows, classes, logits,
+							     labels, v) / per;
+		return (double)dtf_cpu_count_in_top_k(rows, classes, logits,
+						      labels, v, k) / per;
+	}
 	case DTF_OP_SOFTMAX_XENT:
 		if (k == 1)
 			return (double)dtf_cpu_count_correct_onehot(

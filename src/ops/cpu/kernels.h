@@ -191,10 +191,15 @@ void dtf_cpu_embedding_grad(size_t n, int vocab, int dim, const float *dy,
 void dtf_cpu_concat(size_t outer, size_t ia, size_t ib, const float *a,
 		    const float *b, float *y);
 
-/* y (outer, len) = x (outer, inner)[:, begin:begin+len]; the gradient of
- * concat for one of its inputs. */
+/* y (outer, len) = x (outer, inner)[:, begin:begin+len]; tf.slice along
+ * one axis, and the gradient of concat for one of its inputs.  A copy of
+ * the bytes: int32 tensors slice through it too. */
 void dtf_cpu_slice_inner(size_t outer, size_t inner, size_t begin, size_t len,
 			 const float *x, float *y);
+/* dx (outer, inner) = 0 but dx[:, begin:begin+len] = dy (outer, len): the
+ * gradient of dtf_cpu_slice_inner (TF's Pad of dy). */
+void dtf_cpu_slice_grad(size_t outer, size_t inner, size_t begin, size_t len,
+			const float *dy, float *dx);
 
 /* ---- dense ------------------------------------------------------------- */
 

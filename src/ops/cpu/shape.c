@@ -22,6 +22,19 @@ void dtf_cpu_concat(size_t outer, size_t ia, size_t ib, const float *a,
 	}
 }
 
+void dtf_cpu_slice_grad(size_t outer, size_t inner, size_t begin, size_t len,
+			const float *dy, float *dx)
+{
+	/* dy (outer, len); dx (outer, inner) */
+	for (size_t r = 0; r < outer; r++) {
+		float *d = dx + r * inner;
+		for (size_t j = 0; j < inner; j++)
+			d[j] = 0.0f;
+		for (size_t j = 0; j < len; j++)
+			d[begin + j] = dy[r * len + j];
+	}
+}
+
 void dtf_cpu_slice_inner(size_t outer, size_t inner, size_t begin, size_t len,
 			 const float *x, float *y)
 {

@@ -485,6 +485,32 @@ void dtf_cuda_add(struct dtf_cuda_ctx *ctx, size_t n, const float *a,
 	LAUNCHED(ctx, dtf_cu_add(STREAM(ctx), n, a, b, y));
 }
 
+void dtf_cuda_slice(struct dtf_cuda_ctx *ctx, size_t outer, size_t inner,
+		    size_t begin, size_t len, const float *x, float *y)
+{
+	if (!outer || !len)
+		return;
+	CUDA_KEEP(ctx, cudaMemcpy2DAsync(y, len * sizeof(float), x + begin,
+					 inner * sizeof(float),
+					 len * sizeof(float), outer,
+					 cudaMemcpyDeviceToDevice, STREAM(ctx)));
+}
+
+void dtf_cuda_slice_grad(struct dtf_cuda_ctx *ctx, size_t outer, size_t inner,
+			 size_t begin, size_t len, const float *dy, float *dx)
+{
+	if (!outer || !inner)
+		return;
+	CUDA_KEEP(ctx, cudaMemsetAsync(dx, 0, outer * inner * sizeof(float),
+				       STREAM(ctx)));
+	if (!len)
+		return;
+	CUDA_KEEP(ctx, cudaMemcpy2DAsync(dx + begin, inner * sizeof(float), dy,
+					 len * sizeof(float),
+					 len * sizeof(float), outer,
+					 cudaMemcpyDeviceToDevice, STREAM(ctx)));
+}
+
 void dtf_cuda_fill(struct dtf_cuda_ctx *ctx, float *p, size_t n, float v)
 {
 	LAUNCHED(ctx, dtf_cu_fill(STREAM(ctx), p, n, v));
@@ -611,11 +637,11 @@ void dtf_cuda_dropout_grad(struct dtf_cuda_ctx *ctx, size_t rows,
 void dtf_cuda_sparse_softmax_xent(struct dtf_cuda_ctx *ctx, size_t rows,
 				  int classes, const float *logits,
 				  const int32_t *labels, size_t valid,
-				  float scale, float *loss, float *sum_f,
-				  double *sum_acc)
+				  int per, float scale, float *loss,
+				  float *sum_f, double *sum_acc)
 {
 	LAUNCHED(ctx, dtf_cu_xent(STREAM(ctx), rows, classes, logits, labels,
-				  valid, scale, loss, sum_f, sum_acc));
+				  valid, per, scale, loss, sum_f, sum_acc));
 }
 
 void dtf_cuda_sparse_softmax_xent_grad(struct dtf_cuda_ctx *ctx, size_t rows,
@@ -629,11 +655,12 @@ void dtf_cuda_sparse_softmax_xent_grad(struct dtf_cuda_ctx *ctx, size_t rows,
 
 void dtf_cuda_count_correct(struct dtf_cuda_ctx *ctx, size_t rows,
 			    int classes, const float *logits,
-			    const int32_t *labels, size_t valid,
+			    const int32_t *labels, size_t valid, int per,
 			    float *count_f, double *count_acc)
 {
 	LAUNCHED(ctx, dtf_cu_count_correct(STREAM(ctx), rows, classes, logits,
-					   labels, valid, count_f, count_acc));
+					   labels, valid, per, count_f,
+					   count_acc));
 }
 
 void dtf_cuda_sgd(struct dtf_cuda_ctx *ctx, size_t n, float *p,

@@ -201,6 +201,14 @@ void dtf_cuda_bias_add_grad(struct dtf_cuda_ctx *ctx, size_t rows, int c,
 /* y = a + b, n elements; y may alias a or b. */
 void dtf_cuda_add(struct dtf_cuda_ctx *ctx, size_t n, const float *a,
 		  const float *b, float *y);
+/* y (outer, len) = x (outer, inner)[:, begin:begin+len] and its gradient
+ * dx (outer, inner) = zeros with dy (outer, len) at begin, as the CPU's
+ * dtf_cpu_slice_inner / dtf_cpu_slice_grad: 2-D copies of 4-byte
+ * elements (cudaMemcpy2DAsync; int32 tensors too), no arithmetic. */
+void dtf_cuda_slice(struct dtf_cuda_ctx *ctx, size_t outer, size_t inner,
+		    size_t begin, size_t len, const float *x, float *y);
+void dtf_cuda_slice_grad(struct dtf_cuda_ctx *ctx, size_t outer, size_t inner,
+			 size_t begin, size_t len, const float *dy, float *dx);
 /* p[0..n) = v. */
 void dtf_cuda_fill(struct dtf_cuda_ctx *ctx, float *p, size_t n, float v);
 
@@ -287,26 +295,29 @@ void dtf_cuda_dropout_grad(struct dtf_cuda_ctx *ctx, size_t rows,
 
 /*
  * Sparse softmax cross-entropy over rows < valid (double arithmetic per
- * row, one deterministic block reduction).  Writes, each when not NULL:
- * *loss = (float)(sum * scale) (the loss node), *sum_f = (float)sum (the
- * statistics slot behind the gradients), and *sum_acc += sum (double).
- * labels: device int32 (rows).
+ * row, one deterministic block reduction), sum = the rows' total / per
+ * (per: positions of one example, 1 for (batch, classes) logits; a
+ * (batch, time, classes) loss is the mean over positions per example).
+ * Writes, each when not NULL: *loss = (float)(sum * scale) (the loss
+ * node), *sum_f = (float)sum (the statistics slot behind the gradients),
+ * and *sum_acc += sum (double).  labels: device int32 (rows).
  */
 void dtf_cuda_sparse_softmax_xent(struct dtf_cuda_ctx *ctx, size_t rows,
 				  int classes, const float *logits,
 				  const int32_t *labels, size_t valid,
-				  float scale, float *loss, float *sum_f,
-				  double *sum_acc);
+				  int per, float scale, float *loss,
+				  float *sum_f, double *sum_acc);
 /* dlogits as dtf_cpu_sparse_softmax_xent_grad. */
 void dtf_cuda_sparse_softmax_xent_grad(struct dtf_cuda_ctx *ctx, size_t rows,
 				       int classes, const float *logits,
 				       const int32_t *labels, size_t valid,
 				       float scale, float *dlogits);
-/* Rows < valid whose first argmax is the label: *count_f = (float)count
- * and/or *count_acc += count (either may be NULL). */
+/* Rows < valid whose first argmax is the label, count = that / per (the
+ * fraction of an example's positions): *count_f = (float)count and/or
+ * *count_acc += count (either may be NULL). */
 void dtf_cuda_count_correct(struct dtf_cuda_ctx *ctx, size_t rows,
 			    int classes, const float *logits,
-			    const int32_t *labels, size_t valid,
+			    const int32_t *labels, size_t valid, int per,
 			    float *count_f, double *count_acc);
 
 /* ---- fused optimizer updates (optimizer.h formulas, float) -------------- */

@@ -212,11 +212,13 @@ KERNEL(cu_add)
 KERNEL(cu_sparse_xent)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	int step = stats == DTF_CUDA_STATS_STEP && ex->nstats >= 1;
 	dtf_cuda_sparse_softmax_xent(
-		ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
-		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y,
+		ctx, rows, classes, D(ex, a), (const int32_t *)D(ex, b),
+		(size_t)c->valid * (size_t)per, per, c->loss_scale, y,
 		step ? ex->d_grads + ex->nparams : NULL,
 		step ? NULL : &ex->d_eval[0]);
 }
@@ -224,10 +226,12 @@ KERNEL(cu_sparse_xent)
 KERNEL(cu_sparse_xent_grad)
 {
 	KERNEL_VARS;
-	const struct dtf_shape *s = &g->nodes[a].shape;
+	size_t rows;
+	int classes, per;
+	dtf_graph_xent_dims(g, a, &rows, &classes, &per);
 	dtf_cuda_sparse_softmax_xent_grad(
-		ctx, (size_t)s->d[0], (int)s->d[1], D(ex, a),
-		(const int32_t *)D(ex, b), (size_t)c->valid, c->loss_scale, y);
+		ctx, rows, classes, D(ex, a), (const int32_t *)D(ex, b),
+		(size_t)c->valid * (size_t)per, c->loss_scale / (float)per, y);
 }
 
 /* rows and channels of the node's (..., c) output or input */
@@ -296,6 +300,40 @@ KERNEL(cu_embedding_grad) /* dy, ids -> dtable */
 	dtf_cuda_embedding_grad(ctx, (size_t)dtf_shape_numel(&g->nodes[b].shape),
 				(int)n->shape.d[0], (int)n->shape.d[1], D(ex, a),
 				(const int32_t *)D(ex, b), y);
+}
+
+/* SLICE (forward or concat's gradient) and SLICE_GRAD: (outer, inner)
+ * views as the CPU's */
+static void slice_view(const struct dtf_shape *big, int axis, int64_t begin,
+		       const struct dtf_shape *cut, size_t *outer,
+		       size_t *inner, size_t *off, size_t *len)
+{
+	size_t o = 1;
+	for (int k = 0; k < axis; k++)
+		o *= (size_t)big->d[k];
+	size_t after = (size_t)dtf_shape_numel(big) / o / (size_t)big->d[axis];
+	*outer = o;
+	*inner = (size_t)dtf_shape_numel(big) / o;
+	*off = (size_t)begin * after;
+	*len = (size_t)dtf_shape_numel(cut) / o;
+}
+
+KERNEL(cu_slice)
+{
+	KERNEL_VARS;
+	size_t outer, inner, off, len;
+	slice_view(&g->nodes[a].shape, n->a.cat.axis, n->a.cat.begin,
+		   &n->shape, &outer, &inner, &off, &len);
+	dtf_cuda_slice(ctx, outer, inner, off, len, D(ex, a), y);
+}
+
+KERNEL(cu_slice_grad)
+{
+	KERNEL_VARS;
+	size_t outer, inner, off, len;
+	slice_view(&n->shape, n->a.cat.axis, n->a.cat.begin,
+		   &g->nodes[a].shape, &outer, &inner, &off, &len);
+	dtf_cuda_slice_grad(ctx, outer, inner, off, len, D(ex, a), y);
 }
 
 /* ---- planning: the plan column of the kernel table ------------------- */
@@ -426,7 +464,8 @@ struct cuda_kernel {
 #define CUDA_LAYER_NORM_GRAD_GAMMA {plan_layer_norm_grad_gamma, cu_layer_norm_grad_gamma, NULL}
 #define CUDA_MULTIPLY NO_KERNEL_YET
 #define CUDA_CONCAT NO_KERNEL_YET
-#define CUDA_SLICE NO_KERNEL_YET
+#define CUDA_SLICE {NULL, cu_slice, NULL}
+#define CUDA_SLICE_GRAD {NULL, cu_slice_grad, NULL}
 #define CUDA_LEAKY_RELU NO_KERNEL_YET
 #define CUDA_LEAKY_RELU_GRAD NO_KERNEL_YET
 #define CUDA_ELU NO_KERNEL_YET
@@ -686,12 +725,13 @@ void dtf_cuda_exec_run(struct dtf_cuda_exec *ex, int set,
 		for (int i = g->nforward; i < g->nnodes; i++)
 			cuda_kernels[g->nodes[i].op].run(ex, i, c, set, stats);
 	if (g->logits >= 0 && g->labels >= 0) {
-		const struct dtf_shape *s = &g->nodes[g->logits].shape;
+		size_t rows;
+		int classes, per;
+		dtf_graph_xent_dims(g, g->logits, &rows, &classes, &per);
 		int step = stats == DTF_CUDA_STATS_STEP;
-		dtf_cuda_count_correct(ctx, (size_t)s->d[0], (int)s->d[1],
-				       D(ex, g->logits),
+		dtf_cuda_count_correct(ctx, rows, classes, D(ex, g->logits),
 				       (const int32_t *)D(ex, g->labels),
-				       (size_t)c->valid,
+				       (size_t)c->valid * (size_t)per, per,
 				       step && ex->nstats >= 2
 					       ? ex->d_grads + ex->nparams + 1
 					       : NULL,

@@ -154,13 +154,15 @@ void dtf_cu_max_pool_grad(cudaStream_t s, const int *geom14, const float *x,
 			  const float *dy, float *dx);
 void dtf_cu_xent(cudaStream_t s, size_t rows, int classes,
 		 const float *logits, const int32_t *labels, size_t valid,
-		 float scale, float *loss, float *sum_f, double *sum_acc);
+		 int per, float scale, float *loss, float *sum_f,
+		 double *sum_acc);
 void dtf_cu_xent_grad(cudaStream_t s, size_t rows, int classes,
 		      const float *logits, const int32_t *labels, size_t valid,
 		      float scale, float *dlogits);
 void dtf_cu_count_correct(cudaStream_t s, size_t rows, int classes,
 			  const float *logits, const int32_t *labels,
-			  size_t valid, float *count_f, double *count_acc);
+			  size_t valid, int per, float *count_f,
+			  double *count_acc);
 void dtf_cu_sgd(cudaStream_t s, size_t n, float *p, const float *g,
 		float *v, float lr, float momentum, int nesterov);
 void dtf_cu_adam(cudaStream_t s, size_t n, float *p, const float *g,

@@ -585,8 +585,8 @@ __device__ double block_sum(double v)
 }
 
 __global__ void k_xent(size_t rows, int classes, const float *logits,
-		       const int32_t *labels, size_t valid, float scale,
-		       float *loss, float *sum_f, double *sum_acc)
+		       const int32_t *labels, size_t valid, int per,
+		       float scale, float *loss, float *sum_f, double *sum_acc)
 {
 	double local = 0.0;
 	size_t n = rows < valid ? rows : valid;
@@ -601,7 +601,7 @@ __global__ void k_xent(size_t rows, int classes, const float *logits,
 		row_lse(classes, l, &m, &lse);
 		local += (m - l[y]) + lse;
 	}
-	double total = block_sum(local);
+	double total = block_sum(local) / per;
 	if (threadIdx.x == 0) {
 		if (loss)
 			*loss = (float)(total * scale);
@@ -641,7 +641,7 @@ __global__ void k_xent_grad(size_t rows, int classes, const float *logits,
 }
 
 __global__ void k_count_correct(size_t rows, int classes, const float *logits,
-				const int32_t *labels, size_t valid,
+				const int32_t *labels, size_t valid, int per,
 				float *count_f, double *count_acc)
 {
 	double local = 0.0;
@@ -654,7 +654,7 @@ __global__ void k_count_correct(size_t rows, int classes, const float *logits,
 				best = j;
 		local += classes > 0 && best == labels[r];
 	}
-	double total = block_sum(local);
+	double total = block_sum(local) / per;
 	if (threadIdx.x == 0) {
 		if (count_f)
 			*count_f = (float)total;
@@ -843,10 +843,11 @@ void dtf_cu_max_pool_grad(cudaStream_t s, const int *geom14, const float *x,
 
 void dtf_cu_xent(cudaStream_t s, size_t rows, int classes,
 		 const float *logits, const int32_t *labels, size_t valid,
-		 float scale, float *loss, float *sum_f, double *sum_acc)
+		 int per, float scale, float *loss, float *sum_f,
+		 double *sum_acc)
 {
-	k_xent<<<1, RED, 0, s>>>(rows, classes, logits, labels, valid, scale,
-				 loss, sum_f, sum_acc);
+	k_xent<<<1, RED, 0, s>>>(rows, classes, logits, labels, valid, per,
+				 scale, loss, sum_f, sum_acc);
 }
 
 void dtf_cu_xent_grad(cudaStream_t s, size_t rows, int classes,
@@ -859,10 +860,11 @@ void dtf_cu_xent_grad(cudaStream_t s, size_t rows, int classes,
 
 void dtf_cu_count_correct(cudaStream_t s, size_t rows, int classes,
 			  const float *logits, const int32_t *labels,
-			  size_t valid, float *count_f, double *count_acc)
+			  size_t valid, int per, float *count_f,
+			  double *count_acc)
 {
 	k_count_correct<<<1, RED, 0, s>>>(rows, classes, logits, labels, valid,
-					  count_f, count_acc);
+					  per, count_f, count_acc);
 }
 
 void dtf_cu_sgd(cudaStream_t s, size_t n, float *p, const float *g, float *v,
