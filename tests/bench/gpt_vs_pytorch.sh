@@ -105,9 +105,9 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 sed -e '/^  eval:/d' -e "s#\"datasets/#\"$root/datasets/#" "$job" >"$tmp/job.yaml"
 sed -e "s#\"datasets/#\"$root/datasets/#" "$job" >"$tmp/job_eval.yaml"
 
-cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+cpu="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') (family $(grep -m1 '^cpu family' /proc/cpuinfo | sed 's/.*: //'), model $(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | sed 's/.*: //'))"
 isa=$(for f in avx512f avx512_bf16 avx512_fp16 amx_tile avx2 fma asimd sve; do
-	grep -qw "$f" /proc/cpuinfo && printf '%s ' "$f"; done)
+	if grep -qw "$f" /proc/cpuinfo; then printf '%s ' "$f"; fi; done)
 echo "== machine: $(nproc) cores; $cpu; ISA: ${isa% }"
 echo "== mpirun options: ${MPIRUN_OPTS:-(Open MPI defaults)}"
 echo "== dtf-train $("$build/dtf-train" --version | sed 's/dtf-train //'), PyTorch $("$py" -c 'import torch; print(torch.__version__)'), $job ($CONFIG, block $block, global batch $BATCH)"
