@@ -430,7 +430,8 @@ START_TEST(matmul_matches_reference)
 {
 	ON_ISA();
 	/* the last five take the register-tile product (gemm_tile.h) on
-	 * AVX-512, in every transposition it serves: widths of
+	 * AVX-512 in every transposition it serves (on AVX2 in the two
+	 * with one operand transposed): widths of
 	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
 	 * (the last) slices of b copied to consecutive rows, K in three
 	 * slices */

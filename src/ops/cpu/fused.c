@@ -61,8 +61,9 @@ static void mm_task(void *arg, int tid, int nt)
 	}
 }
 
-/* The register-tile product (gemm_tile.h), on AVX-512, takes a dense layer's
- * three products when the batch is at most SMALL_BATCH rows:
+/* The register-tile product (gemm_tile.h), on AVX-512 and AVX2, takes a
+ * dense layer's three products (on AVX2 the last two; own_kind) when the
+ * batch is at most SMALL_BATCH rows:
  *  - the forward x w: x broadcast from the L2 cache against slices of w
  *    (bench_kernels, 1 thread, batch 64, 3136 x 1024: 138 against
  *    OpenBLAS's 115 GFLOP/s);
@@ -82,19 +83,21 @@ enum { OWN_NONE, OWN_NN, OWN_NT, OWN_TN };
 
 static int own_kind(int m, int n, int k, int ta, int tb)
 {
-	/* AVX-512 only: on AVX2 the 6 x 16 tile ran at about half the speed
-	 * of OpenBLAS's Haswell sgemm on these shapes (3136 x 1024 at batch
-	 * 64, 1 thread, best of 30: forward 4.5 against 2.2 ms, input
-	 * gradient 4.0 against 2.2, kernel gradient 3.7 against 2.3), so a
-	 * dense layer keeps OpenBLAS there; Winograd's small per-point
-	 * products still take the tile on AVX2 (winograd.c). */
-	if (k <= 0 || dtf_cpu_isa() != DTF_ISA_AVX512)
+	const enum dtf_cpu_isa isa = dtf_cpu_isa();
+	if (k <= 0 || isa < DTF_ISA_AVX2)
 		return OWN_NONE;
 	if (!ta && tb && m % 16 == 0 && m <= SMALL_BATCH)
 		return OWN_NT;
 	if (ta && !tb && n % 16 == 0 && k <= SMALL_BATCH)
 		return OWN_TN;
-	if (!ta && !tb && n % 16 == 0 && m <= SMALL_BATCH)
+	/* The forward on AVX2 stays with OpenBLAS: its Haswell sgemm is
+	 * ahead of the 6 x 16 tile there, the other two products behind it
+	 * (tests/bench/kernels.c's shapes, 3136 x 1024 at batch 64, 1
+	 * thread, best of 15 in process CPU time, OPENBLAS_CORETYPE=Haswell:
+	 * forward 6.2 against 7.0 ms; kernel gradient 6.4 against 5.8 and
+	 * input gradient 7.1 against 5.5 for the tile). */
+	if (!ta && !tb && n % 16 == 0 && m <= SMALL_BATCH &&
+	    isa == DTF_ISA_AVX512)
 		return OWN_NN;
 	return OWN_NONE;
 }
