@@ -714,8 +714,9 @@ END_TEST
 START_TEST(dropout_is_bit_identical)
 {
 	ON_ISA();
-	/* 1007 columns: full 64-element vector steps, then a tail with a
-	 * partial Philox block; big enough to be split over threads */
+	/* 1007 columns: full vector steps (64 elements on AVX-512, 32 on
+	 * AVX2), then a tail with a partial Philox block; big enough to be
+	 * split over threads */
 	const size_t rows = 300, cols = 1007, n = rows * cols;
 	const float rates[] = {0.4f, 0.0f, 1.0f};
 	uint64_t *ids = malloc(rows * sizeof *ids);

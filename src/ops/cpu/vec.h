@@ -13,7 +13,7 @@
  * lane), and lane masks (a mask register on AVX-512, all-ones or all-zero
  * lanes of a vector on AVX2):
  *     VM            the mask type
- *     VCMPGT(a, b)  a > b, ordered (false where either is NaN)
+ *     VCMPGT(a, b)  a > b, ordered (false where either is NaN); VCMPGE
  *     VSELM(m, a, b)  b where m, else a;   VMASKZ(m, a)  a where m, else +0
  *     VMANDN(a, b) = ~a & b, VMOR(a, b), VMNOT(a), VMALL() (every lane)  A kernel source is a header of static functions over these,
  * included once per width from its .c file (the pattern of gemm_tile.c);
@@ -44,6 +44,7 @@
 #undef VFMA
 #undef VM
 #undef VCMPGT
+#undef VCMPGE
 #undef VSELM
 #undef VMASKZ
 #undef VMANDN
@@ -68,6 +69,7 @@
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VM __mmask16
 #define VCMPGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+#define VCMPGE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
 #define VSELM(m, a, b) _mm512_mask_mov_ps(a, m, b)
 #define VMASKZ(m, a) _mm512_maskz_mov_ps(m, a)
 #define VMANDN(a, b) ((__mmask16)(~(a) & (b)))
@@ -91,6 +93,7 @@
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VM __m256
 #define VCMPGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define VCMPGE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
 #define VSELM(m, a, b) _mm256_blendv_ps(a, b, m)
 #define VMASKZ(m, a) _mm256_and_ps(m, a)
 #define VMANDN(a, b) _mm256_andnot_ps(a, b)
