@@ -8,12 +8,14 @@
  *     VT            the target attribute every function using VF carries
  *     VN(name)      name##_512 or name##_256, for the functions of one width
  *     VLOAD(p), VLOADA(p), VSTORE(p, v), VSTOREA(p, v)   (A: aligned)
- *     VZERO(), VSET1(s), VADD, VSUB, VMUL, VMAX, VFMA(a, b, c) = a * b + c
+ *     VZERO(), VSET1(s), VADD, VSUB, VMUL, VDIV, VSQRT(a), VMAX,
+ *     VFMA(a, b, c) = a * b + c
  * (each one instruction, so both widths do the same float operations per
  * lane), and lane masks (a mask register on AVX-512, all-ones or all-zero
  * lanes of a vector on AVX2):
  *     VM            the mask type
- *     VCMPGT(a, b)  a > b, ordered (false where either is NaN); VCMPGE
+ *     VCMPGT(a, b)  a > b, ordered (false where either is NaN); VCMPGE(a, b)
+ *                   a >= b, likewise
  *     VSELM(m, a, b)  b where m, else a;   VMASKZ(m, a)  a where m, else +0
  *     VMANDN(a, b) = ~a & b, VMOR(a, b), VMNOT(a), VMALL() (every lane)  A kernel source is a header of static functions over these,
  * included once per width from its .c file (the pattern of gemm_tile.c);
@@ -40,6 +42,8 @@
 #undef VADD
 #undef VSUB
 #undef VMUL
+#undef VDIV
+#undef VSQRT
 #undef VMAX
 #undef VFMA
 #undef VM
@@ -65,6 +69,8 @@
 #define VADD(a, b) _mm512_add_ps(a, b)
 #define VSUB(a, b) _mm512_sub_ps(a, b)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VDIV(a, b) _mm512_div_ps(a, b)
+#define VSQRT(a) _mm512_sqrt_ps(a)
 #define VMAX(a, b) _mm512_max_ps(a, b)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VM __mmask16
@@ -89,6 +95,8 @@
 #define VADD(a, b) _mm256_add_ps(a, b)
 #define VSUB(a, b) _mm256_sub_ps(a, b)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VDIV(a, b) _mm256_div_ps(a, b)
+#define VSQRT(a) _mm256_sqrt_ps(a)
 #define VMAX(a, b) _mm256_max_ps(a, b)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VM __m256
