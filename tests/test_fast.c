@@ -429,7 +429,8 @@ START_TEST(matmul_matches_reference)
 {
 	ON_ISA();
 	/* the last five take the register-tile product (gemm_tile.h) on
-	 * AVX-512, in every transposition it serves: widths of
+	 * AVX-512 in every transposition it serves (on AVX2 in the two
+	 * with one operand transposed): widths of
 	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
 	 * (the last) slices of b copied to consecutive rows, K in three
 	 * slices */
@@ -745,8 +746,9 @@ END_TEST
 START_TEST(dropout_is_bit_identical)
 {
 	ON_ISA();
-	/* 1007 columns: full 64-element vector steps, then a tail with a
-	 * partial Philox block; big enough to be split over threads */
+	/* 1007 columns: full vector steps (64 elements on AVX-512, 32 on
+	 * AVX2), then a tail with a partial Philox block; big enough to be
+	 * split over threads */
 	const size_t rows = 300, cols = 1007, n = rows * cols;
 	const float rates[] = {0.4f, 0.0f, 1.0f};
 	uint64_t *ids = malloc(rows * sizeof *ids);

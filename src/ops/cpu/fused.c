@@ -2,8 +2,8 @@
  * fused.c - threaded dense layers and fused elementwise passes: bias +
  * relu, relu gradient + bias gradient, max pooling and the fused backward
  * of relu -> max pool (MaxPoolGrad, ReluGrad and BiasAddGrad in one pass),
- * and dropout (Philox blocks 16 at a time in AVX-512 lanes where the CPU
- * has them, the reference's scalar loop otherwise).
+ * and dropout (Philox blocks 16 or 8 at a time in AVX-512 or AVX2 lanes
+ * where the CPU has them, the reference's scalar loop otherwise).
  *
  * Design: rows (or images) are split across the pool's threads; each pass
  * reads and writes every element once.  Column sums for bias gradients use
@@ -61,8 +61,9 @@ static void mm_task(void *arg, int tid, int nt)
 	}
 }
 
-/* The register-tile product (gemm_tile.h), on AVX-512, takes a dense layer's
- * three products when the batch is at most SMALL_BATCH rows:
+/* The register-tile product (gemm_tile.h), on AVX-512 and AVX2, takes a
+ * dense layer's three products (on AVX2 the last two; own_kind) when the
+ * batch is at most SMALL_BATCH rows:
  *  - the forward x w: x broadcast from the L2 cache against slices of w
  *    (bench_kernels, 1 thread, batch 64, 3136 x 1024: 138 against
  *    OpenBLAS's 115 GFLOP/s);
@@ -82,19 +83,21 @@ enum { OWN_NONE, OWN_NN, OWN_NT, OWN_TN };
 
 static int own_kind(int m, int n, int k, int ta, int tb)
 {
-	/* AVX-512 only: on AVX2 the 6 x 16 tile ran at about half the speed
-	 * of OpenBLAS's Haswell sgemm on these shapes (3136 x 1024 at batch
-	 * 64, 1 thread, best of 30: forward 4.5 against 2.2 ms, input
-	 * gradient 4.0 against 2.2, kernel gradient 3.7 against 2.3), so a
-	 * dense layer keeps OpenBLAS there; Winograd's small per-point
-	 * products still take the tile on AVX2 (winograd.c). */
-	if (k <= 0 || dtf_cpu_isa() != DTF_ISA_AVX512)
+	const enum dtf_cpu_isa isa = dtf_cpu_isa();
+	if (k <= 0 || isa < DTF_ISA_AVX2)
 		return OWN_NONE;
 	if (!ta && tb && m % 16 == 0 && m <= SMALL_BATCH)
 		return OWN_NT;
 	if (ta && !tb && n % 16 == 0 && k <= SMALL_BATCH)
 		return OWN_TN;
-	if (!ta && !tb && n % 16 == 0 && m <= SMALL_BATCH)
+	/* The forward on AVX2 stays with OpenBLAS: its Haswell sgemm is
+	 * ahead of the 6 x 16 tile there, the other two products behind it
+	 * (tests/bench/kernels.c's shapes, 3136 x 1024 at batch 64, 1
+	 * thread, best of 15 in process CPU time, OPENBLAS_CORETYPE=Haswell:
+	 * forward 6.2 against 7.0 ms; kernel gradient 6.4 against 5.8 and
+	 * input gradient 7.1 against 5.5 for the tile). */
+	if (!ta && !tb && n % 16 == 0 && m <= SMALL_BATCH &&
+	    isa == DTF_ISA_AVX512)
 		return OWN_NN;
 	return OWN_NONE;
 }
@@ -730,72 +733,20 @@ void dtf_fast_max_pool2d_grad(struct dtf_pool *p,
 /* ---- dropout -------------------------------------------------------------------- */
 
 #if defined(DTF_T512)
-/* High 32 bits of the 32x32-bit products, per lane. */
-DTF_T512 static inline __m512i mulhi32(__m512i a, __m512i b)
-{
-	__m512i even = _mm512_srli_epi64(_mm512_mul_epu32(a, b), 32);
-	__m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32),
-				       _mm512_srli_epi64(b, 32));
-	return _mm512_mask_blend_epi32(0xAAAA, even, odd);
-}
-
-/*
- * One row, 16 Philox blocks (64 elements) per iteration, one block per
- * lane: the ten rounds on four vectors of words, then a 4 x 16 transpose
- * so element 4 l + t (word t of block l) lines up with x.  The integer
- * rounds and the u01 conversion (24-bit integer to float, times 2^-24) are
- * exact, and kept elements get the same single product x * scale, so the
- * bits are the reference's.
- */
-DTF_T512 static void dropout_row_512(size_t cols, uint64_t id, float rate,
-				     float scale, struct dtf_philox_key key,
-				     uint32_t salt, const float *x, float *y)
-{
-	const __m512i m0 = _mm512_set1_epi32((int)DTF_PHILOX_M0);
-	const __m512i m1 = _mm512_set1_epi32((int)DTF_PHILOX_M1);
-	const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
-					       10, 11, 12, 13, 14, 15);
-	const __m512 vr = _mm512_set1_ps(rate), vs = _mm512_set1_ps(scale);
-	const __m512 u24 = _mm512_set1_ps(1.0f / 16777216.0f);
-	size_t j0 = 0;
-	for (; j0 + 64 <= cols; j0 += 64) {
-		__m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)(j0 / 4)), lane);
-		__m512i c1 = _mm512_set1_epi32((int)(uint32_t)id);
-		__m512i c2 = _mm512_set1_epi32((int)(uint32_t)(id >> 32));
-		__m512i c3 = _mm512_set1_epi32((int)salt);
-		uint32_t k0 = key.k[0], k1 = key.k[1];
-		for (int round = 0; round < 10; round++) {
-			__m512i hi0 = mulhi32(c0, m0), lo0 = _mm512_mullo_epi32(c0, m0);
-			__m512i hi1 = mulhi32(c2, m1), lo1 = _mm512_mullo_epi32(c2, m1);
-			__m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1),
-						      _mm512_set1_epi32((int)k0));
-			__m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3),
-						      _mm512_set1_epi32((int)k1));
-			c1 = lo1;
-			c3 = lo0;
-			c0 = n0;
-			c2 = n2;
-			k0 += DTF_PHILOX_W0;
-			k1 += DTF_PHILOX_W1;
-		}
-		/* transpose: o[q] holds blocks 4q .. 4q+3, words in order */
-		__m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-		__m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-		__m512i u0 = _mm512_unpacklo_epi64(t0, t2), u1 = _mm512_unpackhi_epi64(t0, t2);
-		__m512i u2 = _mm512_unpacklo_epi64(t1, t3), u3 = _mm512_unpackhi_epi64(t1, t3);
-		__m512i a = _mm512_shuffle_i32x4(u0, u1, 0x44), b = _mm512_shuffle_i32x4(u2, u3, 0x44);
-		__m512i c = _mm512_shuffle_i32x4(u0, u1, 0xEE), d = _mm512_shuffle_i32x4(u2, u3, 0xEE);
-		__m512i o[4] = {_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xDD),
-				_mm512_shuffle_i32x4(c, d, 0x88), _mm512_shuffle_i32x4(c, d, 0xDD)};
-		for (int q = 0; q < 4; q++) {
-			__m512 u = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(o[q], 8)), u24);
-			__mmask16 keep = _mm512_cmp_ps_mask(u, vr, _CMP_GE_OQ);
-			__m512 v = _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(x + j0 + 16 * q), vs);
-			_mm512_storeu_ps(y + j0 + 16 * q, v);
-		}
-	}
-	dtf_cpu_dropout_span(j0, cols, id, rate, scale, key, salt, x, y);
-}
+/* The row in 16 (AVX-512) or 8 (AVX2) Philox blocks per iteration, one
+ * source for both widths (dropout_isa.h); the reference's bits. */
+#undef DTF_VW
+#define DTF_VW 16
+#include "ops/cpu/vec.h"
+#include "ops/cpu/dropout_isa.h"
+#undef DTF_VW
+#define DTF_VW 8
+#include "ops/cpu/vec.h"
+#include "ops/cpu/dropout_isa.h"
+#undef VLOAD
+#undef VSTORE
+#define VLOAD(v, p) memcpy(&(v), (p), sizeof(v16f))
+#define VSTORE(p, v) memcpy((p), &(v), sizeof(v16f))
 #endif
 
 struct drop_job {
@@ -820,6 +771,11 @@ static void dropout_task(void *arg, int tid, int nt)
 #if defined(DTF_T512)
 		if (dtf_cpu_isa() == DTF_ISA_AVX512) {
 			dropout_row_512(j->cols, j->ids[r], j->rate, scale,
+					j->key, j->salt, x, y);
+			continue;
+		}
+		if (dtf_cpu_isa() == DTF_ISA_AVX2) {
+			dropout_row_256(j->cols, j->ids[r], j->rate, scale,
 					j->key, j->salt, x, y);
 			continue;
 		}

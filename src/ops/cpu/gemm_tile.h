@@ -11,10 +11,12 @@
  * read it).  On AVX-512 (16-float vectors, 32 registers) tiles are 6 rows
  * x 64 columns (24 accumulators) when the width is a multiple of 64,
  * otherwise 12 rows x 32 or 12 x 16; on AVX2 + FMA (8-float vectors, 16
- * registers) 6 rows x 16 columns (12 accumulators); on AArch64 NEON
+ * registers) 6 rows x 16 columns (12 accumulators), each row tile passing
+ * over the AVX-512 tile's width in 16-column steps; on AArch64 NEON
  * (4-float vectors) 6 rows x 8 columns.  All run each output's sum over
  * the same slices of k in the same order, one FMA per product, so they
- * give the same bits.  One source, gemm_tile_isa.h,
+ * give the same bits.  The next slice of a copied b is prefetched into L2
+ * while one is computed.  One source, gemm_tile_isa.h,
  * compiled for each width (vec.h).
  */
 #ifndef DTF_OPS_CPU_GEMM_TILE_H

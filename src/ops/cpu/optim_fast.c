@@ -17,10 +17,6 @@
 #include "core/finite.h"
 #include "ops/cpu/simd.h"
 
-#if defined(DTF_T512)
-#include <immintrin.h>
-#endif
-
 /* The reference loop: the scalar tail and the baseline build. */
 static void adam_scalar(size_t n, float *restrict p, const float *restrict g,
 			float *restrict m, float *restrict v, float step,
@@ -34,44 +30,14 @@ static void adam_scalar(size_t n, float *restrict p, const float *restrict g,
 }
 
 #if defined(DTF_T512)
-/* GCC vectorizes sqrtf only under -fno-math-errno, which a target
- * attribute cannot set; so the vector loops are written with intrinsics,
- * one operation per operation of the reference (no FMA). */
-#define ADAM_VEC(W, T, set1, load, store, add, mul, div, sqrt_, sub)    \
-	{                                                               \
-		const T vb1 = set1(b1), vb1c = set1(1.0f - b1);         \
-		const T vb2 = set1(b2), vb2c = set1(1.0f - b2);         \
-		const T vs = set1(step), ve = set1(eps);                \
-		size_t i = 0;                                           \
-		for (; i + W <= n; i += W) {                            \
-			T gi = load(g + i);                             \
-			T mi = add(mul(vb1, load(m + i)), mul(vb1c, gi)); \
-			T vi = add(mul(vb2, load(v + i)),               \
-				   mul(mul(vb2c, gi), gi));             \
-			store(m + i, mi);                               \
-			store(v + i, vi);                               \
-			T u = div(mul(vs, mi), add(sqrt_(vi), ve));     \
-			store(p + i, sub(load(p + i), u));              \
-		}                                                       \
-		adam_scalar(n - i, p + i, g + i, m + i, v + i, step, b1, b2, \
-			    eps);                                       \
-	}
-
-DTF_T512 static void adam_512(size_t n, float *restrict p,
-			      const float *restrict g, float *restrict m,
-			      float *restrict v, float step, float b1,
-			      float b2, float eps)
-ADAM_VEC(16, __m512, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps,
-	 _mm512_add_ps, _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps,
-	 _mm512_sub_ps)
-
-DTF_T256 static void adam_256(size_t n, float *restrict p,
-			      const float *restrict g, float *restrict m,
-			      float *restrict v, float step, float b1,
-			      float b2, float eps)
-ADAM_VEC(8, __m256, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps,
-	 _mm256_add_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps,
-	 _mm256_sub_ps)
+#define DTF_VW 16
+#include "ops/cpu/vec.h"
+#include "ops/cpu/adam_isa.h"
+#undef DTF_VW
+#define DTF_VW 8
+#include "ops/cpu/vec.h"
+#include "ops/cpu/adam_isa.h"
+#undef DTF_VW
 #endif
 
 static void adam_vec(size_t n, float *restrict p, const float *restrict g,

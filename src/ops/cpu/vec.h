@@ -10,14 +10,16 @@
  *     VN(name)      name##_512, name##_256 or name##_128, for the
  *                   functions of one width
  *     VLOAD(p), VLOADA(p), VSTORE(p, v), VSTOREA(p, v)   (A: aligned)
- *     VZERO(), VSET1(s), VADD, VSUB, VMUL, VMAX, VFMA(a, b, c) = a * b + c
+ *     VZERO(), VSET1(s), VADD, VSUB, VMUL, VDIV, VSQRT(a), VMAX,
+ *     VFMA(a, b, c) = a * b + c
  * (each one instruction on x86, so both x86 widths do the same float
  * operations per lane; VFMA is fused on every width, and VMAX(a, b) is
  * x86's maxps on every width: a > b ? a : b, so b where either is NaN or
  * both are zeros), and lane masks (a mask register on AVX-512, all-ones or
  * all-zero lanes of a vector on AVX2 and NEON):
  *     VM            the mask type
- *     VCMPGT(a, b)  a > b, ordered (false where either is NaN)
+ *     VCMPGT(a, b)  a > b, ordered (false where either is NaN); VCMPGE(a, b)
+ *                   a >= b, likewise
  *     VSELM(m, a, b)  b where m, else a;   VMASKZ(m, a)  a where m, else +0
  *     VMANDN(a, b) = ~a & b, VMOR(a, b), VMNOT(a), VMALL() (every lane)
  * A kernel source is a header of static functions over these, included
@@ -50,10 +52,13 @@
 #undef VADD
 #undef VSUB
 #undef VMUL
+#undef VDIV
+#undef VSQRT
 #undef VMAX
 #undef VFMA
 #undef VM
 #undef VCMPGT
+#undef VCMPGE
 #undef VSELM
 #undef VMASKZ
 #undef VMANDN
@@ -74,10 +79,13 @@
 #define VADD(a, b) _mm512_add_ps(a, b)
 #define VSUB(a, b) _mm512_sub_ps(a, b)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VDIV(a, b) _mm512_div_ps(a, b)
+#define VSQRT(a) _mm512_sqrt_ps(a)
 #define VMAX(a, b) _mm512_max_ps(a, b)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VM __mmask16
 #define VCMPGT(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
+#define VCMPGE(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)
 #define VSELM(m, a, b) _mm512_mask_mov_ps(a, m, b)
 #define VMASKZ(m, a) _mm512_maskz_mov_ps(m, a)
 #define VMANDN(a, b) ((__mmask16)(~(a) & (b)))
@@ -97,10 +105,13 @@
 #define VADD(a, b) _mm256_add_ps(a, b)
 #define VSUB(a, b) _mm256_sub_ps(a, b)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VDIV(a, b) _mm256_div_ps(a, b)
+#define VSQRT(a) _mm256_sqrt_ps(a)
 #define VMAX(a, b) _mm256_max_ps(a, b)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VM __m256
 #define VCMPGT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#define VCMPGE(a, b) _mm256_cmp_ps(a, b, _CMP_GE_OQ)
 #define VSELM(m, a, b) _mm256_blendv_ps(a, b, m)
 #define VMASKZ(m, a) _mm256_and_ps(m, a)
 #define VMANDN(a, b) _mm256_andnot_ps(a, b)
@@ -120,11 +131,14 @@
 #define VADD(a, b) vaddq_f32(a, b)
 #define VSUB(a, b) vsubq_f32(a, b)
 #define VMUL(a, b) vmulq_f32(a, b)
+#define VDIV(a, b) vdivq_f32(a, b)
+#define VSQRT(a) vsqrtq_f32(a)
 /* maxps, not vmaxq_f32 (which gives NaN for a NaN and +0 for -0, +0) */
 #define VMAX(a, b) dtf_vmax_128(a, b)
 #define VFMA(a, b, c) vfmaq_f32(c, a, b)
 #define VM uint32x4_t
 #define VCMPGT(a, b) vcgtq_f32(a, b)
+#define VCMPGE(a, b) vcgeq_f32(a, b)
 #define VSELM(m, a, b) vbslq_f32(m, b, a)
 #define VMASKZ(m, a) vreinterpretq_f32_u32(vandq_u32(m, vreinterpretq_u32_f32(a)))
 #define VMANDN(a, b) vbicq_u32(b, a)
