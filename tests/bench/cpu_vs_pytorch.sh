@@ -199,7 +199,10 @@ for kv in $peer_env; do peer_xs="$peer_xs -x $kv"; done
 
 # ---- the header ---------------------------------------------------------------
 
-# The job without evaluation, data paths absolute.
+# The job without evaluation, data paths absolute, its logs in tmp without
+# a trace (another dtf-train may be writing runs/fashion_mnist_cnn, which
+# it locks); the job of the time to accuracy keeps its evaluation.
+logs="--set logging.dir=$tmp/runs --set logging.trace="
 sed -e '/^  eval:/d' -e "s#\"datasets/#\"$root/datasets/#" \
 	graphs/fashion_mnist_cnn.yaml >"$tmp/job.yaml"
 
@@ -224,7 +227,8 @@ if [ -n "$isa" ]; then echo "== DTF_CPU_ISA=$isa; peers: ${peer_env:-not capped 
 else echo "== DTF_CPU_ISA unset (the widest set of the CPU); peers not capped"; fi
 
 # dtf-train's kernels, from its start line (a 1-step run)
-"$build/dtf-train" --set train.max_steps=1 --set logging.every_steps=1 "$tmp/job.yaml" >"$tmp/k.log" 2>&1 ||
+# shellcheck disable=SC2086
+"$build/dtf-train" --set train.max_steps=1 --set logging.every_steps=1 $logs "$tmp/job.yaml" >"$tmp/k.log" 2>&1 ||
 	{ cat "$tmp/k.log"; die "dtf-train failed"; }
 kern=$(sed -n 's/.*thread(s) per rank (\(.*\))$/\1/p' "$tmp/k.log" | head -1)
 case $kern in
@@ -234,11 +238,6 @@ case $kern in
 esac
 echo "== dtf-train kernels: $kern; $wino"
 
-"$build/tests/bench/bench_kernels" sgemm -t 1 -s 2048 -r 5 | tee "$tmp/sgemm1"
-"$build/tests/bench/bench_kernels" sgemm -t 2 -s 2048 -r 5 | tee "$tmp/sgemm2"
-g1=$(sed -n 's/.*: \([0-9.]*\) GFLOP.*/\1/p' "$tmp/sgemm1")
-g2=$(sed -n 's/.*: \([0-9.]*\) GFLOP.*/\1/p' "$tmp/sgemm2")
-echo "model: $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e6 }') MFLOP per example per training step"
 
 # ---- helpers --------------------------------------------------------------------
 
@@ -285,7 +284,7 @@ launch() {
 # (TensorFlow's workers listen on port and port + 1)
 tool_cmd() {
 	case $1 in
-	dtf) echo "$build/dtf-train --threads $2 --set train.batch_size=$3 --set train.max_steps=$STEPS --set train.epochs=100 --set logging.every_steps=$WARMUP $tmp/job.yaml" ;;
+	dtf) echo "$build/dtf-train --threads $2 $logs --set train.batch_size=$3 --set train.max_steps=$STEPS --set train.epochs=100 --set logging.every_steps=$WARMUP $tmp/job.yaml" ;;
 	torch) echo "$torch_py $here/pytorch_cnn.py --threads $2 --batch $3 --steps $STEPS --warmup $WARMUP" ;;
 	deb) echo "$deb_py $here/pytorch_cnn.py --threads $2 --batch $3 --steps $STEPS --warmup $WARMUP" ;;
 	tf) echo "$tf_py $here/tf_cnn.py --threads $2 --batch $3 --steps $STEPS --warmup $WARMUP --port $port" ;;
@@ -342,6 +341,11 @@ run() {
 }
 
 if [ "$THROUGHPUT" != 0 ]; then
+	"$build/tests/bench/bench_kernels" sgemm -t 1 -s 2048 -r 5 | tee "$tmp/sgemm1"
+	"$build/tests/bench/bench_kernels" sgemm -t 2 -s 2048 -r 5 | tee "$tmp/sgemm2"
+	g1=$(sed -n 's/.*: \([0-9.]*\) GFLOP.*/\1/p' "$tmp/sgemm1")
+	g2=$(sed -n 's/.*: \([0-9.]*\) GFLOP.*/\1/p' "$tmp/sgemm2")
+	echo "model: $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e6 }') MFLOP per example per training step"
 	for cfg in $CONFIGS; do
 		ranks=${cfg%%x*} rest=${cfg#*x}
 		threads=${rest%%-b*} batch=${cfg##*-b}
@@ -365,7 +369,7 @@ echo "== time to $TARGET test accuracy, mpirun -np 2 x 1 thread, global batch 64
 for t in $tta_tools; do
 	port=$((port + 2))
 	case $t in
-	dtf) cmd="$build/dtf-train --threads 1 --set train.epochs=$MAX_EPOCHS --set logging.every_steps=469 --set train.eval_every_steps=469 --set train.stop_at_accuracy=$TARGET graphs/fashion_mnist_cnn.yaml" ;;
+	dtf) cmd="$build/dtf-train --threads 1 $logs --set train.epochs=$MAX_EPOCHS --set logging.every_steps=469 --set train.eval_every_steps=469 --set train.stop_at_accuracy=$TARGET graphs/fashion_mnist_cnn.yaml" ;;
 	torch) cmd="$torch_py $here/pytorch_cnn.py --threads 1 --batch 64 --epochs $MAX_EPOCHS --eval-every 469 --stop-at $TARGET" ;;
 	deb) cmd="$deb_py $here/pytorch_cnn.py --threads 1 --batch 64 --epochs $MAX_EPOCHS --eval-every 469 --stop-at $TARGET" ;;
 	tf) cmd="$tf_py $here/tf_cnn.py --threads 1 --batch 64 --epochs $MAX_EPOCHS --eval-every 469 --stop-at $TARGET --port $port" ;;
