@@ -222,7 +222,8 @@ vers="dtf-train $("$build/dtf-train" --version | sed 's/dtf-train //')"
 [ -z "$torch_py" ] || vers="$vers, PyTorch $("$torch_py" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 [ -z "$tf_py" ] || vers="$vers, TensorFlow $(TF_CPP_MIN_LOG_LEVEL=3 "$tf_py" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null | tail -1)"
 [ -z "$deb_py" ] || vers="$vers, PyTorch-deb $("$deb_py" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-echo "== $vers; $STEPS steps, first $WARMUP not timed"
+if [ "$THROUGHPUT" != 0 ]; then vers="$vers; $STEPS steps, first $WARMUP not timed"; fi
+echo "== $vers"
 if [ -n "$isa" ]; then echo "== DTF_CPU_ISA=$isa; peers: ${peer_env:-not capped (PEER_ISA=$PEER_ISA)}"
 else echo "== DTF_CPU_ISA unset (the widest set of the CPU); peers not capped"; fi
 
@@ -335,7 +336,8 @@ run() {
 			"$name" "$t" "$ds" "$s" "$(awk -v a="$ds" -v b="$s" 'BEGIN { printf "%.2f", a / b }')" \
 			"$dc" "$c" "$(awk -v a="$dc" -v b="$c" 'BEGIN { printf "%.2f", a / b }')" "$dm" "$m"
 	done
-	echo "  (ratio = dtf-train / tool, medians: samples/s above 1 and CPU s/sample below 1 favour dtf-train)"
+	echo "  (ratio = dtf-train / tool, medians: samples/s above 1 and CPU s/sample below 1 favour dtf-train;"
+	echo "   CPU s/sample: all processes, the whole run with its start-up, over STEPS x batch samples)"
 	awk -v d="$ds" -v f="$flop" -v c="$ceil" 'BEGIN {
 		printf "  dtf-train: %.1f GFLOP/s achieved (median; effective: direct-convolution FLOPs) = %.0f%% of the %.1f GFLOP/s sgemm ceiling\n", d * f / 1e9, 100 * d * f / 1e9 / c, c }'
 }
