@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""maxrss.py CMD [ARG]... - run CMD, then print its peak resident memory.
+"""maxrss.py CMD [ARG]... - run CMD, then print its peak memory and CPU time.
 
 Prints "MAXRSS host=H pid=P peak_mb=M user_s=U sys_s=S" to standard error
-after CMD exits (ru_maxrss of the child, which the kernel keeps as the peak
-of the process and of any children it waited for; ru_utime and ru_stime,
-the CPU seconds of all its threads and waited-for children), and exits with
-CMD's status.  Under
+after CMD exits (getrusage(RUSAGE_CHILDREN): ru_maxrss, which the kernel
+keeps as the peak of the process and of any children it waited for, and
+ru_utime / ru_stime, the user and system CPU seconds of all its threads and
+waited-for children), and exits with CMD's status.  Under
 mpirun each rank gets its own wrapper: mpirun -np 2 maxrss.py dtf-train ...
 """
 import os

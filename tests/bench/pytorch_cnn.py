@@ -2,7 +2,8 @@
 """pytorch_cnn.py - the PyTorch peer of dtf-train for tests/bench/cpu_vs_pytorch.sh.
 
 Trains the Fashion-MNIST CNN of graphs/fashion_mnist_cnn.yaml with PyTorch
-(Debian's python3-torch): conv 5x5x32 same + relu, max pool 2, conv 5x5x64
+(Debian's python3-torch, or a current torch from PyPI in a virtual
+environment): conv 5x5x32 same + relu, max pool 2, conv 5x5x64
 same + relu, max pool 2, dense 1024 + relu, dropout 0.4, dense 10; Adam
 (lr 1e-3, eps 1e-7 as Keras/dtf-train), sparse softmax cross-entropy.
 Weights Glorot-uniform, biases zero, as Keras.  Input NHWC (channels_last
