@@ -169,8 +169,8 @@ VT static void VN(dtf_mm_tile)(int rows, int K, int O, const float *a,
 			if (nx)
 				for (int k = nkn * ti / nt; k < nkn * (ti + 1) / nt; k++)
 					for (int l = 0; l < SW; l += 16)
-						_mm_prefetch((const char *)(nx + (size_t)k * ldb + l),
-							     _MM_HINT_T1);
+						/* into L2 (x86's _MM_HINT_T1) */
+						__builtin_prefetch(nx + (size_t)k * ldb + l, 0, 2);
 			for (int s = 0; s < nsub; s++) {
 				const int os = o0 + s * TW;
 				float *cp = ct ? c + (size_t)os * ldc + r0
