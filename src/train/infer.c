@@ -188,7 +188,7 @@ int dtf_infer_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		 m.r.use_fast ? "fast kernels" : "reference kernels");
 	double t0 = now_seconds();
 	if ((rc = dtf_train_evaluate(job, comm, &m.r, p, m.pos.step, &tot,
-				     &tr)) < 0)
+				     &tr, NULL)) < 0)
 		goto out;
 	if (tot.count == 0) {
 		rc = dtf_error(DTF_ERR_DATA, "%s: no records to evaluate on",

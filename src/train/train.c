@@ -315,7 +315,7 @@ static int agree_vote(struct dtf_comm *comm, int rc, int vote, int *agreed,
 int dtf_train_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		       struct replica *r, struct dtf_pipeline *eval,
 		       int64_t step, struct eval_totals *tot,
-		       struct dtf_train_result *result)
+		       struct dtf_train_result *result, struct dtf_fault *fault)
 {
 	struct dtf_backend *be = r->be;
 	struct dtf_exec_ctx ctx = {.training = 0,
@@ -336,6 +336,7 @@ int dtf_train_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		ctx.valid = count;
 		be->i->forward(be->ctx, &ctx);
 		local[2] += count;
+		dtf_fault_progress(fault, "evaluation", step);
 	}
 	int crc = be->i->eval_totals(be->ctx, sums);
 	if (rc == 0)
@@ -905,7 +906,8 @@ static int evaluate_loaded(void *arg, int64_t step,
 {
 	struct eval_task *t = arg;
 	struct eval_totals tot;
-	int rc = dtf_train_evaluate(t->job, NULL, t->r, t->eval, step, &tot, t->result);
+	int rc = dtf_train_evaluate(t->job, NULL, t->r, t->eval, step, &tot, t->result,
+				    NULL);
 	out->loss_sum = tot.loss_sum;
 	out->correct = tot.correct;
 	out->count = tot.count;
@@ -1431,7 +1433,7 @@ static int maybe_evaluate(struct run *R, int epoch, int epoch_end, int *stop)
 	struct eval_totals tot;
 	double te = now_seconds();
 	if ((rc = dtf_train_evaluate(job, R->comm, &R->r, R->eval, step, &tot,
-			   result)) < 0)
+				     result, R->fault)) < 0)
 		return rc;
 	result->eval_loss = tot.loss_sum / tot.count;
 	result->eval_accuracy = tot.correct / tot.count;

@@ -20,6 +20,7 @@
 
 struct dtf_backend;
 struct dtf_comm;
+struct dtf_fault;
 struct dtf_pipeline;
 struct dtf_pool;
 
@@ -109,14 +110,16 @@ int dtf_train_check_eval_data(const struct dtf_job *job, struct replica *r,
  * One epoch of `eval` through r's backend in inference (dropout off,
  * batch_norm's moving statistics), every record once, then the sums over
  * the ranks of comm (NULL: this process alone) into *tot.  A collective:
- * every rank agrees on the status first.  `step` is for messages.
+ * every rank agrees on the status first.  `step` is for messages.  Each
+ * batch marks progress on `fault` (NULL: none), so the watchdog
+ * (fault.timeout_seconds) measures one batch, not the whole evaluation.
  * Errors: the data's, the backend's, DTF_ERR_REMOTE (another rank failed),
  * DTF_ERR_MPI.
  */
 int dtf_train_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		       struct replica *r, struct dtf_pipeline *eval,
 		       int64_t step, struct eval_totals *tot,
-		       struct dtf_train_result *result);
+		       struct dtf_train_result *result, struct dtf_fault *fault);
 
 /* dtf_pipeline_next(arg, ...) as the backends' read function
  * (ops/backend.h dtf_backend_read_fn); arg is the pipeline. */
