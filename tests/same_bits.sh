@@ -29,6 +29,7 @@
 # DTF_SAME_BITS_KERNELS=fast on both builds and diff the outputs.
 set -u
 build=${1:?usage: same_bits.sh BUILD_DIR [check|record|print] [HASH_FILE]}
+build=$(cd "$build" && pwd) || exit 1
 mode=${2:-check}
 here=$(cd "$(dirname "$0")/.." && pwd)
 file=${3:-$here/tests/fixtures/same-bits.txt}
@@ -66,11 +67,15 @@ run() {
 	shakespeare_char_gpt*) trainf="$tmp/text/train" evalf="$tmp/text/validation" ;;
 	*) trainf="$tmp/train" evalf="$tmp/test" ;;
 	esac
-	if ! timeout 300 mpirun -np "$np" "$bin" --threads 1 -q \
+	# each run in a directory of its own: a job's relative logging,
+	# trace and checkpoint paths (runs/...) land there, not in the
+	# checkout, and no run finds another's checkpoints
+	mkdir -p "$tmp/$name.cwd"
+	if ! (cd "$tmp/$name.cwd" && exec timeout 300 mpirun -np "$np" "$bin" --threads 1 -q \
 		--set "data.train.files=$trainf-*.tfrecord" \
 		--set "data.eval.files=$evalf-*.tfrecord" \
 		--set train.max_steps=20 --export-variables "$tmp/$name.bin" \
-		"$@" "$here/graphs/$job.yaml" >"$tmp/$name.log" 2>&1; then
+		"$@" "$here/graphs/$job.yaml") >"$tmp/$name.log" 2>&1; then
 		echo "same_bits.sh: $name failed:" >&2
 		cat "$tmp/$name.log" >&2
 		bad=$((bad + 1))

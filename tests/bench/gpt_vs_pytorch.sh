@@ -102,8 +102,12 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 
 # The job without evaluation, data paths absolute (dtf-train reads them
 # from the current directory).
-sed -e '/^  eval:/d' -e "s#\"datasets/#\"$root/datasets/#" "$job" >"$tmp/job.yaml"
-sed -e "s#\"datasets/#\"$root/datasets/#" "$job" >"$tmp/job_eval.yaml"
+# The job's logging and checkpoint directories go under $tmp: the timed
+# runs keep none (each round would find the last one's checkpoints), the
+# validation run its own.
+sed -e '/^  eval:/d' -e "s#\"datasets/#\"$root/datasets/#" \
+	-e '/^  dir: runs\//d' -e '/^checkpoint:/d' "$job" >"$tmp/job.yaml"
+sed -e "s#\"datasets/#\"$root/datasets/#" -e "s#dir: runs/#dir: $tmp/runs/#" "$job" >"$tmp/job_eval.yaml"
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') (family $(grep -m1 '^cpu family' /proc/cpuinfo | sed 's/.*: //'), model $(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | sed 's/.*: //'))"
 isa=$(for f in avx512f avx512_bf16 avx512_fp16 amx_tile avx2 fma asimd sve; do
