@@ -787,6 +787,85 @@ START_TEST(dropout_is_bit_identical)
 }
 END_TEST
 
+/* ---- gelu ------------------------------------------------------------------------ */
+
+/* The fast GELU and its gradient against the reference (tanh form in
+ * double): within 1e-5 relative plus 1e-6 absolute (the vector exp is
+ * within a few float ulp; where x (1 + tanh u) / 2 is tiny the reference's
+ * value is below float's absolute resolution near 1 anyway); the erf form
+ * is the reference itself.  On AVX2 beside AVX-512 the bits of AVX-512. */
+START_TEST(gelu_matches_reference)
+{
+	ON_ISA();
+	const size_t n = 100003; /* several chunks, a vector tail */
+	float *x = tu_frandom(n, -12, 12), *dy = tu_frandom(n, -2, 2);
+	const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 1e-6f, -1e-6f,
+				 30.0f, -30.0f, 100.0f, -100.0f, 3.0e38f, -3.0e38f};
+	memcpy(x, special, sizeof special);
+	float *ref = tu_falloc(n), *got = tu_falloc(n), *wide = tu_falloc(n);
+	for (int approximate = 1; approximate >= 0; approximate--) {
+		for (int grad = 0; grad < 2; grad++) {
+			if (grad)
+				dtf_cpu_gelu_grad(n, approximate, dy, x, ref);
+			else
+				dtf_cpu_gelu(n, approximate, x, ref);
+			for (int ti = 0; ti < 2; ti++) {
+				struct dtf_pool *p;
+				ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+				memset(got, 0xff, n * sizeof *got);
+				if (grad)
+					dtf_fast_gelu_grad(p, n, approximate, dy, x, got);
+				else
+					dtf_fast_gelu(p, n, approximate, x, got);
+				for (size_t i = 0; i < n; i++) {
+					double e = fabs((double)got[i] - ref[i]);
+					double tol = 1e-5 * fabs(ref[i]) +
+						     1e-6 * (grad ? fabs(dy[i]) : 1.0);
+					ck_assert_msg(e <= tol,
+						      "gelu%s (approximate %d) at x = %.9g: fast %.9g, reference %.9g",
+						      grad ? "_grad" : "", approximate,
+						      x[i], got[i], ref[i]);
+				}
+				/* in place: y over x, dx over dy */
+				float *io = grad ? dy : x, *keep = tu_falloc(n);
+				memcpy(keep, io, n * sizeof *keep);
+				if (grad)
+					dtf_fast_gelu_grad(p, n, approximate, io, x, io);
+				else
+					dtf_fast_gelu(p, n, approximate, io, io);
+				exactly("gelu in place", got, io, n);
+				memcpy(io, keep, n * sizeof *keep);
+				free(keep);
+				/* a short run: one thread, tail only */
+				memset(got, 0xff, n * sizeof *got);
+				if (grad)
+					dtf_fast_gelu_grad(p, 13, approximate, dy, x, got);
+				else
+					dtf_fast_gelu(p, 13, approximate, x, got);
+				for (size_t i = 0; i < 13; i++)
+					ck_assert(fabs((double)got[i] - ref[i]) <=
+						  1e-5 * fabs(ref[i]) + 1e-6 * (grad ? fabs(dy[i]) : 1.0));
+				dtf_pool_free(p);
+			}
+			if (avx2_beside_avx512(_i) && approximate) {
+				if (grad)
+					dtf_fast_gelu_grad(NULL, n, 1, dy, x, got);
+				else
+					dtf_fast_gelu(NULL, n, 1, x, got);
+				dtf_cpu_isa_set(DTF_ISA_AVX512);
+				if (grad)
+					dtf_fast_gelu_grad(NULL, n, 1, dy, x, wide);
+				else
+					dtf_fast_gelu(NULL, n, 1, x, wide);
+				dtf_cpu_isa_set(DTF_ISA_AVX2);
+				exactly("gelu AVX2 against AVX-512", wide, got, n);
+			}
+		}
+	}
+	free(x); free(dy); free(ref); free(got); free(wide);
+}
+END_TEST
+
 /* ---- optimizer ----------------------------------------------------------------- */
 
 START_TEST(adam_is_bit_identical)
@@ -1073,7 +1152,8 @@ static void attn_model(struct tu_model *m, const char *attention)
 		((int32_t *)y->data)[i] = (int32_t)((i * 3 + 1) % 5);
 }
 
-/* |a - b| <= tol * max |b| over n values */
+/* |a - b| <= tol * max |b| over n values (a: the fast or fused result, b:
+ * what it must match) */
 static void close_to_max(const char *what, const float *a, const float *b,
 			 size_t n, double tol)
 {
@@ -1085,7 +1165,7 @@ static void close_to_max(const char *what, const float *a, const float *b,
 	ck_assert(mx > 0);
 	for (size_t i = 0; i < n; i++)
 		ck_assert_msg(fabs((double)a[i] - b[i]) <= tol * mx,
-			      "%s[%zu]: fused %.9g, composed %.9g (max %.3g)", what, i,
+			      "%s[%zu]: %.9g, expected %.9g (max %.3g)", what, i,
 			      a[i], b[i], mx);
 }
 
@@ -1145,6 +1225,65 @@ START_TEST(attention_equals_composition)
 }
 END_TEST
 
+/* ---- layer_norm ----------------------------------------------------------------- */
+
+/* The fast layer norm and its gradients against the reference (double
+ * sums) on rows of 128 (whole vectors on every ISA), 40 (whole AVX2 and
+ * NEON vectors, not AVX-512's: the reference there) and 13 channels, rows
+ * offset from zero so that the variance is a small difference: within
+ * 1e-5 of the largest value (float sums of up to 300 rows); in place (y
+ * over x, dx over dy) the same bits. */
+START_TEST(layer_norm_matches_reference)
+{
+	ON_ISA();
+	const size_t rows = 300;
+	const int cs[] = {128, 40, 13};
+	for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+		int c = cs[ci];
+		size_t n = rows * (size_t)c;
+		float *x = tu_frandom(n, -1, 1), *dy = tu_frandom(n, -1, 1);
+		float *gamma = tu_frandom((size_t)c, 0.5f, 1.5f);
+		float *beta = tu_frandom((size_t)c, -0.5f, 0.5f);
+		for (size_t r = 0; r < rows; r++)
+			for (int j = 0; j < c; j++)
+				x[r * (size_t)c + j] += (float)(r % 7) - 3.0f;
+		float *ref = tu_falloc(n), *got = tu_falloc(n), *io = tu_falloc(n);
+		float rg[128], gg[128];
+		const float eps = 1e-5f;
+		for (int ti = 0; ti < 2; ti++) {
+			struct dtf_pool *p;
+			ck_assert_int_eq(dtf_pool_new(thread_counts[ti], &p), 0);
+			float *ws = tu_falloc(dtf_fast_layer_norm_workspace(c, thread_counts[ti]));
+
+			dtf_cpu_layer_norm(rows, c, x, gamma, beta, eps, ref);
+			dtf_fast_layer_norm(p, rows, c, x, gamma, beta, eps, got);
+			close_to_max("layer_norm", got, ref, n, 1e-5);
+			memcpy(io, x, n * sizeof *io);
+			dtf_fast_layer_norm(p, rows, c, io, gamma, beta, eps, io);
+			exactly("layer_norm in place", got, io, n);
+
+			dtf_cpu_layer_norm_grad_input(rows, c, x, gamma, dy, eps, ref);
+			dtf_fast_layer_norm_grad_input(p, rows, c, x, gamma, dy, eps, got);
+			close_to_max("layer_norm_grad_input", got, ref, n, 1e-5);
+			memcpy(io, dy, n * sizeof *io);
+			dtf_fast_layer_norm_grad_input(p, rows, c, x, gamma, io, eps, io);
+			exactly("layer_norm_grad_input in place", got, io, n);
+
+			dtf_cpu_layer_norm_grad_gamma(rows, c, x, dy, eps, rg);
+			dtf_fast_layer_norm_grad_gamma(p, rows, c, x, dy, eps, gg, ws);
+			close_to_max("layer_norm_grad_gamma", gg, rg, (size_t)c, 1e-5);
+			/* a few rows: one thread */
+			dtf_cpu_layer_norm_grad_gamma(3, c, x, dy, eps, rg);
+			dtf_fast_layer_norm_grad_gamma(p, 3, c, x, dy, eps, gg, ws);
+			close_to_max("layer_norm_grad_gamma 3 rows", gg, rg, (size_t)c, 1e-5);
+			free(ws);
+			dtf_pool_free(p);
+		}
+		free(x); free(dy); free(gamma); free(beta); free(ref); free(got); free(io);
+	}
+}
+END_TEST
+
 /* ---- runner ------------------------------------------------------------- */
 
 static Suite *fast_suite(void)
@@ -1165,6 +1304,8 @@ static Suite *fast_suite(void)
 				pool_grad_conv_filter_matches_reference}},
 		{"adam", {adam_is_bit_identical, nonfinite_finds_every_nan_and_inf}},
 		{"dropout", {dropout_is_bit_identical}},
+		{"gelu", {gelu_matches_reference}},
+		{"layer_norm", {layer_norm_matches_reference}},
 		{"attention", {attention_matches_reference,
 			       attention_equals_composition}},
 		{"graph", {fused_graph_matches_reference}},

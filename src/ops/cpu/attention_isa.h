@@ -12,78 +12,8 @@
  * the transposed blocks is zero, so padded scores are finite.
  */
 
-#undef VMINF
-#if DTF_VW == 16
-#define VMINF(a, b) _mm512_min_ps(a, b)
-static inline VT VF VN(attn_exp2i)(VF n)
-{
-	__m512i e = _mm512_cvtps_epi32(n);
-	e = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23);
-	return _mm512_castsi512_ps(e);
-}
-static inline VT VF VN(attn_round)(VF x)
-{
-	return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-static inline VT float VN(attn_hsum)(VF v) { return _mm512_reduce_add_ps(v); }
-static inline VT float VN(attn_hmax)(VF v) { return _mm512_reduce_max_ps(v); }
-#elif DTF_VW == 8
-#define VMINF(a, b) _mm256_min_ps(a, b)
-static inline VT VF VN(attn_exp2i)(VF n)
-{
-	__m256i e = _mm256_cvtps_epi32(n);
-	e = _mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23);
-	return _mm256_castsi256_ps(e);
-}
-static inline VT VF VN(attn_round)(VF x)
-{
-	return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-static inline VT float VN(attn_hsum)(VF v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-static inline VT float VN(attn_hmax)(VF v)
-{
-	__m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-	s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_max_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-#elif DTF_VW == 1
-#define VMINF(a, b) fminf(a, b)
-#endif
-
-/* exp(x) for x <= 0 (clamped below at -87.3, where it is ~1e-38): x = n ln2
- * + r, |r| <= ln2 / 2, exp(r) by Cephes expf's polynomial (within ~2 ulp),
- * times 2^n built in the exponent bits. */
-static inline VT VF VN(attn_exp)(VF x)
-{
-#if DTF_VW == 1
-	return expf(x);
-#else
-	x = VMAX(VMINF(x, VSET1(88.0f)), VSET1(-87.3f));
-	VF n = VN(attn_round)(VMUL(x, VSET1(1.44269504088896341f)));
-	VF r = VFMA(n, VSET1(-0.693359375f), x);
-	r = VFMA(n, VSET1(2.12194440e-4f), r);
-	VF p = VSET1(1.9875691500e-4f);
-	p = VFMA(p, r, VSET1(1.3981999507e-3f));
-	p = VFMA(p, r, VSET1(8.3334519073e-3f));
-	p = VFMA(p, r, VSET1(4.1665795894e-2f));
-	p = VFMA(p, r, VSET1(1.6666665459e-1f));
-	p = VFMA(p, r, VSET1(5.0000001201e-1f));
-	p = VFMA(p, VMUL(r, r), VADD(r, VSET1(1.0f)));
-	return VMUL(p, VN(attn_exp2i)(n));
-#endif
-}
-
-#if DTF_VW == 1
-static inline float VN(attn_hsum)(VF v) { return v; }
-static inline float VN(attn_hmax)(VF v) { return v; }
-#endif
+/* VN(vexp), VN(vhsum), VN(vhmax) */
+#include "ops/cpu/vmath_isa.h"
 
 /* n rounded up to whole vectors */
 static inline int VN(attn_nr)(int n) { return (n + DTF_VW - 1) / DTF_VW * DTF_VW; }
@@ -127,15 +57,15 @@ static inline VT void VN(attn_softmax)(float *restrict s, int n)
 	VF m = VLOAD(s);
 	for (int j = DTF_VW; j < nr; j += DTF_VW)
 		m = VMAX(m, VLOAD(s + j));
-	VF vm = VSET1(VN(attn_hmax)(m));
+	VF vm = VSET1(VN(vhmax)(m));
 	for (int j = 0; j < nr; j += DTF_VW)
-		VSTORE(s + j, VN(attn_exp)(VSUB(VLOAD(s + j), vm)));
+		VSTORE(s + j, VN(vexp)(VSUB(VLOAD(s + j), vm)));
 	for (int j = n; j < nr; j++)
 		s[j] = 0.0f;
 	VF sum = VZERO();
 	for (int j = 0; j < nr; j += DTF_VW)
 		sum = VADD(sum, VLOAD(s + j));
-	VF inv = VSET1(1.0f / VN(attn_hsum)(sum));
+	VF inv = VSET1(1.0f / VN(vhsum)(sum));
 	for (int j = 0; j < nr; j += DTF_VW)
 		VSTORE(s + j, VMUL(VLOAD(s + j), inv));
 }
@@ -380,7 +310,7 @@ static inline VT void VN(attn_ds)(const float *restrict p, float *restrict dp,
 	VF acc = VZERO();
 	for (int j = 0; j < nr; j += DTF_VW)
 		acc = VFMA(VLOAD(p + j), VLOAD(dp + j), acc);
-	VF delta = VSET1(VN(attn_hsum)(acc));
+	VF delta = VSET1(VN(vhsum)(acc));
 	for (int j = 0; j < nr; j += DTF_VW)
 		VSTORE(dp + j, VMUL(VLOAD(p + j), VSUB(VLOAD(dp + j), delta)));
 }

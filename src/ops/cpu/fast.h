@@ -207,6 +207,42 @@ void dtf_fast_dropout(struct dtf_pool *p, size_t rows, size_t cols,
 		      const uint64_t *example_id, uint32_t salt,
 		      const float *x, float *y);
 
+/* ---- gelu (fast_act.c) ------------------------------------------------------ */
+
+/* dtf_cpu_gelu and dtf_cpu_gelu_grad (ops/cpu/kernels.h: n floats, x the
+ * op's input, dy the incoming gradient) over the pool.  The tanh form
+ * (approximate != 0) runs in AVX-512, AVX2 or NEON lanes as x / (1 +
+ * exp(-2u)), exp by a float polynomial: within about 1e-6 relative (plus
+ * 1e-7 absolute near zeros) of the reference, which evaluates tanh in
+ * double; the erf form and the generic ISA run the reference kernels.
+ * In place (y == x; dx == dy or dx == x) allowed. */
+void dtf_fast_gelu(struct dtf_pool *p, size_t n, int approximate,
+		   const float *x, float *y);
+void dtf_fast_gelu_grad(struct dtf_pool *p, size_t n, int approximate,
+			const float *dy, const float *x, float *dx);
+
+/* ---- layer_norm (fast_act.c) ----------------------------------------------- */
+
+/* dtf_cpu_layer_norm, dtf_cpu_layer_norm_grad_input and
+ * dtf_cpu_layer_norm_grad_gamma (ops/cpu/kernels.h: rows of c floats,
+ * gamma and beta c floats, eps the variance epsilon) over the pool, rows
+ * split across threads.  Where c is a whole number of vectors of the ISA
+ * in use, statistics and sums are float lanes (the reference: double),
+ * within about 1e-5 relative of the reference; otherwise the reference
+ * runs.  The gamma gradient sums each thread's rows into ws
+ * (dtf_fast_layer_norm_workspace floats) and adds the threads in order:
+ * the same bits for the same thread count.  In place as the references. */
+size_t dtf_fast_layer_norm_workspace(int c, int nthreads);
+void dtf_fast_layer_norm(struct dtf_pool *p, size_t rows, int c,
+			 const float *x, const float *gamma, const float *beta,
+			 float eps, float *y);
+void dtf_fast_layer_norm_grad_input(struct dtf_pool *p, size_t rows, int c,
+				    const float *x, const float *gamma,
+				    const float *dy, float eps, float *dx);
+void dtf_fast_layer_norm_grad_gamma(struct dtf_pool *p, size_t rows, int c,
+				    const float *x, const float *dy, float eps,
+				    float *dgamma, float *ws);
+
 /* ---- attention (fast_attention.c) ------------------------------------------ */
 
 /* Floats of workspace the two functions below need for time t, channels c

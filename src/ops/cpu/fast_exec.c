@@ -32,6 +32,8 @@ enum action {
 			    from dx, which is not stored */
 	A_BMM,          /* batch_matmul: sgemm per matrix */
 	A_ATTENTION,    /* causal_self_attention or its gradient */
+	A_GELU,         /* gelu or gelu_grad */
+	A_LAYER_NORM,   /* layer_norm or one of its gradients */
 };
 
 static float *F(const struct dtf_graph *g, int id)
@@ -349,6 +351,18 @@ static void plan_max_pool2d_grad(struct planner *P, int i)
 static void plan_add(struct planner *P, int i) { P->fp->action[i] = A_ADD; }
 static void plan_bmm(struct planner *P, int i) { P->fp->action[i] = A_BMM; }
 static void plan_dropout(struct planner *P, int i) { P->fp->action[i] = A_DROPOUT; }
+static void plan_gelu(struct planner *P, int i) { P->fp->action[i] = A_GELU; }
+
+/* LAYER_NORM and its gradients; the gamma gradient's workspace: a row of
+ * partial sums per thread (its input 0 is dy, of the rows' shape) */
+static void plan_layer_norm(struct planner *P, int i)
+{
+	const struct dtf_node *nd = &P->g->nodes[i];
+	P->fp->action[i] = A_LAYER_NORM;
+	if (nd->op == DTF_OP_LAYER_NORM_GRAD_GAMMA)
+		P->ws = max_sz(P->ws, dtf_fast_layer_norm_workspace(
+					      last_dim(&P->g->nodes[nd->inputs[0]]), P->nt));
+}
 
 /* CAUSAL_SELF_ATTENTION and its gradient: input 0 is qkv (b, t, 3c) */
 static void plan_attention(struct planner *P, int i)
@@ -495,6 +509,43 @@ RUN(run_dropout)
 			 F(g, a), F(g, i));
 }
 
+/* GELU (x) and GELU_GRAD (dy, x) */
+RUN(run_gelu)
+{
+	RUN_VARS;
+	if (n->op == DTF_OP_GELU)
+		dtf_fast_gelu(p, numel, n->a.act.approximate, F(g, a), F(g, i));
+	else
+		dtf_fast_gelu_grad(p, numel, n->a.act.approximate, F(g, a), F(g, b),
+				   F(g, i));
+}
+
+/* LAYER_NORM (x, gamma, beta), LAYER_NORM_GRAD_INPUT (dy, x, gamma),
+ * LAYER_NORM_GRAD_GAMMA (dy, x) */
+RUN(run_layer_norm)
+{
+	RUN_VARS;
+	const struct dtf_node *x = &g->nodes[n->op == DTF_OP_LAYER_NORM ? a : b];
+	int c = last_dim(x);
+	size_t rows = (size_t)dtf_shape_numel(&x->shape) / (size_t)c;
+	float eps = n->a.norm.epsilon;
+	switch (n->op) {
+	case DTF_OP_LAYER_NORM:
+		dtf_fast_layer_norm(p, rows, c, F(g, a), F(g, b),
+				    F(g, n->inputs[2]), eps, F(g, i));
+		break;
+	case DTF_OP_LAYER_NORM_GRAD_INPUT:
+		dtf_fast_layer_norm_grad_input(p, rows, c, F(g, b),
+					       F(g, n->inputs[2]), F(g, a), eps,
+					       F(g, i));
+		break;
+	default:
+		dtf_fast_layer_norm_grad_gamma(p, rows, c, F(g, b), F(g, a), eps,
+					       F(g, i), ws);
+		break;
+	}
+}
+
 /* CAUSAL_SELF_ATTENTION (qkv) and CAUSAL_SELF_ATTENTION_GRAD (qkv, dy) */
 RUN(run_attention)
 {
@@ -549,9 +600,9 @@ struct fast_kernel {
 #define FAST_BATCH_NORM REFERENCE
 #define FAST_BATCH_NORM_GRAD_INPUT REFERENCE
 #define FAST_BATCH_NORM_GRAD_GAMMA REFERENCE
-#define FAST_LAYER_NORM REFERENCE
-#define FAST_LAYER_NORM_GRAD_INPUT REFERENCE
-#define FAST_LAYER_NORM_GRAD_GAMMA REFERENCE
+#define FAST_LAYER_NORM {plan_layer_norm, run_layer_norm}
+#define FAST_LAYER_NORM_GRAD_INPUT {plan_layer_norm, run_layer_norm}
+#define FAST_LAYER_NORM_GRAD_GAMMA {plan_layer_norm, run_layer_norm}
 #define FAST_MULTIPLY REFERENCE
 #define FAST_CONCAT REFERENCE
 #define FAST_SLICE REFERENCE /* memcpy per row already */
@@ -560,8 +611,8 @@ struct fast_kernel {
 #define FAST_LEAKY_RELU_GRAD REFERENCE
 #define FAST_ELU REFERENCE
 #define FAST_ELU_GRAD REFERENCE
-#define FAST_GELU REFERENCE
-#define FAST_GELU_GRAD REFERENCE
+#define FAST_GELU {plan_gelu, run_gelu}
+#define FAST_GELU_GRAD {plan_gelu, run_gelu}
 /* a gather and a scatter-add: memory-bound copies, no faster kernel */
 #define FAST_EMBEDDING REFERENCE
 #define FAST_EMBEDDING_GRAD REFERENCE
