@@ -103,8 +103,6 @@ void dtf_fast_gelu_grad(struct dtf_pool *p, size_t n, int approximate,
 
 /* ---- layer_norm ----------------------------------------------------------------- */
 
-#if defined(DTF_VEC_TILES)
-
 enum ln_kind { LN_FORWARD, LN_GRAD_INPUT, LN_GRAD_GAMMA };
 
 struct ln_job {
@@ -116,6 +114,8 @@ struct ln_job {
 	float *y, *ws;
 };
 
+#if defined(DTF_VEC_TILES)
+/* rows of c floats are whole vectors of the ISA in use */
 static int ln_vector(int c)
 {
 #if defined(DTF_T512)
@@ -150,21 +150,40 @@ static void ln_task(void *arg, int tid, int nt)
 
 /* one thread below this many floats: a wake-up costs more */
 #define LN_SERIAL ((size_t)1 << 14)
+#endif
 
-static void ln_run(struct dtf_pool *p, struct ln_job *j)
+/* The job on the pool in vector lanes, or the reference kernel of its kind
+ * where the rows are not whole vectors (or there are no vectors). */
+static void ln_run(struct dtf_pool *p, const struct ln_job *j)
 {
-	if (j->rows * (size_t)j->c < LN_SERIAL)
-		p = NULL;
-	dtf_pool_run(p, ln_task, j);
-	if (j->kind == LN_GRAD_GAMMA) {
-		int nt = dtf_pool_size(p);
-		for (int t = 1; t < nt; t++)
-			for (int k = 0; k < j->c; k++)
-				j->ws[k] += j->ws[(size_t)t * (size_t)j->c + k];
-		memcpy(j->y, j->ws, (size_t)j->c * sizeof(float));
+#if defined(DTF_VEC_TILES)
+	if (ln_vector(j->c)) {
+		if (j->rows * (size_t)j->c < LN_SERIAL)
+			p = NULL;
+		dtf_pool_run(p, ln_task, (void *)j);
+		if (j->kind == LN_GRAD_GAMMA) {
+			int nt = dtf_pool_size(p);
+			for (int t = 1; t < nt; t++)
+				for (int k = 0; k < j->c; k++)
+					j->ws[k] += j->ws[(size_t)t * (size_t)j->c + k];
+			memcpy(j->y, j->ws, (size_t)j->c * sizeof(float));
+		}
+		return;
+	}
+#endif
+	switch (j->kind) {
+	case LN_FORWARD:
+		dtf_cpu_layer_norm(j->rows, j->c, j->x, j->gamma, j->beta, j->eps, j->y);
+		break;
+	case LN_GRAD_INPUT:
+		dtf_cpu_layer_norm_grad_input(j->rows, j->c, j->x, j->gamma, j->dy,
+					      j->eps, j->y);
+		break;
+	case LN_GRAD_GAMMA:
+		dtf_cpu_layer_norm_grad_gamma(j->rows, j->c, j->x, j->dy, j->eps, j->y);
+		break;
 	}
 }
-#endif
 
 size_t dtf_fast_layer_norm_workspace(int c, int nthreads)
 {
@@ -175,40 +194,22 @@ void dtf_fast_layer_norm(struct dtf_pool *p, size_t rows, int c,
 			 const float *x, const float *gamma, const float *beta,
 			 float eps, float *y)
 {
-#if defined(DTF_VEC_TILES)
-	if (ln_vector(c)) {
-		struct ln_job j = {LN_FORWARD, rows, c, x, gamma, beta, NULL, eps, y, NULL};
-		ln_run(p, &j);
-		return;
-	}
-#endif
-	dtf_cpu_layer_norm(rows, c, x, gamma, beta, eps, y);
+	struct ln_job j = {LN_FORWARD, rows, c, x, gamma, beta, NULL, eps, y, NULL};
+	ln_run(p, &j);
 }
 
 void dtf_fast_layer_norm_grad_input(struct dtf_pool *p, size_t rows, int c,
 				    const float *x, const float *gamma,
 				    const float *dy, float eps, float *dx)
 {
-#if defined(DTF_VEC_TILES)
-	if (ln_vector(c)) {
-		struct ln_job j = {LN_GRAD_INPUT, rows, c, x, gamma, NULL, dy, eps, dx, NULL};
-		ln_run(p, &j);
-		return;
-	}
-#endif
-	dtf_cpu_layer_norm_grad_input(rows, c, x, gamma, dy, eps, dx);
+	struct ln_job j = {LN_GRAD_INPUT, rows, c, x, gamma, NULL, dy, eps, dx, NULL};
+	ln_run(p, &j);
 }
 
 void dtf_fast_layer_norm_grad_gamma(struct dtf_pool *p, size_t rows, int c,
 				    const float *x, const float *dy, float eps,
 				    float *dgamma, float *ws)
 {
-#if defined(DTF_VEC_TILES)
-	if (ln_vector(c)) {
-		struct ln_job j = {LN_GRAD_GAMMA, rows, c, x, NULL, NULL, dy, eps, dgamma, ws};
-		ln_run(p, &j);
-		return;
-	}
-#endif
-	dtf_cpu_layer_norm_grad_gamma(rows, c, x, dy, eps, dgamma);
+	struct ln_job j = {LN_GRAD_GAMMA, rows, c, x, NULL, NULL, dy, eps, dgamma, ws};
+	ln_run(p, &j);
 }
