@@ -231,6 +231,21 @@ static int part(const struct dtf_opt_segment *sg, const struct dtf_opt_range *r,
 			if (part(&segs[si_], &ranges[ri_], need_decay, &off,    \
 				 &cnt))
 
+/* sum of g[i]^2 in double over 8 interleaved partial sums (element i into
+ * sum i % 8), added pairwise at the end: one chain of dependent double
+ * adds over the whole model was 3% of a GPT training step. */
+static double sum_squares(const float *restrict g, size_t n)
+{
+	double s[8] = {0};
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int k = 0; k < 8; k++)
+			s[k] += (double)g[i + k] * g[i + k];
+	for (int k = 0; i < n; i++, k++)
+		s[k] += (double)g[i] * g[i];
+	return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
 void dtf_optimizer_apply(struct dtf_optimizer *opt, float *params,
 			 float *grads, double lr)
 {
@@ -261,11 +276,8 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 	opt->last_norm = 0;
 	if (opt->clipnorm > 0) {
 		double sq = 0;
-		PARTS(0, off, cnt) {
-			const float *g = grads + off;
-			for (size_t i = 0; i < cnt; i++)
-				sq += (double)g[i] * g[i];
-		}
+		PARTS(0, off, cnt)
+			sq += sum_squares(grads + off, cnt);
 		opt->last_norm = sqrt(sq);
 		if (opt->last_norm > opt->clipnorm) {
 			float scale = (float)(opt->clipnorm / opt->last_norm);
