@@ -428,16 +428,17 @@ END_TEST
 START_TEST(matmul_matches_reference)
 {
 	ON_ISA();
-	/* the last five take the register-tile product (gemm_tile.h) on
+	/* the last six take the register-tile product (gemm_tile.h) on
 	 * AVX-512 in every transposition it serves (on AVX2 in the two
 	 * with one operand transposed): widths of
-	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256, and
-	 * (the last) slices of b copied to consecutive rows, K in three
-	 * slices */
+	 * 64, 32 and 16 columns, row tiles with tails, batch up to 256,
+	 * (the tenth) slices of b copied to consecutive rows, K in three
+	 * slices, and (the last) the forward of a GPT dense layer over 390
+	 * rows of [batch x time] */
 	const int shapes[][3] = {{5, 70, 33}, {70, 5, 33}, {40, 40, 1},
 				 {17, 130, 64}, {1, 3, 2}, {64, 200, 96},
 				 {32, 48, 20}, {16, 7, 16}, {256, 64, 256},
-				 {50, 192, 300}};
+				 {50, 192, 300}, {390, 144, 128}};
 	for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
 		int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
 		for (int tr = 0; tr < 4; tr++) {

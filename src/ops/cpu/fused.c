@@ -78,6 +78,16 @@ static void mm_task(void *arg, int tid, int nt)
  * OpenBLAS packs the whole weight matrix on every call; that is what these
  * save. */
 #define SMALL_BATCH 256
+/* The forward also takes the tile on AVX-512 for up to NN_ROWS rows while
+ * x (m, k) stays within NN_A_FLOATS (2 MB, the L2 cache of a core or two):
+ * the GPT's dense layers over [batch x time] rows (384 or 768 rows, k 128
+ * or 512; one thread, best of 200: 108-114 against OpenBLAS's 95-105
+ * GFLOP/s, and the 2-rank GPT's forward 9.0-9.4 -> 8.0-8.5 ms per step).
+ * The gradients stay with OpenBLAS there: the input gradient's transposed
+ * copy of dy and the kernel gradient's row broadcasts were as slow or
+ * slower than its packing at those row counts. */
+#define NN_ROWS 1024
+#define NN_A_FLOATS ((size_t)1 << 19)
 
 enum { OWN_NONE, OWN_NN, OWN_NT, OWN_TN };
 
@@ -96,8 +106,9 @@ static int own_kind(int m, int n, int k, int ta, int tb)
 	 * thread, best of 15 in process CPU time, OPENBLAS_CORETYPE=Haswell:
 	 * forward 6.2 against 7.0 ms; kernel gradient 6.4 against 5.8 and
 	 * input gradient 7.1 against 5.5 for the tile). */
-	if (!ta && !tb && n % 16 == 0 && m <= SMALL_BATCH &&
-	    isa == DTF_ISA_AVX512)
+	if (!ta && !tb && n % 16 == 0 && isa == DTF_ISA_AVX512 &&
+	    (m <= SMALL_BATCH ||
+	     (m <= NN_ROWS && (size_t)m * (size_t)k <= NN_A_FLOATS)))
 		return OWN_NN;
 	return OWN_NONE;
 }
