@@ -105,18 +105,6 @@ static inline VT void VN(attn_pv)(const float *restrict p, int n,
 	}
 }
 
-/* y (d) += a x */
-static inline VT void VN(attn_axpy)(float a, const float *restrict x, int d,
-				    float *restrict y)
-{
-	VF va = VSET1(a);
-	int k = 0;
-	for (; k + DTF_VW <= d; k += DTF_VW)
-		VSTORE(y + k, VFMA(va, VLOAD(x + k), VLOAD(y + k)));
-	for (; k < d; k++)
-		y[k] += a * x[k];
-}
-
 /* attn_scores for 4 rows x (d apart) at once, each kt load serving all
  * four: s + r tp, r < 4, for keys j < n rounded up to whole vectors. */
 static inline VT void VN(attn_scores4)(const float *restrict x,
@@ -167,22 +155,32 @@ static inline VT void VN(attn_scores4)(const float *restrict x,
 	}
 }
 
-/* attn_pv for 4 rows of weights (p + r tp, each zero from its own length
- * to n) at once, each row of v loaded once for all four: o + r os. */
-static inline VT void VN(attn_pv4)(const float *restrict p, int tp, int n,
-				   const float *restrict v, int d,
-				   float *restrict o, size_t os)
+/* o + r os (d) (+)= sum_{j < n} w(r, j) v[j d + .] for r < 4, each row of
+ * v loaded once for all four, where w(r, j) = w[r rs + j js]: rows of
+ * weights (rs = tp, js = 1: attn_pv for four query rows, each zero from
+ * its own length to n) or columns of them (rs = 1, js = tp: the transposed
+ * product, four keys' gradients from the rows of a block).  Adds to o when
+ * add != 0; sums run over j in order either way. */
+static inline VT void VN(attn_pv4s)(const float *restrict w, size_t rs,
+				    size_t js, int n,
+				    const float *restrict v, int d,
+				    float *restrict o, size_t os, int add)
 {
-	const float *p1 = p + tp, *p2 = p1 + tp, *p3 = p2 + tp;
+	const float *w1 = w + rs, *w2 = w1 + rs, *w3 = w2 + rs;
+	float *o1 = o + os, *o2 = o1 + os, *o3 = o2 + os;
 	int k = 0;
+#define PV4_INIT(p) (add ? VLOAD(p) : VZERO())
 	for (; k + 2 * DTF_VW <= d; k += 2 * DTF_VW) {
-		VF a00 = VZERO(), a01 = VZERO(), a10 = VZERO(), a11 = VZERO();
-		VF a20 = VZERO(), a21 = VZERO(), a30 = VZERO(), a31 = VZERO();
+		VF a00 = PV4_INIT(o + k), a01 = PV4_INIT(o + k + DTF_VW);
+		VF a10 = PV4_INIT(o1 + k), a11 = PV4_INIT(o1 + k + DTF_VW);
+		VF a20 = PV4_INIT(o2 + k), a21 = PV4_INIT(o2 + k + DTF_VW);
+		VF a30 = PV4_INIT(o3 + k), a31 = PV4_INIT(o3 + k + DTF_VW);
 		for (int j = 0; j < n; j++) {
 			const float *r = v + (size_t)j * d + k;
+			size_t wj = (size_t)j * js;
 			VF v0 = VLOAD(r), v1 = VLOAD(r + DTF_VW);
-			VF b0 = VSET1(p[j]), b1 = VSET1(p1[j]);
-			VF b2 = VSET1(p2[j]), b3 = VSET1(p3[j]);
+			VF b0 = VSET1(w[wj]), b1 = VSET1(w1[wj]);
+			VF b2 = VSET1(w2[wj]), b3 = VSET1(w3[wj]);
 			a00 = VFMA(b0, v0, a00);
 			a01 = VFMA(b0, v1, a01);
 			a10 = VFMA(b1, v0, a10);
@@ -194,57 +192,38 @@ static inline VT void VN(attn_pv4)(const float *restrict p, int tp, int n,
 		}
 		VSTORE(o + k, a00);
 		VSTORE(o + k + DTF_VW, a01);
-		VSTORE(o + os + k, a10);
-		VSTORE(o + os + k + DTF_VW, a11);
-		VSTORE(o + 2 * os + k, a20);
-		VSTORE(o + 2 * os + k + DTF_VW, a21);
-		VSTORE(o + 3 * os + k, a30);
-		VSTORE(o + 3 * os + k + DTF_VW, a31);
+		VSTORE(o1 + k, a10);
+		VSTORE(o1 + k + DTF_VW, a11);
+		VSTORE(o2 + k, a20);
+		VSTORE(o2 + k + DTF_VW, a21);
+		VSTORE(o3 + k, a30);
+		VSTORE(o3 + k + DTF_VW, a31);
 	}
 	for (; k + DTF_VW <= d; k += DTF_VW) {
-		VF a0 = VZERO(), a1 = VZERO(), a2 = VZERO(), a3 = VZERO();
+		VF a0 = PV4_INIT(o + k), a1 = PV4_INIT(o1 + k);
+		VF a2 = PV4_INIT(o2 + k), a3 = PV4_INIT(o3 + k);
 		for (int j = 0; j < n; j++) {
 			VF vv = VLOAD(v + (size_t)j * d + k);
-			a0 = VFMA(VSET1(p[j]), vv, a0);
-			a1 = VFMA(VSET1(p1[j]), vv, a1);
-			a2 = VFMA(VSET1(p2[j]), vv, a2);
-			a3 = VFMA(VSET1(p3[j]), vv, a3);
+			size_t wj = (size_t)j * js;
+			a0 = VFMA(VSET1(w[wj]), vv, a0);
+			a1 = VFMA(VSET1(w1[wj]), vv, a1);
+			a2 = VFMA(VSET1(w2[wj]), vv, a2);
+			a3 = VFMA(VSET1(w3[wj]), vv, a3);
 		}
 		VSTORE(o + k, a0);
-		VSTORE(o + os + k, a1);
-		VSTORE(o + 2 * os + k, a2);
-		VSTORE(o + 3 * os + k, a3);
+		VSTORE(o1 + k, a1);
+		VSTORE(o2 + k, a2);
+		VSTORE(o3 + k, a3);
 	}
+#undef PV4_INIT
 	for (; k < d; k++)
 		for (int r = 0; r < 4; r++) {
-			float a = 0.0f;
+			float a = add ? o[(size_t)r * os + k] : 0.0f;
 			for (int j = 0; j < n; j++)
-				a += p[(size_t)r * tp + j] * v[(size_t)j * d + k];
+				a += w[(size_t)r * rs + (size_t)j * js] *
+				     v[(size_t)j * d + k];
 			o[(size_t)r * os + k] = a;
 		}
-}
-
-/* y (d) += sum_r a[r tp] x[r d + .], r < 4: one pass over y for four
- * rows' contributions. */
-static inline VT void VN(attn_axpy4)(const float *restrict a, int tp,
-				     const float *restrict x, int d,
-				     float *restrict y)
-{
-	VF b0 = VSET1(a[0]), b1 = VSET1(a[tp]), b2 = VSET1(a[2 * tp]);
-	VF b3 = VSET1(a[3 * tp]);
-	const float *x1 = x + d, *x2 = x1 + d, *x3 = x2 + d;
-	int k = 0;
-	for (; k + DTF_VW <= d; k += DTF_VW) {
-		VF acc = VLOAD(y + k);
-		acc = VFMA(b0, VLOAD(x + k), acc);
-		acc = VFMA(b1, VLOAD(x1 + k), acc);
-		acc = VFMA(b2, VLOAD(x2 + k), acc);
-		acc = VFMA(b3, VLOAD(x3 + k), acc);
-		VSTORE(y + k, acc);
-	}
-	for (; k < d; k++)
-		y[k] += a[0] * x[k] + a[tp] * x1[k] + a[2 * tp] * x2[k] +
-			a[3 * tp] * x3[k];
 }
 
 /* Gather head h of part `part` (0 q, 1 k, 2 v) of one example's qkv
@@ -291,8 +270,8 @@ static VT void VN(attn_head_fwd)(int t, int c, int d, int h, float scale,
 			for (int j = i + r + 1; j < i + 4; j++)
 				s[(size_t)r * tp + j] = 0.0f;
 		}
-		VN(attn_pv4)(s, tp, i + 4, v, d, y + (size_t)i * c + (size_t)h * d,
-			     (size_t)c);
+		VN(attn_pv4s)(s, (size_t)tp, 1, i + 4, v, d,
+			      y + (size_t)i * c + (size_t)h * d, (size_t)c, 0);
 	}
 	for (; i < t; i++) {
 		VN(attn_scores)(q + (size_t)i * d, kt, d, tp, i + 1, s);
@@ -316,19 +295,24 @@ static inline VT void VN(attn_ds)(const float *restrict p, float *restrict dp,
 }
 
 /* The gradient of head h of one example: qkv (t, 3c), dy (t, c) -> its
- * columns of dqkv (t, 3c).  Query rows four at a time as the forward; dK
- * and dV take the four rows' contributions in one pass (attn_axpy4).
- * ws as attn_head_fwd. */
+ * columns of dqkv (t, 3c).  Query rows in blocks of ATTN_QB, four at a
+ * time as the forward: each row's probabilities P and score gradients dS
+ * are recomputed into the block's buffers and give dQ at once; then dK =
+ * dS^T Q and dV = P^T dY over the block's rows, four keys at a time with
+ * their sums in registers (attn_pv4s over columns).  Every sum runs over
+ * query rows in order.  ws: fast_attention.c's thread_floats(t, d)
+ * floats. */
 static VT void VN(attn_head_bwd)(int t, int c, int d, int h, float scale,
 				 const float *restrict qkv,
 				 const float *restrict dy, float *restrict dqkv,
 				 float *restrict ws)
 {
-	int tp = (t + 15) / 16 * 16, i = 0;
-	size_t td = (size_t)t * d, dtp = (size_t)d * tp, c3 = 3 * (size_t)c;
-	float *q = ws, *k = q + td, *kt = k + td, *vt = kt + dtp;
-	float *dyh = vt + dtp, *dk = dyh + td, *dv = dk + td;
-	float *s = dv + td, *dp = s + 4 * (size_t)tp;
+	int tp = (t + 15) / 16 * 16, t4 = (t + 3) / 4 * 4;
+	size_t td = (size_t)t * d, t4d = (size_t)t4 * d, dtp = (size_t)d * tp;
+	size_t c3 = 3 * (size_t)c, bs = (size_t)ATTN_QB * tp;
+	float *q = ws, *k = q + td, *dyh = k + td, *kt = dyh + td;
+	float *vt = kt + dtp, *dk = vt + dtp, *dv = dk + t4d;
+	float *pb = dv + t4d, *db = pb + bs;
 	VN(attn_gather)(qkv, t, c, d, h, 0, scale, tp, q, NULL);
 	VN(attn_gather)(qkv, t, c, d, h, 1, scale, tp, k, NULL);
 	VN(attn_gather)(qkv, t, c, d, h, 1, 1.0f, tp, NULL, kt);
@@ -336,38 +320,48 @@ static VT void VN(attn_head_bwd)(int t, int c, int d, int h, float scale,
 	for (int r = 0; r < t; r++)
 		memcpy(dyh + (size_t)r * d, dy + (size_t)r * c + (size_t)h * d,
 		       (size_t)d * sizeof(float));
-	memset(dk, 0, 2 * td * sizeof(float));
-	for (; i + 4 <= t; i += 4) {
-		const float *qi = q + (size_t)i * d, *dyi = dyh + (size_t)i * d;
-		VN(attn_scores4)(qi, kt, d, tp, i + 4, s);
-		VN(attn_scores4)(dyi, vt, d, tp, i + 4, dp);
-		for (int r = 0; r < 4; r++) {
-			float *sr = s + (size_t)r * tp, *dr = dp + (size_t)r * tp;
-			VN(attn_softmax)(sr, i + r + 1);
-			VN(attn_ds)(sr, dr, i + r + 1);
-			for (int j = i + r + 1; j < i + 4; j++)
-				sr[j] = dr[j] = 0.0f;
+	memset(dk, 0, 2 * t4d * sizeof(float));
+	for (int i0 = 0; i0 < t; i0 += ATTN_QB) {
+		int i1 = i0 + ATTN_QB < t ? i0 + ATTN_QB : t, i = i0;
+		for (; i + 4 <= i1; i += 4) {
+			float *s = pb + (size_t)(i - i0) * tp;
+			float *dp = db + (size_t)(i - i0) * tp;
+			VN(attn_scores4)(q + (size_t)i * d, kt, d, tp, i + 4, s);
+			VN(attn_scores4)(dyh + (size_t)i * d, vt, d, tp, i + 4, dp);
+			for (int r = 0; r < 4; r++) {
+				float *sr = s + (size_t)r * tp, *dr = dp + (size_t)r * tp;
+				VN(attn_softmax)(sr, i + r + 1);
+				VN(attn_ds)(sr, dr, i + r + 1);
+				for (int j = i + r + 1; j < i + 4; j++)
+					sr[j] = dr[j] = 0.0f;
+			}
+			/* dq_i = scale sum_j dS_ij k_j (k holds scale k) */
+			VN(attn_pv4s)(dp, (size_t)tp, 1, i + 4, k, d,
+				      dqkv + (size_t)i * c3 + (size_t)h * d, c3, 0);
 		}
-		/* dq_i = scale sum_j dS_ij k_j (k holds scale k) */
-		VN(attn_pv4)(dp, tp, i + 4, k, d, dqkv + (size_t)i * c3 + (size_t)h * d,
-			     c3);
-		/* dk_j += scale dS_ij q_i (q holds scale q), dv_j += P_ij dy_i */
-		for (int j = 0; j < i + 4; j++) {
-			VN(attn_axpy4)(dp + j, tp, qi, d, dk + (size_t)j * d);
-			VN(attn_axpy4)(s + j, tp, dyi, d, dv + (size_t)j * d);
+		for (; i < i1; i++) {
+			float *s = pb + (size_t)(i - i0) * tp;
+			float *dp = db + (size_t)(i - i0) * tp;
+			int n = i + 1;
+			VN(attn_scores)(q + (size_t)i * d, kt, d, tp, n, s);
+			VN(attn_softmax)(s, n);
+			VN(attn_scores)(dyh + (size_t)i * d, vt, d, tp, n, dp);
+			VN(attn_ds)(s, dp, n);
+			/* zeros to the end of the last group of four keys */
+			for (int j = n; j < (n + 3) / 4 * 4; j++)
+				s[j] = dp[j] = 0.0f;
+			VN(attn_pv)(dp, n, k, d, dqkv + (size_t)i * c3 + (size_t)h * d);
 		}
-	}
-	for (; i < t; i++) {
-		const float *qi = q + (size_t)i * d, *dyi = dyh + (size_t)i * d;
-		int n = i + 1;
-		VN(attn_scores)(qi, kt, d, tp, n, s);
-		VN(attn_softmax)(s, n);
-		VN(attn_scores)(dyi, vt, d, tp, n, dp);
-		VN(attn_ds)(s, dp, n);
-		VN(attn_pv)(dp, n, k, d, dqkv + (size_t)i * c3 + (size_t)h * d);
-		for (int j = 0; j < n; j++) {
-			VN(attn_axpy)(dp[j], qi, d, dk + (size_t)j * d);
-			VN(attn_axpy)(s[j], dyi, d, dv + (size_t)j * d);
+		/* dk_j += scale sum_i dS_ij q_i (q holds scale q), dv_j +=
+		 * sum_i P_ij dy_i, over the block's rows i >= j (the rest of
+		 * each column is zero: causal) */
+		for (int j = 0; j < i1; j += 4) {
+			int is = j > i0 ? j : i0;
+			size_t at = (size_t)(is - i0) * tp + (size_t)j;
+			VN(attn_pv4s)(db + at, 1, (size_t)tp, i1 - is, q + (size_t)is * d,
+				      d, dk + (size_t)j * d, (size_t)d, 1);
+			VN(attn_pv4s)(pb + at, 1, (size_t)tp, i1 - is, dyh + (size_t)is * d,
+				      d, dv + (size_t)j * d, (size_t)d, 1);
 		}
 	}
 	for (int r = 0; r < t; r++) {

@@ -18,6 +18,9 @@
 #include "ops/cpu/fast.h"
 #include "ops/cpu/simd.h"
 
+/* query rows per block of the gradient (attention_isa.h) */
+#define ATTN_QB 64
+
 #if defined(DTF_T512)
 #define DTF_VW 16
 #include "ops/cpu/vec.h"
@@ -58,12 +61,14 @@
 #include "ops/cpu/attention_isa.h"
 
 /* Floats of workspace one task needs (attn_head_bwd's blocks; the forward
- * uses fewer): q, k, dy, dk, dv (t, d), k and v transposed (d, tp), four
- * rows of scores and of their gradients (tp). */
+ * uses fewer): q, k, dy (t, d), k and v transposed (d, tp), dk, dv (t
+ * rounded up to 4, d), a block of ATTN_QB rows of probabilities and of
+ * score gradients (ATTN_QB, tp). */
 static size_t thread_floats(int t, int d)
 {
-	size_t tp = (size_t)(t + 15) / 16 * 16;
-	return (5 * (size_t)t * d + 2 * (size_t)d * tp + 8 * tp + 15) / 16 * 16;
+	size_t tp = (size_t)(t + 15) / 16 * 16, t4 = (size_t)(t + 3) / 4 * 4;
+	return (3 * (size_t)t * d + 2 * (size_t)d * tp + 2 * t4 * d +
+		2 * (size_t)ATTN_QB * tp + 15) / 16 * 16;
 }
 
 size_t dtf_fast_attention_workspace(int t, int c, int heads, int nthreads)
