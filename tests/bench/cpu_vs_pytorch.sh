@@ -251,7 +251,9 @@ dtf_rate() {
 		n++; if (n > 1) { inv += 1 / r; m++ } }
 		END { if (m) printf "%.1f", m / inv; else print "nan" }' "$1"
 }
-rss_list() { sed -n '/^MAXRSS/s/.*peak_mb=\([0-9.]*\).*/\1/p' "$1" | tr '\n' ' ' | sed 's/ $//'; }
+# peak RSS of every process of a run, MB: one a line; rss_list on one line
+rss_lines() { sed -n '/^MAXRSS/s/.*peak_mb=\([0-9.]*\).*/\1/p' "$1"; }
+rss_list() { rss_lines "$1" | tr '\n' ' ' | sed 's/ $//'; }
 # CPU seconds (user + system) of all ranks of a run
 cpu_sum() { awk '/^MAXRSS/ { for (i = 1; i <= NF; i++) if ($i ~ /^(user|sys)_s=/) { split($i, kv, "="); s += kv[2] } } END { printf "%.2f", s }' "$1"; }
 
@@ -321,7 +323,7 @@ run() {
 			c=$(cpu_sum "$tmp/$t.log")
 			cps=$(awk -v c="$c" -v n="$((STEPS * batch))" 'BEGIN { printf "%.2f", c / n * 1000 }')
 			echo "$s" >>"$tmp/$t.sps"; echo "$cps" >>"$tmp/$t.cpu"
-			rss_list "$tmp/$t.log" >"$tmp/$t.rsslast"; rss_list "$tmp/$t.log" | tr ' ' '\n' >>"$tmp/$t.rss"
+			rss_list "$tmp/$t.log" >"$tmp/$t.rsslast"; rss_lines "$tmp/$t.log" >>"$tmp/$t.rss"
 			line="$line $(label "$t") $(printf %.0f "$s")/s ${cps}ms,"
 		done
 		echo "${line%,}  (samples/s, CPU ms/sample)"
