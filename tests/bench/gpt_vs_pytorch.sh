@@ -25,7 +25,12 @@
 # shared machine the wall rates move with the other load while CPU
 # seconds per token move much less: compare those when it is not quiet
 # (spinning threads waiting at a barrier still count, so they are not
-# immune to oversubscription).
+# immune to oversubscription).  Beside them, the compute rate of both
+# (tokens/s x the training FLOPs per token of dtf-train --dry-run) as a
+# fraction of two bounds measured in the same run: the machine's FMA peak
+# (bench_kernels fma: register-only FMA chains at the fast kernels' ISA,
+# times the cores used) and the sgemm ceiling (bench_kernels sgemm,
+# 1024-cube products, on as many threads).
 #   C. with VAL=1: both tools train the job's full schedule (train.max_steps
 #      of the job, 2000) on 2 ranks x 1 thread and print the validation
 #      loss after the last step: the mean token cross-entropy over the
@@ -117,6 +122,15 @@ echo "== mpirun options: ${MPIRUN_OPTS:-(Open MPI defaults)}"
 echo "== dtf-train $("$build/dtf-train" --version | sed 's/dtf-train //'), PyTorch $("$py" -c 'import torch; print(torch.__version__)'), $job ($CONFIG, block $block, global batch $BATCH)"
 echo "== PyTorch's CPU capability: $("$py" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())' 2>/dev/null || echo '?')"
 echo "== $STEPS steps per run, first $WARMUP not timed; $ROUNDS rounds"
+# training FLOPs per token, and the two bounds of one core and of two
+flop=$("$build/dtf-train" --dry-run "$job" 2>/dev/null | sed -n 's/^FLOPs per token.*training step \([0-9.]*\) MFLOPs.*/\1/p')
+[ -n "$flop" ] || die "dtf-train --dry-run $job printed no FLOPs per token"
+bk=$build/tests/bench/bench_kernels
+[ -x "$bk" ] || die "$bk not found; build first (ninja -C $build)"
+fma1=$("$bk" fma | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
+sg1=$("$bk" sgemm -t 1 | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
+sg2=$("$bk" sgemm -t 2 | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
+echo "== $flop MFLOP per token per training step; FMA peak $fma1 GFLOP/s per core ($("$bk" fma | sed 's/.*(\([a-z0-9]*\)).*/\1/')); sgemm ceiling $sg1 GFLOP/s on 1 thread, $sg2 on 2"
 
 # dtf-train's steady rate: its log prints samples/s per window of WARMUP
 # steps; drop the first window, average the rest (equal windows: total
@@ -198,6 +212,14 @@ run() {
 	d=$(med "$ds") p=$(med "$ps") db=$(best "$ds") pb=$(best "$ps")
 	dcm=$(med "$dc") pcm=$(med "$pc") dwm=$(med "$dw") pwm=$(med "$pw") ptm=$(med "$pt")
 	dm=$(rss_max "$tmp/d.all") pm=$(rss_max "$tmp/p.all")
+	# bounds of this configuration: ranks x threads cores; sgemm on 2
+	# threads, or one thread per rank
+	cores=$((ranks * threads))
+	if [ "$threads" = 1 ]; then sg=$(awk -v g="$sg1" -v n="$ranks" 'BEGIN { print n * g }'); else sg=$sg2; fi
+	awk -v d="$d" -v p="$p" -v f="$flop" -v pk="$(awk -v g="$fma1" -v n="$cores" 'BEGIN { print n * g }')" -v sg="$sg" 'BEGIN {
+		printf "  compute rate, median: dtf-train %.1f, PyTorch %.1f GFLOP/s = %.0f%%, %.0f%% of the FMA peak (%.1f) and %.0f%%, %.0f%% of the sgemm ceiling (%.1f); 2x PyTorch would be %.0f%% and %.0f%%\n",
+			d * f / 1e3, p * f / 1e3, 100 * d * f / 1e3 / pk, 100 * p * f / 1e3 / pk, pk,
+			100 * d * f / 1e3 / sg, 100 * p * f / 1e3 / sg, sg, 200 * p * f / 1e3 / pk, 200 * p * f / 1e3 / sg }'
 	pim=$(sed -n 's/^RSS .*import_mb=\([0-9.]*\).*/\1/p' "$tmp/p.all" | sort -n | tail -1)
 	awk -v n="$name" -v d="$d" -v p="$p" -v db="$db" -v pb="$pb" -v dm="$dm" -v pm="$pm" -v pim="$pim" \
 		-v dc="$dcm" -v pc="$pcm" -v dw="$dwm" -v pw="$pwm" -v pt="$ptm" \

@@ -7,6 +7,12 @@
  *       threads (default 1); prints "sgemm T threads: X GFLOP/s", the best
  *       of REPEATS (default 20) calls.  The ceiling tests/bench/
  *       cpu_vs_pytorch.sh divides dtf-train's achieved rate by.
+ *   bench_kernels fma [-r REPEATS]
+ *       the core's peak: independent vector FMA chains in registers, no
+ *       memory, at the ISA the fast kernels use (DTF_CPU_ISA caps it);
+ *       prints "fma peak 1 thread (ISA): X GFLOP/s", the best of REPEATS
+ *       (default 5) runs of 0.1 s or so.  The hardware bound the
+ *       benchmarks set the achieved rates beside (times the cores).
  *   bench_kernels ops [-t THREADS] [-r REPEATS] [-b BATCH]
  *       every op of one training step at BATCH (default 64), reference
  *       kernels (OpenBLAS on THREADS threads) beside the fast kernels (a
@@ -81,6 +87,141 @@ static int run_sgemm(int threads, int reps, int size)
 	dtf_free(a);
 	dtf_free(b);
 	dtf_free(c);
+	return 0;
+}
+
+/* ---- FMA peak: acc = acc * x + y on NCH independent vectors ---------------- */
+
+/* x just below 1 and y small keep every chain finite and away from
+ * denormals for any number of steps. */
+#define FMA_X 0.9999999f
+#define FMA_Y 1e-7f
+#define CH4(op) op(0) op(1) op(2) op(3)
+#define CH12(op) CH4(op) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+/* 12 chains: two FMA pipes of latency 4 (Skylake-SP, Zen 4's double
+ * pumping) need at least 8 in flight. */
+__attribute__((target("avx512f"))) static float fma_512(long iters)
+{
+	__m512 x = _mm512_set1_ps(FMA_X), y = _mm512_set1_ps(FMA_Y);
+#define D(i) __m512 a##i = _mm512_set1_ps(1.0f + (float)(i));
+	CH12(D)
+#undef D
+	for (long it = 0; it < iters; it++) {
+#define F(i) a##i = _mm512_fmadd_ps(a##i, x, y);
+		CH12(F)
+#undef F
+	}
+	__m512 s = _mm512_setzero_ps();
+#define S(i) s = _mm512_add_ps(s, a##i);
+	CH12(S)
+#undef S
+	return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static float fma_256(long iters)
+{
+	__m256 x = _mm256_set1_ps(FMA_X), y = _mm256_set1_ps(FMA_Y);
+#define D(i) __m256 a##i = _mm256_set1_ps(1.0f + (float)(i));
+	CH12(D)
+#undef D
+	for (long it = 0; it < iters; it++) {
+#define F(i) a##i = _mm256_fmadd_ps(a##i, x, y);
+		CH12(F)
+#undef F
+	}
+	__m256 s = _mm256_setzero_ps();
+#define S(i) s = _mm256_add_ps(s, a##i);
+	CH12(S)
+#undef S
+	float v[8];
+	_mm256_storeu_ps(v, s);
+	return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+#endif
+
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+static float fma_neon(long iters)
+{
+	float32x4_t x = vdupq_n_f32(FMA_X), y = vdupq_n_f32(FMA_Y);
+#define D(i) float32x4_t a##i = vdupq_n_f32(1.0f + (float)(i));
+	CH12(D)
+#undef D
+	for (long it = 0; it < iters; it++) {
+#define F(i) a##i = vfmaq_f32(y, a##i, x);
+		CH12(F)
+#undef F
+	}
+	float32x4_t s = vdupq_n_f32(0);
+#define S(i) s = vaddq_f32(s, a##i);
+	CH12(S)
+#undef S
+	return vaddvq_f32(s);
+}
+#endif
+
+/* scalar chains: what the baseline build issues without vectors */
+static float fma_scalar(long iters)
+{
+#define D(i) volatile float v##i = 1.0f + (float)(i); float a##i = v##i;
+	CH12(D)
+#undef D
+	for (long it = 0; it < iters; it++) {
+#define F(i) a##i = a##i * FMA_X + FMA_Y;
+		CH12(F)
+#undef F
+	}
+	float s = 0;
+#define S(i) s += a##i;
+	CH12(S)
+#undef S
+	return s;
+}
+
+/* one run of `iters` steps of the ISA's chains; its FLOPs in *flop */
+static float fma_run(enum dtf_cpu_isa isa, long iters, double *flop)
+{
+	(void)isa;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+	if (isa == DTF_ISA_AVX512) {
+		*flop = 2.0 * 12 * 16 * (double)iters;
+		return fma_512(iters);
+	}
+	if (isa == DTF_ISA_AVX2) {
+		*flop = 2.0 * 12 * 8 * (double)iters;
+		return fma_256(iters);
+	}
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+	if (isa == DTF_ISA_NEON) {
+		*flop = 2.0 * 12 * 4 * (double)iters;
+		return fma_neon(iters);
+	}
+#endif
+	*flop = 2.0 * 12 * (double)iters;
+	return fma_scalar(iters);
+}
+
+static int run_fma(int reps)
+{
+	enum dtf_cpu_isa isa = dtf_cpu_isa();
+	double flop = 0, best = 1e30;
+	long iters = 1 << 20;
+	float sink = 0;
+	/* size a run to about 0.1 s */
+	for (;;) {
+		double t0 = now();
+		sink += fma_run(isa, iters, &flop);
+		double t = now() - t0;
+		if (t > 0.05 || iters > (1L << 34))
+			break;
+		iters *= 2;
+	}
+	BEST(best, reps, sink += fma_run(isa, iters, &flop));
+	printf("fma peak 1 thread (%s): %.1f GFLOP/s (12 chains, best of %d; checksum %g)\n",
+	       dtf_cpu_isa_name(isa), flop / best / 1e9, reps, (double)sink);
 	return 0;
 }
 
@@ -258,7 +399,9 @@ int main(int argc, char **argv)
 		return run_sgemm(threads, reps ? reps : 20, size);
 	if (strcmp(mode, "ops") == 0)
 		return run_ops(threads, reps ? reps : 10, batch);
+	if (strcmp(mode, "fma") == 0)
+		return run_fma(reps ? reps : 5);
 usage:
-	fprintf(stderr, "usage: bench_kernels sgemm|ops [-t THREADS] [-r REPEATS] [-s SIZE] [-b BATCH]\n");
+	fprintf(stderr, "usage: bench_kernels sgemm|ops|fma [-t THREADS] [-r REPEATS] [-s SIZE] [-b BATCH]\n");
 	return 2;
 }
