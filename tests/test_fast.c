@@ -1049,7 +1049,9 @@ END_TEST
 /* The fast attention and its gradient against the reference on each ISA,
  * 1 and 3 threads: head sizes with and without vector tails (d = 3, 4,
  * 8, 24, 32, 64), t of 1, 4 (one block of four queries), below, at and
- * above whole vectors of keys, more tasks than threads and fewer.  |fast - ref| <= 1e-4 + 1e-4 |ref| (float sums of
+ * above whole vectors of keys, 64 and 130 (one block of ATTN_QB = 64
+ * query rows in the gradient; two and a block of 2), more tasks than
+ * threads and fewer.  |fast - ref| <= 1e-4 + 1e-4 |ref| (float sums of
  * up to ~260 terms and a polynomial exp against double sums; a missing or
  * doubled term moves a result by ~1e-2 or more); the two thread counts
  * give the same bits (each (example, head) is one thread's task). */
