@@ -42,7 +42,9 @@
 # achieved GFLOP/s (direct-convolution FLOPs, computed below from the layer
 # shapes: effective where the Winograd kernels do fewer multiplications)
 # against the sgemm ceiling measured in the same run (bench_kernels
-# sgemm, 2048^3; 2 ranks x 1 thread: twice the 1-thread rate).
+# sgemm, 2048^3; 2 ranks x 1 thread: twice the 1-thread rate) and against
+# the FMA peak of the cores used (bench_kernels fma: register-only FMA
+# chains at the fast kernels' ISA, times ranks x threads).
 # The header names the CPU, its avx2/avx512f/fma flags, and the kernels
 # dtf-train ran (its start line: fast or reference, the instruction set;
 # Winograd for conv2d_2, 5x5 32->64 stride 1, wherever that set is avx512
@@ -216,7 +218,15 @@ flags=
 for f in avx2 fma avx512f; do
 	if grep -qw "$f" /proc/cpuinfo; then flags="$flags $f"; else flags="$flags no-$f"; fi
 done
-echo "== machine: $(nproc) cores; $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //');$flags; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# the model name of a virtual machine's CPU is often just the vendor's
+# line ("AMD EPYC"): family and model tell the generation (AMD family 25
+# model 0-1: Zen 3, model 17: Zen 4)
+cpu_id() {
+	printf '%s' "$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
+	f=$(grep -m1 '^cpu family' /proc/cpuinfo | sed 's/.*: //') m=$(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | sed 's/.*: //')
+	[ -z "$f" ] || printf ' (family %s, model %s)' "$f" "$m"
+}
+echo "== machine: $(nproc) cores; $(cpu_id);$flags; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== mpirun options: ${MPIRUN_OPTS:-(Open MPI defaults)}"
 vers="dtf-train $("$build/dtf-train" --version | sed 's/dtf-train //')"
 [ -z "$torch_py" ] || vers="$vers, PyTorch $("$torch_py" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
@@ -298,7 +308,7 @@ tool_cmd() {
 
 # run NAME RANKS THREADS BATCH CEILING
 run() {
-	name=$1 ranks=$2 threads=$3 batch=$4 ceil=$5
+	name=$1 ranks=$2 threads=$3 batch=$4 ceil=$5 peak=$6
 	echo
 	echo "== $name: $ranks process(es) x $threads thread(s), global batch $batch, $ROUNDS rounds"
 	for t in $tools; do : >"$tmp/$t.sps"; : >"$tmp/$t.cpu"; : >"$tmp/$t.rss"; done
@@ -340,13 +350,15 @@ run() {
 	done
 	echo "  (ratio = dtf-train / tool, medians: samples/s above 1 and CPU s/sample below 1 favour dtf-train;"
 	echo "   CPU s/sample: all processes, the whole run with its start-up, over STEPS x batch samples)"
-	awk -v d="$ds" -v f="$flop" -v c="$ceil" 'BEGIN {
-		printf "  dtf-train: %.1f GFLOP/s achieved (median; effective: direct-convolution FLOPs) = %.0f%% of the %.1f GFLOP/s sgemm ceiling\n", d * f / 1e9, 100 * d * f / 1e9 / c, c }'
+	awk -v d="$ds" -v f="$flop" -v c="$ceil" -v pk="$peak" 'BEGIN {
+		printf "  dtf-train: %.1f GFLOP/s achieved (median; effective: direct-convolution FLOPs) = %.0f%% of the %.1f GFLOP/s sgemm ceiling, %.0f%% of the %.1f GFLOP/s FMA peak of its cores\n", d * f / 1e9, 100 * d * f / 1e9 / c, c, 100 * d * f / 1e9 / pk, pk }'
 }
 
 if [ "$THROUGHPUT" != 0 ]; then
 	"$build/tests/bench/bench_kernels" sgemm -t 1 -s 2048 -r 5 | tee "$tmp/sgemm1"
 	"$build/tests/bench/bench_kernels" sgemm -t 2 -s 2048 -r 5 | tee "$tmp/sgemm2"
+	"$build/tests/bench/bench_kernels" fma | tee "$tmp/fma"
+	pk1=$(sed -n 's/.*: \([0-9.]*\) GFLOP.*/\1/p' "$tmp/fma")
 	g1=$(sed -n 's/.*: \([0-9.]*\) GFLOP.*/\1/p' "$tmp/sgemm1")
 	g2=$(sed -n 's/.*: \([0-9.]*\) GFLOP.*/\1/p' "$tmp/sgemm2")
 	echo "model: $(awk -v f="$flop" 'BEGIN { printf "%.2f", f / 1e6 }') MFLOP per example per training step"
@@ -359,7 +371,7 @@ if [ "$THROUGHPUT" != 0 ]; then
 		else
 			ceil=$(awk -v g="$g1" -v n="$ranks" 'BEGIN { print n * g }')
 		fi
-		run "$cfg" "$ranks" "$threads" "$batch" "$ceil"
+		run "$cfg" "$ranks" "$threads" "$batch" "$ceil" "$(awk -v g="$pk1" -v n="$((ranks * threads))" 'BEGIN { print n * g }')"
 	done
 fi
 
