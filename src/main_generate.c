@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "main.h"
 #include "train/generate.h"
+#include "train/threads.h"
 
 static const char generate_usage[] =
 	"Usage: dtf-train generate JOB.yaml [--checkpoint PATH] [--prompt TEXT]\n"
@@ -344,6 +345,9 @@ static int generate_with(const struct dtf_job *job, const struct gen_args *a,
 	};
 	struct emit_state es = {.vocab = &vocab};
 	fwrite(prompt, 1, plen, stdout);
+	/* at most block_size rows a product: OpenBLAS's threads would
+	 * spin more than they compute */
+	dtf_threads_set(1);
 	double t0 = now();
 	rc = dtf_gpt_generate(&g, ids, (int)plen, (int)a->tokens, &so,
 			      ids + plen, emit, &es);

@@ -15,6 +15,7 @@
 #include "core/alloc.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "ops/cpu/fast.h"
 #include "ops/cpu/kernels.h"
 #include "train/checkpoint.h"
 
@@ -385,7 +386,9 @@ static void block_forward(const struct dtf_gpt *g, const struct dtf_gpt_block *b
 	dtf_cpu_layer_norm((size_t)n, C, h, b->ln_2_gamma, b->ln_2_beta,
 			   g->epsilon, a);
 	affine(n, C, F, a, b->fc_kernel, b->fc_bias, m);
-	dtf_cpu_gelu((size_t)n * F, 1, m, m);
+	/* the vector-lane tanh form (libm's double tanh was a quarter of
+	 * the decoder's time), on this thread */
+	dtf_fast_gelu(NULL, (size_t)n * F, 1, m, m);
 	affine(n, F, C, m, b->mlp_proj_kernel, b->mlp_proj_bias, a);
 	for (size_t i = 0; i < (size_t)n * C; i++)
 		h[i] += a[i];

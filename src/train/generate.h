@@ -31,14 +31,16 @@
  *   logits_t = layer_norm(h) wte^T  (tied)  or  layer_norm(h) W_head,
  *              + b_head when there is one
  * layer_norm with the job's epsilon (nanoGPT's 1e-5), the CPU kernels of the graph
- * (ops/cpu/kernels.h: dtf_cpu_layer_norm, dtf_cpu_gelu approximate,
- * dtf_cpu_softmax); products by OpenBLAS sgemm / sgemv.
+ * (ops/cpu/kernels.h: dtf_cpu_layer_norm, dtf_cpu_softmax; gelu
+ * approximate by the fast kernel, ops/cpu/fast.h dtf_fast_gelu, within
+ * about 1e-6 of dtf_cpu_gelu); products by OpenBLAS sgemm / sgemv.
  *
  * The cache holds, per block, the keys and values of every position fed
  * so far ([T, C] each), so one more position costs one row of each
  * product and one row of attention over the positions before it.
- * Everything is float32 on the CPU, one thread of OpenBLAS per call as
- * the rest of dtf-train.
+ * Everything is float32 on the CPU, on the calling thread; the caller
+ * sets OpenBLAS to one thread (dtf-train generate does: its products have
+ * at most block_size rows, too few for its threads to pay).
  */
 #ifndef DTF_TRAIN_GENERATE_H
 #define DTF_TRAIN_GENERATE_H
