@@ -72,9 +72,23 @@ struct wgeo {
 	int hp, wp;       /* padded input extent */
 	int pt, pl;       /* padding before */
 	int h, w, c, o, oh, ow;
+	size_t vs, ms;    /* floats between the points of V and of M (dM) */
 };
 
 static size_t r16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* The stride between the nx point matrices of V (T x c) or M (T x o):
+ * rows x cols rounded up to 16 floats (64 bytes, one cache line), plus
+ * a line when that is an even number of lines.  The transforms write
+ * every point of a tile: at a power-of-two stride (T = 16 tiles of a
+ * 14 x 14 image, c = 32: 2 KB) the 64 points fall into 2 of the L1
+ * cache's 64 sets and evict each other on every store; an odd number of
+ * lines spreads them over all sets. */
+static size_t point_stride(int rows, int cols)
+{
+	size_t s = r16((size_t)rows * (size_t)cols);
+	return (s / 16) % 2 == 0 ? s + 16 : s;
+}
 
 static void wgeo_init(struct wgeo *q, const struct dtf_window_geom *g)
 {
@@ -95,6 +109,8 @@ static void wgeo_init(struct wgeo *q, const struct dtf_window_geom *g)
 	q->o = g->o;
 	q->oh = g->oh;
 	q->ow = g->ow;
+	q->vs = point_stride(q->T, q->c);
+	q->ms = point_stride(q->T, q->o);
 }
 
 /* The input gradient's geometry: a stride-1 conv of dy (oh, ow, o) giving
@@ -124,7 +140,7 @@ static size_t zmask_floats(const struct wgeo *q)
 static size_t area(const struct wgeo *q)
 {
 	return r16((size_t)q->hp * q->wp * q->c) +
-	       r16((size_t)q->nx * q->T * q->c) + r16((size_t)q->nx * q->T * q->o) +
+	       (size_t)q->nx * q->vs + (size_t)q->nx * q->ms +
 	       zmask_floats(q);
 }
 
@@ -336,8 +352,8 @@ static void fwd_task(void *arg, int tid, int nt)
 	const size_t out_img = (size_t)q->oh * q->ow * q->o;
 	float *xp = j->ws + (size_t)tid * j->tstride;
 	float *V = xp + r16((size_t)q->hp * q->wp * q->c);
-	float *M = V + r16((size_t)q->nx * q->T * q->c);
-	unsigned char *pz = (unsigned char *)(M + r16((size_t)q->nx * q->T * q->o));
+	float *M = V + (size_t)q->nx * q->vs;
+	unsigned char *pz = (unsigned char *)(M + (size_t)q->nx * q->ms);
 	unsigned char *wz = pz + (size_t)q->hp * q->wp;
 	size_t lo, hi;
 	dtf_pool_split((size_t)j->g->n, 1, tid, nt, &lo, &hi);
@@ -346,9 +362,9 @@ static void fwd_task(void *arg, int tid, int nt)
 		size_t zw = j->exact_zeros ? zero_windows(q, xp, pz, wz) : 0;
 		in_transform(q, xp, V);
 		for (int xi = 0; xi < q->nx; xi++)
-			mm(q->T, q->c, q->o, V + (size_t)xi * q->T * q->c, (size_t)q->c, 1,
+			mm(q->T, q->c, q->o, V + (size_t)xi * q->vs, (size_t)q->c, 1,
 			   j->U + (size_t)xi * q->c * q->o, (size_t)q->o,
-			   M + (size_t)xi * q->T * q->o, (size_t)q->o, 0);
+			   M + (size_t)xi * q->ms, (size_t)q->o, 0);
 		out_transform(q, M, j->bias, j->relu, zw ? wz : NULL,
 			      j->y + b * out_img);
 		if (j->pg) {
@@ -457,7 +473,7 @@ static void bwf_task(void *arg, int tid, int nt)
 	const size_t out_img = (size_t)q->oh * q->ow * q->o;
 	float *xp = j->ws + (size_t)tid * j->tstride;
 	float *V = xp + r16((size_t)q->hp * q->wp * q->c);
-	float *dM = V + r16((size_t)q->nx * q->T * q->c);
+	float *dM = V + (size_t)q->nx * q->vs;
 	float *part = part_of(j, tid);
 	memset(part, 0, (size_t)q->nx * q->c * q->o * sizeof *part);
 	size_t lo, hi;
@@ -468,8 +484,8 @@ static void bwf_task(void *arg, int tid, int nt)
 		dy_transform(q, j->dy + b * out_img, dM);
 		/* dU[xi] (c, o) += V[xi]^T (c, T) dM[xi] (T, o) */
 		for (int xi = 0; xi < q->nx; xi++)
-			mm(q->c, q->T, q->o, V + (size_t)xi * q->T * q->c, 1, (size_t)q->c,
-			   dM + (size_t)xi * q->T * q->o, (size_t)q->o,
+			mm(q->c, q->T, q->o, V + (size_t)xi * q->vs, 1, (size_t)q->c,
+			   dM + (size_t)xi * q->ms, (size_t)q->o,
 			   part + (size_t)xi * q->c * q->o, (size_t)q->o, 1);
 	}
 }

@@ -178,8 +178,8 @@ static inline __attribute__((always_inline)) VT void
 VN(in_transform_n)(const struct wgeo *q, const float *xp, float *restrict V,
 	       const int N)
 {
-	const int C = q->c, T = q->T;
-	const size_t vs = (size_t)T * C; /* V's stride between points */
+	const int C = q->c;
+	const size_t vs = q->vs; /* V's stride between points */
 	for (int ty = 0; ty < q->th; ty++)
 		for (int tx = 0; tx < q->tw; tx++) {
 			const int t = ty * q->tw + tx;
@@ -221,8 +221,8 @@ VN(out_transform_m)(const struct wgeo *q, const float *restrict M,
 		const unsigned char *restrict wz, float *restrict y,
 		const int m, const int N)
 {
-	const int O = q->o, T = q->T;
-	const size_t ms = (size_t)T * O;
+	const int O = q->o;
+	const size_t ms = q->ms;
 	const VF zero = VZERO();
 	for (int ty = 0; ty < q->th; ty++)
 		for (int tx = 0; tx < q->tw; tx++) {
@@ -274,8 +274,8 @@ static inline __attribute__((always_inline)) VT void
 VN(dy_transform_m)(const struct wgeo *q, const float *restrict dy,
 	       float *restrict dM, const int m, const int N)
 {
-	const int O = q->o, T = q->T;
-	const size_t ms = (size_t)T * O;
+	const int O = q->o;
+	const size_t ms = q->ms;
 	const VF zero = VZERO();
 	for (int ty = 0; ty < q->th; ty++)
 		for (int tx = 0; tx < q->tw; tx++) {
