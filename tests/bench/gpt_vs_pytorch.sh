@@ -127,10 +127,11 @@ flop=$("$build/dtf-train" --dry-run "$job" 2>/dev/null | sed -n 's/^FLOPs per to
 [ -n "$flop" ] || die "dtf-train --dry-run $job printed no FLOPs per token"
 bk=$build/tests/bench/bench_kernels
 [ -x "$bk" ] || die "$bk not found; build first (ninja -C $build)"
-fma1=$("$bk" fma | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
+fmaline=$("$bk" fma)
+fma1=$(echo "$fmaline" | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
 sg1=$("$bk" sgemm -t 1 | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
 sg2=$("$bk" sgemm -t 2 | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
-echo "== $flop MFLOP per token per training step; FMA peak $fma1 GFLOP/s per core ($("$bk" fma | sed 's/.*(\([a-z0-9]*\)).*/\1/')); sgemm ceiling $sg1 GFLOP/s on 1 thread, $sg2 on 2"
+echo "== $flop MFLOP per token per training step; FMA peak $fma1 GFLOP/s per core ($(echo "$fmaline" | sed 's/.*(\([a-z0-9]*\)).*/\1/')); sgemm ceiling $sg1 GFLOP/s on 1 thread, $sg2 on 2"
 
 # dtf-train's steady rate: its log prints samples/s per window of WARMUP
 # steps; drop the first window, average the rest (equal windows: total

@@ -90,96 +90,62 @@ static int run_sgemm(int threads, int reps, int size)
 	return 0;
 }
 
-/* ---- FMA peak: acc = acc * x + y on NCH independent vectors ---------------- */
+/* ---- FMA peak: acc = acc * x + y on 12 independent vectors ----------------- */
 
 /* x just below 1 and y small keep every chain finite and away from
  * denormals for any number of steps. */
 #define FMA_X 0.9999999f
 #define FMA_Y 1e-7f
-#define CH4(op) op(0) op(1) op(2) op(3)
-#define CH12(op) CH4(op) op(4) op(5) op(6) op(7) op(8) op(9) op(10) op(11)
+
+/* static float name(long iters): 12 chains of vector type VT (SET1
+ * broadcasts a float, FMA(a, x, y) = a x + y, ADD adds), summed and
+ * reduced to one float by REDUCE.  The chain loops are unrolled whole,
+ * so the 12 accumulators live in registers.  12 chains: two FMA pipes of
+ * latency 4 (Skylake-SP, Zen 3, Zen 4's double pumping) need at least 8
+ * in flight. */
+#define FMA_CHAINS(attr, name, VT, SET1, FMA, ADD, REDUCE)                   \
+	attr static float name(long iters)                                     \
+	{                                                                      \
+		VT x = SET1(FMA_X), y = SET1(FMA_Y), a[12];                    \
+		_Pragma("GCC unroll 12") for (int c = 0; c < 12; c++)          \
+			a[c] = SET1(1.0f + (float)c);                          \
+		for (long it = 0; it < iters; it++) {                          \
+			_Pragma("GCC unroll 12") for (int c = 0; c < 12; c++)  \
+				a[c] = FMA(a[c], x, y);                        \
+		}                                                              \
+		VT s = a[0];                                                   \
+		_Pragma("GCC unroll 12") for (int c = 1; c < 12; c++)          \
+			s = ADD(s, a[c]);                                      \
+		return REDUCE(s);                                              \
+	}
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
-/* 12 chains: two FMA pipes of latency 4 (Skylake-SP, Zen 4's double
- * pumping) need at least 8 in flight. */
-__attribute__((target("avx512f"))) static float fma_512(long iters)
+__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v)
 {
-	__m512 x = _mm512_set1_ps(FMA_X), y = _mm512_set1_ps(FMA_Y);
-#define D(i) __m512 a##i = _mm512_set1_ps(1.0f + (float)(i));
-	CH12(D)
-#undef D
-	for (long it = 0; it < iters; it++) {
-#define F(i) a##i = _mm512_fmadd_ps(a##i, x, y);
-		CH12(F)
-#undef F
-	}
-	__m512 s = _mm512_setzero_ps();
-#define S(i) s = _mm512_add_ps(s, a##i);
-	CH12(S)
-#undef S
-	return _mm512_reduce_add_ps(s);
+	float f[8];
+	_mm256_storeu_ps(f, v);
+	return f[0] + f[1] + f[2] + f[3] + f[4] + f[5] + f[6] + f[7];
 }
-
-__attribute__((target("avx2,fma"))) static float fma_256(long iters)
-{
-	__m256 x = _mm256_set1_ps(FMA_X), y = _mm256_set1_ps(FMA_Y);
-#define D(i) __m256 a##i = _mm256_set1_ps(1.0f + (float)(i));
-	CH12(D)
-#undef D
-	for (long it = 0; it < iters; it++) {
-#define F(i) a##i = _mm256_fmadd_ps(a##i, x, y);
-		CH12(F)
-#undef F
-	}
-	__m256 s = _mm256_setzero_ps();
-#define S(i) s = _mm256_add_ps(s, a##i);
-	CH12(S)
-#undef S
-	float v[8];
-	_mm256_storeu_ps(v, s);
-	return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
-}
+FMA_CHAINS(__attribute__((target("avx512f"))), fma_512, __m512,
+	   _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, _mm512_reduce_add_ps)
+FMA_CHAINS(__attribute__((target("avx2,fma"))), fma_256, __m256,
+	   _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, hsum256)
 #endif
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
-static float fma_neon(long iters)
-{
-	float32x4_t x = vdupq_n_f32(FMA_X), y = vdupq_n_f32(FMA_Y);
-#define D(i) float32x4_t a##i = vdupq_n_f32(1.0f + (float)(i));
-	CH12(D)
-#undef D
-	for (long it = 0; it < iters; it++) {
-#define F(i) a##i = vfmaq_f32(y, a##i, x);
-		CH12(F)
-#undef F
-	}
-	float32x4_t s = vdupq_n_f32(0);
-#define S(i) s = vaddq_f32(s, a##i);
-	CH12(S)
-#undef S
-	return vaddvq_f32(s);
-}
+#define NEON_FMA(a, x, y) vfmaq_f32(y, a, x)
+FMA_CHAINS(, fma_neon, float32x4_t, vdupq_n_f32, NEON_FMA, vaddq_f32,
+	   vaddvq_f32)
 #endif
 
 /* scalar chains: what the baseline build issues without vectors */
-static float fma_scalar(long iters)
-{
-#define D(i) volatile float v##i = 1.0f + (float)(i); float a##i = v##i;
-	CH12(D)
-#undef D
-	for (long it = 0; it < iters; it++) {
-#define F(i) a##i = a##i * FMA_X + FMA_Y;
-		CH12(F)
-#undef F
-	}
-	float s = 0;
-#define S(i) s += a##i;
-	CH12(S)
-#undef S
-	return s;
-}
+#define SCALAR_SET1(v) (v)
+#define SCALAR_FMA(a, x, y) ((a) * (x) + (y))
+#define SCALAR_ADD(a, b) ((a) + (b))
+FMA_CHAINS(, fma_scalar, float, SCALAR_SET1, SCALAR_FMA, SCALAR_ADD,
+	   SCALAR_SET1)
 
 /* one run of `iters` steps of the ISA's chains; its FLOPs in *flop */
 static float fma_run(enum dtf_cpu_isa isa, long iters, double *flop)
