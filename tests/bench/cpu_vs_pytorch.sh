@@ -6,7 +6,9 @@
 #
 # The peers, each the same model as graphs/fashion_mnist_cnn.yaml:
 #   PyTorch      the current torch from PyPI (TORCH_SPEC, default
-#                torch==2.15.*), tests/bench/pytorch_cnn.py, DDP over gloo
+#                torch==2.15.*) and numpy, which torch does not pull in
+#                and pytorch_cnn.py reads the shards with;
+#                tests/bench/pytorch_cnn.py, DDP over gloo
 #   TensorFlow   tensorflow-cpu from PyPI (TF_SPEC), tests/bench/tf_cnn.py:
 #                Keras model.fit over a tf.data.TFRecordDataset of the same
 #                TFRecord shards dtf-train reads, parsed with
@@ -130,7 +132,7 @@ has() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 
 torch_py='' tf_py='' deb_py=''
 # shellcheck disable=SC2086
-if has "$PEERS $TTA_PEERS" torch; then venv torch torch $TORCH_SPEC; torch_py=$PEER_VENVS/torch/bin/python; fi
+if has "$PEERS $TTA_PEERS" torch; then venv torch "torch, numpy" $TORCH_SPEC numpy; torch_py=$PEER_VENVS/torch/bin/python; fi
 # shellcheck disable=SC2086
 if has "$PEERS $TTA_PEERS" tf; then venv tensorflow tf_keras $TF_SPEC; tf_py=$PEER_VENVS/tensorflow/bin/python; fi
 if has "$PEERS $TTA_PEERS" deb; then
@@ -171,6 +173,14 @@ else trap 'rm -rf "$tmp"' EXIT INT TERM; fi
 # (dtf-train(1), OPENBLAS_CORETYPE).  Debian's PyTorch uses the same
 # OpenBLAS, so give both the corrected kernels.
 core=$("$build/tests/bench/bench_kernels" sgemm -s 64 -r 1 | sed -n 's/.*OpenBLAS \([A-Za-z0-9]*\)).*/\1/p')
+# An OPENBLAS_CORETYPE that was set before the script is kept, for every
+# tool; say so, with the set OpenBLAS would choose itself, since it moves the
+# sgemm ceiling and the dense layers of all tools (a Haswell set on an
+# AVX-512 CPU halves them).
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+	own=$(env -u OPENBLAS_CORETYPE "$build/tests/bench/bench_kernels" sgemm -s 64 -r 1 | sed -n 's/.*OpenBLAS \([A-Za-z0-9]*\)).*/\1/p')
+	echo "note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment, for every tool (OpenBLAS's own choice here: $own)"
+fi
 isa=${DTF_CPU_ISA:-}
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "$isa" = avx2 ]; then
 	export OPENBLAS_CORETYPE=Haswell

@@ -132,6 +132,12 @@ fma1=$(echo "$fmaline" | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
 sg1=$("$bk" sgemm -t 1 | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
 sg2=$("$bk" sgemm -t 2 | sed -n 's/.*: \([0-9.]*\) GFLOP\/s.*/\1/p')
 echo "== $flop MFLOP per token per training step; FMA peak $fma1 GFLOP/s per core ($(echo "$fmaline" | sed 's/.*(\([a-z0-9]*\)).*/\1/')); sgemm ceiling $sg1 GFLOP/s on 1 thread, $sg2 on 2"
+# an OPENBLAS_CORETYPE from the environment moves the sgemm ceiling and
+# dtf-train's dense layers (a Haswell set on an AVX-512 CPU halves them)
+if [ -n "${OPENBLAS_CORETYPE:-}" ]; then
+	own=$(env -u OPENBLAS_CORETYPE "$bk" sgemm -s 64 -r 1 | sed -n 's/.*OpenBLAS \([A-Za-z0-9]*\)).*/\1/p')
+	echo "note: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment (OpenBLAS's own choice here: $own)"
+fi
 
 # dtf-train's steady rate: its log prints samples/s per window of WARMUP
 # steps; drop the first window, average the rest (equal windows: total
