@@ -186,7 +186,10 @@ static void print_evaluation(const struct dtf_job *job,
 	printf("step: %lld\n", (long long)e->step);
 	printf("examples: %.0f\n", e->examples);
 	printf("loss: %.9g\n", e->loss);
-	if (job->model.metric_accuracy)
+	if (job->model.metric_accuracy && e->positions > 1)
+		printf("accuracy: %.9g (%.0f of %.0f positions correct)\n",
+		       e->accuracy, e->correct, e->examples * e->positions);
+	else if (job->model.metric_accuracy)
 		printf("accuracy: %.9g (%.0f correct)\n", e->accuracy,
 		       e->correct);
 	if (e->top_k_accuracy >= 0)

@@ -776,6 +776,7 @@ START_TEST(trained_gpt_matches_predict_logits)
 	ck_assert_int_eq(dtf_gpt_cache_init(&g, &c), 0);
 	char *text = tu_read_file(tmpdir, "p.jsonl", NULL), *line = text;
 	double worst = 0, spread = 0;
+	int right = 0; /* positions whose argmax is the next id */
 	for (int r = 0; r < 3; r++) {
 		char *nl = strchr(line, '\n');
 		ck_assert_ptr_nonnull(nl);
@@ -799,16 +800,33 @@ START_TEST(trained_gpt_matches_predict_logits)
 			worst = fmax(worst, fabs(step[i] - want));
 			spread = fmax(spread, fabs(want - json_number_value(json_array_get(lg, 0))));
 		}
+		for (int i = 0; i < ST; i++) {
+			int best = 0;
+			for (int v = 1; v < ST; v++)
+				if (json_number_value(json_array_get(lg, (size_t)(i * ST + v))) >
+				    json_number_value(json_array_get(lg, (size_t)(i * ST + best))))
+					best = v;
+			right += best == (r + 3 * (i + 1)) % ST;
+		}
 		json_decref(j);
 		line = nl + 1;
 	}
-	fprintf(stderr, "trained GPT: decoder vs predict logits: max |difference| %.3g (logits spread %.3g)\n",
-		worst, spread);
+	fprintf(stderr, "trained GPT: decoder vs predict logits: max |difference| %.3g (logits spread %.3g); %d of %d positions right\n",
+		worst, spread, right, 3 * ST);
 	ck_assert_msg(worst <= 1e-5, "decoder vs predict: %g", worst);
 	ck_assert_msg(spread > 0.1, "logits of a trained model too flat: %g", spread);
 	free(text);
 	dtf_gpt_cache_deinit(&c);
 	dtf_gpt_deinit(&g);
+	/* evaluate counts the positions that are right, not examples */
+	rc = tu_run("cd %s && %s/dtf-train evaluate %s -c ckpt --data 'validation-*.tfrecord' --set 'model.metrics=[accuracy]' >ev.txt 2>ev.log",
+		    tmpdir, tu_build_root(), fixture);
+	ck_assert_msg(rc == 0, "evaluate: exit %d: %s", rc, tu_slurp(tmpdir, "ev.log"));
+	char want[128];
+	snprintf(want, sizeof(want), "accuracy: %.9g (%d of %d positions correct)\n",
+		 right / (3.0 * ST), right, 3 * ST);
+	ck_assert_msg(strstr(tu_slurp(tmpdir, "ev.txt"), want), "'%s' not in: %s", want,
+		      tu_slurp(tmpdir, "ev.txt"));
 	/* the command: the heads and names from the job */
 	tu_write_bytes(tmpdir, "vocab.txt", "abcdefghijklmnop", ST);
 	rc = tu_run("cd %s && %s/dtf-train generate %s -c ckpt -p abc -n 40 --temperature 0 >gen.txt 2>gen.log",

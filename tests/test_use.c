@@ -261,9 +261,12 @@ END_TEST
 START_TEST(evaluate_ranks)
 {
 	/* the last: a global batch of 15 is 8 per rank on 2 */
+	/* off: every rank would read every record; an evaluation still
+	 * counts each once */
 	static const char *shard[] = {"", "--set data.shard_policy=data",
+				      "--set data.shard_policy=off",
 				      "--set train.batch_size=15"};
-	for (int s = 0; s < 3; s++)
+	for (int s = 0; s < 4; s++)
 		for (int j = 0; j < 2; j++) {
 			const char *job = j ? "two" : "one";
 			json_t *a = evaluate(0, job, shard[s]);

@@ -1000,6 +1000,10 @@ int dtf_obs_append_evaluate(const struct dtf_obs_job *job,
 	fputc(',', f);
 	jnum(f, "examples", e->examples);
 	fputc(',', f);
+	if (e->positions > 1) {
+		jnum(f, "positions", e->positions);
+		fputc(',', f);
+	}
 	jnum(f, "seconds", e->seconds);
 	fputs("}\n", f);
 	long len = ftell(f);

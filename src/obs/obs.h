@@ -205,14 +205,20 @@ struct dtf_obs_evaluate {
 	int64_t step;           /* the checkpoint's global step */
 	double loss, accuracy;
 	double top_k_accuracy;  /* negative: not computed */
+	/* correct: right predictions, counted per position for a sequence
+	 * loss (logits (n, t, classes): up to n * t); positions: the
+	 * positions per example (1 for a per-example loss, t for a sequence
+	 * loss), so correct / (examples * positions) = accuracy */
 	double correct, examples;
+	int positions;
 	double seconds;         /* of the evaluation pass */
 };
 
 /*
  * Append one line {"kind":"evaluate","step":S,"wall_time":T,
  * "checkpoint":P,"data":D,"loss":L,"metrics":{"accuracy":A,
- * "top_k_accuracy":K},"correct":C,"examples":N,"seconds":X} (the metrics
+ * "top_k_accuracy":K},"correct":C,"examples":N,"positions":P,"seconds":X}
+ * ("positions" only where it is above 1; the metrics
  * the job asks for, as the "eval" lines) to <job->dir>/metrics.jsonl,
  * making the directory if needed; nothing without job->dir.  One write(2)
  * on a descriptor opened O_APPEND, so the line lands whole even beside a

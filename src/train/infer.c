@@ -201,7 +201,17 @@ int dtf_infer_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 	out->accuracy = tot.correct / tot.count;
 	if (job->model.metric_top_k && tot.has_top_k)
 		out->top_k_accuracy = tot.top_k / tot.count;
-	out->correct = tot.correct;
+	/* a sequence loss's correct sum is of per-example fractions
+	 * (exec.h): as a count of the positions that were right */
+	out->positions = 1;
+	if (m.r.g.loss >= 0 &&
+	    m.r.g.nodes[m.r.g.loss].op == DTF_OP_SPARSE_SOFTMAX_XENT) {
+		size_t rows;
+		int classes;
+		dtf_graph_xent_dims(&m.r.g, m.r.g.logits, &rows, &classes,
+				    &out->positions);
+	}
+	out->correct = nearbyint(tot.correct * out->positions);
 	out->examples = tot.count;
 	out->seconds = now_seconds() - t0;
 	if (rank == 0 && job->logging.dir) {
@@ -213,6 +223,7 @@ int dtf_infer_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 			.accuracy = out->accuracy,
 			.top_k_accuracy = out->top_k_accuracy,
 			.correct = out->correct, .examples = out->examples,
+			.positions = out->positions,
 			.seconds = out->seconds});
 	}
 	rc = dtf_train_agree(comm, rc, "writing metrics.jsonl after", 0, &tr);

@@ -41,9 +41,13 @@ struct dtf_evaluate_result {
 	char checkpoint[DTF_INFER_PATH_MAX]; /* the file loaded */
 	int64_t step;          /* its global step */
 	double loss;           /* mean per-example loss */
-	double accuracy;       /* correct / examples (model.metrics) */
+	double accuracy;       /* correct / (examples * positions)
+				  (model.metrics) */
 	double top_k_accuracy; /* top_k_accuracy's fraction, -1: none */
-	double correct, examples; /* sums over every rank */
+	double correct, examples; /* sums over every rank; correct counts
+				     positions for a sequence loss */
+	int positions;         /* positions per example: 1, or t of a
+				  sequence loss's (n, t, classes) logits */
 	double seconds;        /* wall time of the evaluation pass */
 	int remote_failure;    /* the error is another rank's (not printed
 				  here) */

@@ -410,6 +410,12 @@ int dtf_train_open_pipeline(const struct dtf_job *job, const char *pattern,
 	rd.compression = (enum dtf_compression)(training
 							? job->data.train_compression
 							: job->data.eval_compression);
+	/* shard_policy off is for the training data (every rank trains on
+	 * all of it); an evaluation counts each record once, whatever the
+	 * policy, so its off reads as data (every rank reads every file and
+	 * keeps every world-th record) */
+	if (!training && rd.shard_policy == DTF_SHARD_OFF)
+		rd.shard_policy = DTF_SHARD_DATA;
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = world,
