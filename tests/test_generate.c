@@ -777,6 +777,7 @@ START_TEST(trained_gpt_matches_predict_logits)
 	char *text = tu_read_file(tmpdir, "p.jsonl", NULL), *line = text;
 	double worst = 0, spread = 0;
 	int right = 0; /* positions whose argmax is the next id */
+	int argmax[3][ST];
 	for (int r = 0; r < 3; r++) {
 		char *nl = strchr(line, '\n');
 		ck_assert_ptr_nonnull(nl);
@@ -807,6 +808,7 @@ START_TEST(trained_gpt_matches_predict_logits)
 				    json_number_value(json_array_get(lg, (size_t)(i * ST + best))))
 					best = v;
 			right += best == (r + 3 * (i + 1)) % ST;
+			argmax[r][i] = best;
 		}
 		json_decref(j);
 		line = nl + 1;
@@ -818,6 +820,35 @@ START_TEST(trained_gpt_matches_predict_logits)
 	free(text);
 	dtf_gpt_cache_deinit(&c);
 	dtf_gpt_deinit(&g);
+	/* predict's classes of a sequence: top-k per position (JSON lists
+	 * per position; CSV a line per position) */
+	rc = tu_run("cd %s && %s/dtf-train predict %s -c ckpt --data 'validation-*.tfrecord' -k 2 --output c.jsonl 2>predict.log && "
+		    "%s/dtf-train predict %s -c ckpt --data 'validation-*.tfrecord' -k 2 --output c.csv 2>>predict.log",
+		    tmpdir, tu_build_root(), fixture, tu_build_root(), fixture);
+	ck_assert_msg(rc == 0, "predict classes: exit %d: %s", rc, tu_slurp(tmpdir, "predict.log"));
+	text = tu_read_file(tmpdir, "c.jsonl", NULL);
+	line = text;
+	for (int r = 0; r < 3; r++) {
+		char *nl = strchr(line, '\n');
+		ck_assert_ptr_nonnull(nl);
+		*nl = 0;
+		json_error_t err;
+		json_t *j = json_loads(line, 0, &err);
+		json_t *cl = json_object_get(j, "classes"), *pr = json_object_get(j, "probabilities");
+		ck_assert_msg(json_array_size(cl) == ST && json_array_size(pr) == ST, "%s", line);
+		for (int i = 0; i < ST; i++) {
+			json_t *ci = json_array_get(cl, (size_t)i), *q = json_array_get(pr, (size_t)i);
+			ck_assert_int_eq(json_array_size(ci), 2);
+			ck_assert_int_eq(json_integer_value(json_array_get(ci, 0)), argmax[r][i]);
+			ck_assert(json_number_value(json_array_get(q, 0)) >= json_number_value(json_array_get(q, 1)));
+		}
+		json_decref(j);
+		line = nl + 1;
+	}
+	free(text);
+	ck_assert_int_eq(tu_count_lines(tmpdir, "c.csv", "validation-"), 3 * ST);
+	ck_assert_msg(strstr(tu_slurp(tmpdir, "c.csv"), "file,record,position,class_1,probability_1,class_2,probability_2\n"),
+		      "%s", tu_slurp(tmpdir, "c.csv"));
 	/* evaluate counts the positions that are right, not examples */
 	rc = tu_run("cd %s && %s/dtf-train evaluate %s -c ckpt --data 'validation-*.tfrecord' --set 'model.metrics=[accuracy]' >ev.txt 2>ev.log",
 		    tmpdir, tu_build_root(), fixture);

@@ -294,11 +294,16 @@ struct writer {
 	enum format fmt;
 	enum dtf_predict_outputs outputs;
 	int top_k;
-	int cols;
+	int cols;           /* values of the logits per record */
+	int classes;        /* of one position: cols / positions */
+	int positions;      /* per record: 1, or t of a sequence loss's
+			       (n, t, classes) logits */
 	int sigmoid;        /* probabilities: sigmoid (else softmax) */
-	double *prob;       /* cols */
-	unsigned char *taken; /* cols */
-	int *best;          /* top_k: the classes of a row, best first */
+	double *prob;       /* classes */
+	unsigned char *taken; /* classes */
+	int *best;          /* positions x top_k: the classes of a record,
+			       best first */
+	double *pbest;      /* positions x top_k: their probabilities */
 };
 
 static void write_header(struct writer *w)
@@ -309,28 +314,45 @@ static void write_header(struct writer *w)
 	if (w->outputs == DTF_PREDICT_LOGITS)
 		for (int j = 0; j < w->cols; j++)
 			fprintf(w->f, ",logit_%d", j);
-	else
+	else {
+		if (w->positions > 1)
+			fputs(",position", w->f);
 		for (int j = 1; j <= w->top_k; j++)
 			fprintf(w->f, ",class_%d,probability_%d", j, j);
+	}
 	fputc('\n', w->f);
 }
 
-/* The probabilities of one row of logits into w->prob. */
-static void probabilities(struct writer *w, const float *x)
+/* The probabilities of one position's logits x (w->classes) into w->prob,
+ * and its top_k classes, best first, with their probabilities, into
+ * best and pbest. */
+static void top_classes(struct writer *w, const float *x, int *best,
+			double *pbest)
 {
+	int n = w->classes;
 	if (w->sigmoid) {
-		for (int j = 0; j < w->cols; j++)
+		for (int j = 0; j < n; j++)
 			w->prob[j] = 1.0 / (1.0 + exp(-(double)x[j]));
-		return;
+	} else {
+		double mx = x[0], sum = 0;
+		for (int j = 1; j < n; j++)
+			if (x[j] > mx)
+				mx = x[j];
+		for (int j = 0; j < n; j++)
+			sum += w->prob[j] = exp((double)x[j] - mx);
+		for (int j = 0; j < n; j++)
+			w->prob[j] /= sum;
 	}
-	double mx = x[0], sum = 0;
-	for (int j = 1; j < w->cols; j++)
-		if (x[j] > mx)
-			mx = x[j];
-	for (int j = 0; j < w->cols; j++)
-		sum += w->prob[j] = exp((double)x[j] - mx);
-	for (int j = 0; j < w->cols; j++)
-		w->prob[j] /= sum;
+	memset(w->taken, 0, (size_t)n);
+	for (int k = 0; k < w->top_k; k++) { /* first maximum wins */
+		int b = -1;
+		for (int j = 0; j < n; j++)
+			if (!w->taken[j] && (b < 0 || w->prob[j] > w->prob[b]))
+				b = j;
+		w->taken[b] = 1;
+		best[k] = b;
+		pbest[k] = w->prob[b];
+	}
 }
 
 /* One record's line: file, record index, then the outputs of row x. */
@@ -357,32 +379,47 @@ static void write_row(struct writer *w, const char *file, uint64_t record,
 		fputs(json ? "]}\n" : "\n", f);
 		return;
 	}
-	probabilities(w, x);
-	memset(w->taken, 0, (size_t)w->cols);
-	int *best = w->best;
-	for (int k = 0; k < w->top_k; k++) { /* first maximum wins */
-		int b = -1;
-		for (int j = 0; j < w->cols; j++)
-			if (!w->taken[j] && (b < 0 || w->prob[j] > w->prob[b]))
-				b = j;
-		w->taken[b] = 1;
-		best[k] = b;
-	}
+	int seq = w->positions > 1, kk = w->top_k;
+	for (int t = 0; t < w->positions; t++)
+		top_classes(w, x + (size_t)t * (size_t)w->classes,
+			    w->best + t * kk, w->pbest + t * kk);
 	if (json) {
-		fputs("\"classes\":[", f);
-		for (int k = 0; k < w->top_k; k++)
-			fprintf(f, "%s%d", k ? "," : "", best[k]);
-		fputs("],\"probabilities\":[", f);
-		for (int k = 0; k < w->top_k; k++) {
-			if (k)
-				fputc(',', f);
-			put_number(f, w->fmt, w->prob[best[k]]);
+		/* a sequence: a list per position, as Keras's predict gives
+		 * (n, t, classes) */
+		for (int pass = 0; pass < 2; pass++) {
+			fputs(pass ? ",\"probabilities\":" : "\"classes\":", f);
+			if (seq)
+				fputc('[', f);
+			for (int t = 0; t < w->positions; t++) {
+				fputs(t ? ",[" : "[", f);
+				for (int k = 0; k < kk; k++) {
+					if (k)
+						fputc(',', f);
+					if (pass)
+						put_number(f, w->fmt,
+							   w->pbest[t * kk + k]);
+					else
+						fprintf(f, "%d", w->best[t * kk + k]);
+				}
+				fputc(']', f);
+			}
+			if (seq)
+				fputc(']', f);
 		}
-		fputs("]}\n", f);
-	} else {
-		for (int k = 0; k < w->top_k; k++) {
-			fprintf(f, ",%d,", best[k]);
-			put_number(f, w->fmt, w->prob[best[k]]);
+		fputs("}\n", f);
+		return;
+	}
+	/* CSV: a sequence's positions a line each, after file and record */
+	for (int t = 0; t < w->positions; t++) {
+		if (t) {
+			put_csv_string(f, file);
+			fprintf(f, ",%llu", (unsigned long long)record);
+		}
+		if (seq)
+			fprintf(f, ",%d", t);
+		for (int k = 0; k < kk; k++) {
+			fprintf(f, ",%d,", w->best[t * kk + k]);
+			put_number(f, w->fmt, w->pbest[t * kk + k]);
 		}
 		fputc('\n', f);
 	}
@@ -410,6 +447,13 @@ static int setup_writer(const struct dtf_job *job, const struct dtf_graph *g,
 	w->outputs = o->outputs;
 	w->top_k = o->top_k > 0 ? o->top_k : 1;
 	w->cols = (int)(dtf_shape_numel(&l->shape) / l->shape.d[0]);
+	w->classes = w->cols;
+	w->positions = 1;
+	if (loss == DTF_OP_SPARSE_SOFTMAX_XENT) {
+		size_t rows;
+		dtf_graph_xent_dims(g, g->logits, &rows, &w->classes,
+				    &w->positions);
+	}
 	w->sigmoid = loss == DTF_OP_SIGMOID_XENT;
 	if (o->outputs == DTF_PREDICT_CLASSES && loss != DTF_OP_SPARSE_SOFTMAX_XENT &&
 	    loss != DTF_OP_SOFTMAX_XENT && loss != DTF_OP_SIGMOID_XENT)
@@ -419,14 +463,17 @@ static int setup_writer(const struct dtf_job *job, const struct dtf_graph *g,
 				 job->path, job->model.loss_where,
 				 job->model.loss_logits);
 	if (o->outputs == DTF_PREDICT_CLASSES &&
-	    (w->top_k < 1 || w->top_k > w->cols))
+	    (w->top_k < 1 || w->top_k > w->classes))
 		return dtf_error(DTF_ERR_USAGE,
 				 "--top-k %d: the model has %d classes (layer '%s')",
-				 o->top_k, w->cols, job->model.loss_logits);
-	w->prob = dtf_calloc((size_t)w->cols, sizeof(double));
-	w->taken = dtf_calloc((size_t)w->cols, 1);
-	w->best = dtf_calloc((size_t)w->top_k, sizeof(int));
-	if (!w->prob || !w->taken || !w->best)
+				 o->top_k, w->classes, job->model.loss_logits);
+	w->prob = dtf_calloc((size_t)w->classes, sizeof(double));
+	w->taken = dtf_calloc((size_t)w->classes, 1);
+	w->best = dtf_calloc((size_t)w->positions * (size_t)w->top_k,
+			     sizeof(int));
+	w->pbest = dtf_calloc((size_t)w->positions * (size_t)w->top_k,
+			      sizeof(double));
+	if (!w->prob || !w->taken || !w->best || !w->pbest)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
 	return 0;
 }
@@ -567,6 +614,7 @@ int dtf_infer_predict(const struct dtf_job *job,
 	dtf_free(w.prob);
 	dtf_free(w.taken);
 	dtf_free(w.best);
+	dtf_free(w.pbest);
 	model_deinit(&m);
 	return rc;
 }
