@@ -1018,8 +1018,13 @@ START_TEST(resume_lines_after_a_batch_change_and_past_max_steps)
 	/* 34 steps on 1 rank at global batch 16: epoch 2, 4 batches in */
 	ck_assert_int_eq(train(1, "", "rb", "--set train.max_steps=34", "rba.log"), 0);
 	ck_assert(tu_exists(tmp, "rb/ckpt-34.dtf"));
-	ck_assert_int_eq(tu_run("cp -r %s/rb %s/rb2 && cp -r %s/rb %s/rb3", tmp,
-				tmp, tmp, tmp), 0);
+	ck_assert_int_eq(tu_run("cp -r %s/rb %s/rb2 && cp -r %s/rb %s/rb3 && cp -r %s/rb %s/rb4",
+				tmp, tmp, tmp, tmp, tmp, tmp), 0);
+	/* another seed: said, with the consequence and the seed to give */
+	ck_assert_int_eq(train(1, "", "rb4", "--resume --set seed=9 --set train.max_steps=35",
+			       "rbs.log"), 0);
+	tu_assert_log(tmp, "rbs.log", "notice: the job's seed 9 is not the checkpoint's 7: the rest of epoch 2 is taken from the new seed's shuffle");
+	tu_assert_log(tmp, "rbs.log", "HINT: --set seed=7 continues exactly");
 	/* at global batch 32 (15 steps per epoch), the 4 batches done are
 	 * the checkpoint's; 480 - 64 records left make 13 of this run's */
 	ck_assert_int_eq(train(1, "", "rb", "--resume --set train.batch_size=32",
@@ -1027,6 +1032,7 @@ START_TEST(resume_lines_after_a_batch_change_and_past_max_steps)
 	tu_assert_log(tmp, "rbb.log", "/rb/ckpt-34.dtf: step 34, epoch 2, after 4 batch(es) of it at the checkpoint's global batch 16\n");
 	tu_assert_log(tmp, "rbb.log", "the 64 records of epoch 2 read before are left out, 13 steps remain in it");
 	tu_assert_not_log(tmp, "rbb.log", " of 15");
+	tu_assert_not_log(tmp, "rbb.log", "seed");
 	/* max_steps below (and at) the checkpoint's step: exit 0 with a
 	 * notice, even under --quiet, and the checkpoint left alone */
 	ck_assert_int_eq(train(1, "", "rb2", "--resume --quiet --set train.max_steps=20",
