@@ -350,6 +350,21 @@ static int launcher_rank(void)
 	return 0;
 }
 
+/* The launcher's number of ranks, without MPI (for --dry-run): Open MPI's
+ * OMPI_COMM_WORLD_SIZE, PMI's PMI_SIZE, Slurm's SLURM_STEP_NUM_TASKS (set
+ * inside an srun step only, not in the batch script); 0 when none is set. */
+static int launcher_world(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+					   "SLURM_STEP_NUM_TASKS"};
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v)
+			return atoi(v);
+	}
+	return 0;
+}
+
 int dtf_main_load_job(const char *path, const char **sets, int nsets,
 		      struct dtf_job **job)
 {
@@ -383,6 +398,8 @@ int main(int argc, char **argv)
 
 	struct dtf_comm *comm = NULL;
 	int rc = 0, rank = 0;
+	if (opts.dry_run)
+		opts.dry_run_ranks = launcher_world();
 	if (opts.dry_run && (rank = launcher_rank()) > 0) {
 		/* under mpirun or srun every rank checks the job alike (no
 		 * MPI, no data): rank 0 alone prints the table and the

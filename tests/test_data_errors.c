@@ -384,6 +384,32 @@ START_TEST(dry_run_under_mpirun_prints_once)
 			 1);
 	/* each rank exits 2: mpirun names the first, whichever it is */
 	tu_assert_log(dir, "err", "Exit code:    2");
+	/* checked on the launcher's ranks, as a run on them would be: the
+	 * global batch split over 2 replicas, and refused where it does not
+	 * split; ps ranks that leave no worker */
+	ck_assert_int_eq(tu_count_lines(dir, "out", "Model: \"bad-data\""), 0);
+	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run %s/job.yaml "
+		    ">%s/out 2>%s/err",
+		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
+	ck_assert_msg(st == 0, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	ck_assert_int_eq(tu_count_lines(dir, "out", "per-replica batch 4\n"), 1);
+	ck_assert_int_eq(tu_count_lines(dir, "out", "ranks: 2 (the launcher's), 2 replica(s), global batch 8\n"), 1);
+	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run --set train.batch_size=9 %s/job.yaml "
+		    ">%s/out 2>%s/err",
+		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
+	ck_assert_msg(st == 2, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	ck_assert_int_eq(tu_count_lines(dir, "err", "the global batch 9 is not divisible by the 2 replicas"), 1);
+	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run --set strategy.type=parameter_server "
+		    "--set strategy.num_ps=2 %s/job.yaml >%s/out 2>%s/err",
+		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
+	ck_assert_msg(st == 2, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	ck_assert_int_eq(tu_count_lines(dir, "err", "error: --set strategy.num_ps: strategy.num_ps: 2 ps ranks leave no worker among the 2 ranks"), 1);
+	/* one process: one replica, no ranks line */
+	st = tu_run("%s/dtf-train --dry-run %s/job.yaml >%s/out 2>%s/err",
+		    tu_build_root(), dir, dir, dir);
+	ck_assert_msg(st == 0, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	ck_assert_int_eq(tu_count_lines(dir, "out", "per-replica batch 8\n"), 1);
+	ck_assert_int_eq(tu_count_lines(dir, "out", "ranks:"), 0);
 }
 END_TEST
 

@@ -351,6 +351,8 @@ struct dtf_job {
 		/* the same for strategy.type ("" when the job does not give
 		 * it: multi_worker_mirrored by default) */
 		char type_where[DTF_WHERE_MAX];
+		/* the same for strategy.num_ps ("" when not given: 1) */
+		char num_ps_where[DTF_WHERE_MAX];
 	} strategy;
 
 	struct {

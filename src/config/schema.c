@@ -1128,6 +1128,10 @@ static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
 	if (type)
 		dtf_ytree_where(c->t, type, job->strategy.type_where,
 				sizeof(job->strategy.type_where));
+	const yaml_node_t *nps = map ? dtf_ytree_get(c->t, map, "num_ps") : NULL;
+	if (nps)
+		dtf_ytree_where(c->t, nps, job->strategy.num_ps_where,
+				sizeof(job->strategy.num_ps_where));
 	const yaml_node_t *h = comm ? dtf_ytree_get(c->t, comm, "hierarchical") : NULL;
 	if (job->strategy.hierarchical &&
 	    job->strategy.type != DTF_STRATEGY_MULTI_WORKER_MIRRORED) {

@@ -306,12 +306,16 @@ int dtf_cluster_from_job(const struct dtf_job *job, int world,
 	int nps = job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER
 			  ? job->strategy.num_ps
 			  : 0;
+	const char *w = job->strategy.num_ps_where[0]
+				? job->strategy.num_ps_where
+				: job->strategy.type_where;
 	if (nps > 0 && nps >= world)
 		return dtf_error(DTF_ERR_CONFIG,
-				 "strategy.num_ps: %d ps rank%s leave%s no worker among the %d rank%s\n"
+				 "%s%sstrategy.num_ps: %d ps rank%s leave%s no worker among the %d rank%s\n"
 				 "HINT: start more ranks (mpirun -np %d or more), or lower num_ps",
-				 nps, nps == 1 ? "" : "s", nps == 1 ? "s" : "",
-				 world, world == 1 ? "" : "s", nps + 1);
+				 w, w[0] ? ": " : "", nps, nps == 1 ? "" : "s",
+				 nps == 1 ? "s" : "", world, world == 1 ? "" : "s",
+				 nps + 1);
 	out->tasks = dtf_calloc((size_t)world, sizeof(*out->tasks));
 	if (!out->tasks)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");

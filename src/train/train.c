@@ -1119,6 +1119,10 @@ static int setup(struct run *R, int *done)
 			return 0;
 		if ((rc = dtf_summary_print(job, &r->g, r->layer_out, stdout)) < 0)
 			return rc;
+		if (R->opts->dry_run_ranks > 1)
+			printf("ranks: %d (the launcher's), %d replica(s), global batch %lld\n",
+			       R->opts->dry_run_ranks, R->world,
+			       (long long)R->batch * R->world);
 		/* the op table's "not on this backend" entries, by name */
 		if (job->device.kind != DTF_DEVICE_CPU &&
 		    dtf_cuda_graph_missing(&r->g, ops, sizeof(ops)) > 0)
@@ -1655,6 +1659,15 @@ int dtf_train_run(const struct dtf_job *job, struct dtf_comm *comm,
 	R.comm = R.strat ? dtf_strategy_replica_comm(R.strat) : NULL;
 	R.rank = R.comm ? dtf_comm_rank(R.comm) : 0;
 	R.world = R.strat ? dtf_strategy_num_replicas(R.strat) : 1;
+	if (!comm && opts->dry_run && opts->dry_run_ranks > 1) {
+		/* the replicas a run on the launcher's ranks would have */
+		struct dtf_cluster cl;
+		if ((rc = dtf_cluster_from_job(job, opts->dry_run_ranks,
+					       &cl)) < 0)
+			return rc;
+		R.world = cl.count[DTF_TASK_WORKER];
+		dtf_cluster_deinit(&cl);
+	}
 	memset(result, 0, sizeof(*result));
 	result->eval_loss = result->eval_accuracy = -1;
 	result->eval_top_k_accuracy = -1;

@@ -20,6 +20,10 @@ struct dtf_cluster;
 
 struct dtf_train_opts {
 	int dry_run;        /* build and check, print the summary, no data */
+	int dry_run_ranks;  /* --dry-run under mpirun or srun (no MPI): the
+			       launcher's number of ranks, checked as a run
+			       on them would (replicas, the global batch's
+			       split, ps ranks); 0 or 1: one process */
 	int threads;        /* BLAS threads per rank; 0 = cores / local ranks */
 	const char *export_variables; /* write the final parameter vector */
 	int quiet;          /* no per-step lines */
