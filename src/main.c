@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/config.h"
 #include "config/tf_config.h"
@@ -197,6 +198,13 @@ static int parse_args(int argc, char **argv, struct dtf_train_opts *opts,
 			fputs("Try 'dtf-train --help'.\n", stderr);
 			return 2;
 		}
+	}
+	if (optind == argc - 2 && !strchr(argv[optind], '.') &&
+	    !strchr(argv[optind], '/') && access(argv[optind], F_OK) != 0) {
+		/* `dtf-train evalute job.yaml`: a word, not a file */
+		fprintf(stderr, "dtf-train: '%s' is not a subcommand (evaluate, predict, export, generate) nor a job file\n"
+			"Try 'dtf-train --help'.\n", argv[optind]);
+		return 2;
 	}
 	if (optind != argc - 1) {
 		fprintf(stderr, "dtf-train: %s\nTry 'dtf-train --help'.\n",

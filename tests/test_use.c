@@ -514,6 +514,11 @@ START_TEST(errors)
 	snprintf(args, sizeof(args), "evaluate one.yaml --checkpoint %s", tmpdir);
 	ck_assert_int_eq(dtf(args, "err.log"), 4);
 	tu_assert_log(tmpdir, "err.log", "no checkpoint (ckpt-<step>.dtf) in this directory");
+	/* a misspelt subcommand is named as such */
+	ck_assert_int_eq(dtf("evalute one.yaml", "err.log"), 2);
+	tu_assert_log(tmpdir, "err.log", "'evalute' is not a subcommand (evaluate, predict, export, generate) nor a job file");
+	ck_assert_int_eq(dtf("one.yaml extra.yaml", "err.log"), 2);
+	tu_assert_log(tmpdir, "err.log", "expected exactly one job file");
 	/* a glob matching nothing */
 	ck_assert_int_eq(dtf("evaluate one.yaml --data 'none-*.tfrecord'", "err.log"), 3);
 	tu_assert_log(tmpdir, "err.log", "none-*.tfrecord");
