@@ -323,6 +323,17 @@ START_TEST(metrics_parse)
 	ck_assert_msg_is(dtf_error_msg(),
 			 "job.yaml:10:44: model.metrics[1].top_k_accuracy.k: "
 			 "expected a positive integer, got '0'");
+	/* k below the 4 classes lowers; k at or past them (the default 5
+	 * here) is 1 whatever the model does: an error at the metric */
+	snprintf(text, sizeof(text), body, "{top_k_accuracy: {k: 3}}");
+	fails(text, 0);
+	snprintf(text, sizeof(text), body, "{top_k_accuracy: {k: 4}}");
+	ck_assert_msg_is(fails(text, -DTF_ERR_CONFIG),
+			 "job.yaml:10:44: model.metrics: top_k_accuracy's k 4 is not below the 4 classes of 'l': "
+			 "it would be 1 whatever the model predicts\nHINT: k from 1 to 3");
+	snprintf(text, sizeof(text), body, "top_k_accuracy");
+	ck_assert_msg(strncmp(fails(text, -DTF_ERR_CONFIG), "job.yaml:10:23: model.metrics: top_k_accuracy's k 5 ", 52) == 0,
+		      "%s", dtf_error_msg());
 }
 END_TEST
 

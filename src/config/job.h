@@ -300,6 +300,9 @@ struct dtf_job {
 		char loss_where[DTF_WHERE_MAX];
 		int metric_accuracy; /* metrics: [accuracy] */
 		int metric_top_k;    /* top_k_accuracy's k; 0 = not asked */
+		/* "file:line:col" of the top_k_accuracy metric (its k when
+		 * given), for the check against the classes */
+		char metric_top_k_where[DTF_WHERE_MAX];
 	} model;
 
 	struct {

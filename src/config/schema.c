@@ -351,6 +351,11 @@ static int read_metrics(struct ctx *c, void *base, const yaml_node_t *key,
 		}
 		char sub[PATH_MAX_];
 		dtf_cfg_join_path(sub, ipath, ch->name);
+		const yaml_node_t *k = attrs && attrs->type == YAML_MAPPING_NODE
+					       ? dtf_ytree_get(c->t, attrs, "k")
+					       : NULL;
+		dtf_ytree_where(c->t, k ? k : it, job->model.metric_top_k_where,
+				sizeof(job->model.metric_top_k_where));
 		dtf_cfg_apply_defaults(ch->attrs, job);
 		if ((rc = dtf_cfg_read_section(c, ch->attrs, job, kind, attrs, sub)))
 			return rc;

@@ -672,6 +672,23 @@ int dtf_graph_lower_model(const struct dtf_job *job, int batch,
 			       job->model.loss_where, msg);
 		goto out_fail;
 	}
+	/* top-k of k >= classes is 1 whatever the model does */
+	if (job->model.metric_top_k &&
+	    (job->model.loss == DTF_LOSS_SPARSE_SOFTMAX_XENT ||
+	     job->model.loss == DTF_LOSS_SOFTMAX_XENT)) {
+		const struct dtf_shape *s = &g->nodes[logits].shape;
+		int64_t classes = s->d[s->rank - 1];
+		if (job->model.metric_top_k >= classes) {
+			rc = dtf_error(DTF_ERR_CONFIG,
+				       "%s: model.metrics: top_k_accuracy's k %d is not below the %lld classes of '%s': it would be 1 whatever the model predicts\n"
+				       "HINT: k from 1 to %lld",
+				       job->model.metric_top_k_where,
+				       job->model.metric_top_k,
+				       (long long)classes, job->model.loss_logits,
+				       (long long)(classes - 1));
+			goto out_fail;
+		}
+	}
 	if (!g->nodes[g->loss].requires_grad) {
 		rc = dtf_error(DTF_ERR_CONFIG,
 			       "%s: model.loss: the loss does not depend on any trainable variable (every variable it reaches has trainable: false, or the logits '%s' come from inputs and constants only)",
