@@ -95,11 +95,13 @@ static void write_job(const char *name, int batch_norm)
 }
 
 /* `n` records into DIR/NAME; label r of them into lab[r] (may be NULL);
- * with `bare`, the same records without the label into DIR/BARE too. */
-static void write_records(const char *name, int n, int *lab, const char *bare)
+ * with `bare`, the same records without the label into DIR/BARE too, and
+ * with `unl` with the label -1 ("unlabelled") into DIR/UNL. */
+static void write_records(const char *name, int n, int *lab, const char *bare,
+			  const char *unl)
 {
 	char path[512];
-	struct dtf_tfrecord_writer *w, *wb = NULL;
+	struct dtf_tfrecord_writer *w, *wb = NULL, *wu = NULL;
 	struct dtf_example_builder b;
 	ck_assert_int_eq(dtf_tfrecord_writer_open(tu_path(path, sizeof(path),
 							  tmpdir, name),
@@ -109,6 +111,11 @@ static void write_records(const char *name, int n, int *lab, const char *bare)
 		ck_assert_int_eq(dtf_tfrecord_writer_open(
 					 tu_path(path, sizeof(path), tmpdir, bare),
 					 &wb),
+				 0);
+	if (unl)
+		ck_assert_int_eq(dtf_tfrecord_writer_open(
+					 tu_path(path, sizeof(path), tmpdir, unl),
+					 &wu),
 				 0);
 	dtf_example_builder_init(&b);
 	for (int r = 0; r < n; r++) {
@@ -130,6 +137,14 @@ static void write_records(const char *name, int n, int *lab, const char *bare)
 			ck_assert_int_eq(dtf_example_builder_finish(&b, &data, &len), 0);
 			ck_assert_int_eq(dtf_tfrecord_writer_write(wb, data, len), 0);
 		}
+		if (wu) {
+			int64_t none = -1;
+			dtf_example_builder_reset(&b);
+			ck_assert_int_eq(dtf_example_builder_add_bytes(&b, "image", img, 64), 0);
+			ck_assert_int_eq(dtf_example_builder_add_int64s(&b, "label", &none, 1), 0);
+			ck_assert_int_eq(dtf_example_builder_finish(&b, &data, &len), 0);
+			ck_assert_int_eq(dtf_tfrecord_writer_write(wu, data, len), 0);
+		}
 		dtf_example_builder_reset(&b);
 		ck_assert_int_eq(dtf_example_builder_add_bytes(&b, "image", img, 64), 0);
 		ck_assert_int_eq(dtf_example_builder_add_int64s(&b, "label", &label, 1), 0);
@@ -139,6 +154,8 @@ static void write_records(const char *name, int n, int *lab, const char *bare)
 	dtf_example_builder_deinit(&b);
 	ck_assert_int_eq(dtf_tfrecord_writer_close(w), 0);
 	ck_assert_int_eq(dtf_tfrecord_writer_close(wb), 0);
+	if (wu)
+		ck_assert_int_eq(dtf_tfrecord_writer_close(wu), 0);
 }
 
 static int dtf(const char *args, const char *log)
@@ -191,12 +208,13 @@ static void setup(void)
 {
 	tu_tmpdir_create(tmpdir, sizeof(tmpdir), "dtf-use-test");
 	tu_rng_seed(2024);
-	write_records("train-0.tfrecord", 256, NULL, NULL);
+	write_records("train-0.tfrecord", 256, NULL, NULL, NULL);
 	for (int f = 0; f < NFILES; f++) {
-		char name[64], bare[64];
+		char name[64], bare[64], unl[64];
 		snprintf(name, sizeof(name), "test-%d.tfrecord", f);
 		snprintf(bare, sizeof(bare), "bare-%d.tfrecord", f);
-		write_records(name, per_file[f], labels[f], bare);
+		snprintf(unl, sizeof(unl), "unl-%d.tfrecord", f);
+		write_records(name, per_file[f], labels[f], bare, unl);
 	}
 	write_job("one", 1);
 	write_job("two", 0);
@@ -393,6 +411,15 @@ START_TEST(predict_classes)
 	char *without = tu_read_file(tmpdir, "bare.jsonl", NULL);
 	for (char *p = strstr(without, "/bare-"); p; p = strstr(p, "/bare-"))
 		memcpy(p, "/test-", 6);
+	ck_assert_str_eq(without, with);
+	free(without);
+	/* labelled -1 ("unlabelled"), which only the loss would read: the
+	 * same lines too */
+	snprintf(want, sizeof(want), "--top-k 4 --data '%s/unl-*.tfrecord'", tmpdir);
+	ck_assert_int_eq(predict("unl.jsonl", want), 0);
+	without = tu_read_file(tmpdir, "unl.jsonl", NULL);
+	for (char *p = strstr(with, "/test-"); p; p = strstr(p + 5, "/test-"))
+		memmove(p + 4, p + 5, strlen(p + 5) + 1), memcpy(p, "/unl-", 5);
 	ck_assert_str_eq(without, with);
 	free(with);
 	free(without);

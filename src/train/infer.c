@@ -489,12 +489,16 @@ static int predict_all(const struct dtf_job *job, struct replica *r,
 	struct dtf_exec_ctx ctx = {.training = 0, .example_ids = r->ids,
 				   .workspace = r->plan.workspace,
 				   .loss_scale = 1.0f};
+	int loss_only = labels_feed_loss_only(g);
 	int rc = dtf_pipeline_begin_epoch(p, 0);
 	write_header(w);
 	while (rc == 0) {
 		int count = 0;
 		rc = be->i->load(be->ctx, dtf_train_read_batch, p, r->ids, &count);
-		if (rc == 0)
+		/* labels that only the loss reads are not predict's: any
+		 * value (-1 for "unlabelled") passes, and the loss it does
+		 * not report is NaN */
+		if (rc == 0 && !loss_only)
 			rc = dtf_train_check_labels(r, p, count,
 						    job->model.loss_logits);
 		if (rc < 0 || count == 0)
