@@ -117,6 +117,17 @@ export_ $mlp "$tmp/default.onnx" --set "checkpoint.dir=$tmp/steps"
 cmp "$tmp/dir.onnx" "$tmp/s3.onnx" || fail "--checkpoint DIR is not its newest checkpoint"
 cmp "$tmp/default.onnx" "$tmp/s3.onnx" || fail "without --checkpoint: not checkpoint.dir's newest"
 cmp -s "$tmp/s2.onnx" "$tmp/s3.onnx" && fail "steps 2 and 3 export the same bytes"
+# a directory's newest that verifies, as evaluate reads it: without the
+# index file, and past a corrupt newest (a warning naming it)
+cp -r "$tmp/steps" "$tmp/noindex"
+rm -f "$tmp/noindex/checkpoint" "$tmp/noindex/checkpoint.lock"
+export_ $mlp "$tmp/noindex.onnx" --checkpoint "$tmp/noindex"
+cmp "$tmp/noindex.onnx" "$tmp/s3.onnx" || fail "a directory without its index: not its newest checkpoint"
+printf 'XXXX' | dd of="$tmp/noindex/ckpt-3.dtf" bs=1 seek=200 conv=notrunc 2>/dev/null
+"$build/dtf-train" export "$(yaml $mlp)" --output "$tmp/fallback.onnx" \
+	--checkpoint "$tmp/noindex" 2>"$tmp/err" || { cat "$tmp/err" >&2; fail "export past a corrupt newest failed"; }
+grep -q "ckpt-3.dtf.*trying the previous checkpoint" "$tmp/err" || { cat "$tmp/err" >&2; fail "the corrupt newest was not named"; }
+cmp "$tmp/fallback.onnx" "$tmp/s2.onnx" || fail "past a corrupt newest: not the previous checkpoint"
 
 # errors: a checkpoint of another model (4), usage (2)
 "$build/dtf-train" export -q "$src/graphs/$mlp.yaml" --checkpoint "$tmp/$cnn/ckpt" \

@@ -27,42 +27,16 @@
 #include "train/checkpoint.h"
 #include "train/fault.h"
 
-/* The checkpoint file `path` names: itself, or the newest of a directory
- * by its index. */
-static int resolve(const char *path, char *file, size_t size)
-{
-	struct stat st;
-	if (stat(path, &st) != 0)
-		return dtf_error(DTF_ERR_CHECKPOINT, "--checkpoint %s: %s", path,
-				 strerror(errno));
-	if (!S_ISDIR(st.st_mode)) {
-		snprintf(file, size, "%s", path);
-		return 0;
-	}
-	int64_t step;
-	int rc = dtf_checkpoint_latest(path, &step);
-	if (rc < 0)
-		return rc;
-	if (step < 0)
-		return dtf_error(DTF_ERR_CHECKPOINT,
-				 "%s holds no checkpoint (no index file 'checkpoint')",
-				 path);
-	snprintf(file, size, "%s/ckpt-%" PRId64 ".dtf", path, step);
-	return 0;
-}
-
 int dtf_export_load_variables(const struct dtf_graph *g, const char *path,
 			      float *params, char *used, size_t used_size)
 {
 	char file[4096];
-	int rc = resolve(path, file, sizeof(file));
+	struct dtf_ckpt_file f;
+	int rc = dtf_ckpt_file_read_newest(path, &f, file, sizeof(file));
 	if (rc < 0)
 		return rc;
 	if (used)
 		snprintf(used, used_size, "%s", file);
-	struct dtf_ckpt_file f;
-	if ((rc = dtf_ckpt_file_read(file, &f)) < 0)
-		return rc;
 	for (int i = 0; i < g->nnodes && rc == 0; i++) {
 		const struct dtf_node *n = &g->nodes[i];
 		if (n->op != DTF_OP_VARIABLE || n->a.var.constant)

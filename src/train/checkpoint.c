@@ -1136,6 +1136,41 @@ int dtf_checkpointer_load(struct dtf_checkpointer *ck, const char *path,
 	return rc;
 }
 
+int dtf_ckpt_file_read_newest(const char *path, struct dtf_ckpt_file *out,
+			      char *used, size_t used_size)
+{
+	struct stat st;
+	memset(out, 0, sizeof(*out));
+	if (stat(path, &st) != 0)
+		return dtf_error(DTF_ERR_CHECKPOINT, "--checkpoint %s: %s", path,
+				 strerror(errno));
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(used, used_size, "%s", path);
+		return dtf_ckpt_file_read(path, out);
+	}
+	int64_t steps[MAX_LISTED];
+	int n = list_steps(path, steps, MAX_LISTED, NULL);
+	if (n < 0)
+		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s", path,
+				 strerror(errno));
+	if (n == 0)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "%s: no checkpoint (ckpt-<step>.dtf) in this directory",
+				 path);
+	for (int i = 0; i < n; i++) {
+		snprintf(used, used_size, "%s/ckpt-%lld.dtf", path,
+			 (long long)steps[i]);
+		int rc = dtf_ckpt_file_read(used, out);
+		if (rc == 0 || rc == -DTF_ERR_NOMEM)
+			return rc;
+		dtf_warn("%s; %s", dtf_error_msg(),
+			 i + 1 < n ? "trying the previous checkpoint"
+				   : "no older checkpoint");
+	}
+	return dtf_error(DTF_ERR_CHECKPOINT,
+			 "no checkpoint in %s verifies (%d tried)", path, n);
+}
+
 int dtf_checkpoint_latest(const char *dir, int64_t *step)
 {
 	*step = -1;

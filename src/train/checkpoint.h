@@ -124,6 +124,18 @@ struct dtf_ckpt_file {
  */
 int dtf_ckpt_file_read(const char *path, struct dtf_ckpt_file *out);
 void dtf_ckpt_file_deinit(struct dtf_ckpt_file *f);
+
+/*
+ * Read and verify the checkpoint `path` names, as dtf_ckpt_file_read: the
+ * file itself, or in a directory the newest ckpt-<step>.dtf that verifies
+ * (each newer one that does not is a warning naming it, and the previous
+ * is tried), as `dtf-train evaluate` and a resume choose it; the file read
+ * is written to used[used_size].  Errors: DTF_ERR_CHECKPOINT (a missing
+ * path, a directory that cannot be listed, holds no ckpt-<step>.dtf or
+ * none that verifies; a file's own errors), DTF_ERR_NOMEM.
+ */
+int dtf_ckpt_file_read_newest(const char *path, struct dtf_ckpt_file *out,
+			      char *used, size_t used_size);
 const struct dtf_ckpt_tensor *dtf_ckpt_file_find(const struct dtf_ckpt_file *f,
 						 const char *name);
 

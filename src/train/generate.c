@@ -21,30 +21,6 @@
 
 /* ---- loading ------------------------------------------------------------ */
 
-/* The checkpoint file `path` names: itself, or the newest of a directory
- * by its index (as dtf-train export resolves it). */
-static int resolve(const char *path, char *file, size_t size)
-{
-	struct stat st;
-	if (stat(path, &st) != 0)
-		return dtf_error(DTF_ERR_CHECKPOINT, "--checkpoint %s: %s", path,
-				 strerror(errno));
-	if (!S_ISDIR(st.st_mode)) {
-		snprintf(file, size, "%s", path);
-		return 0;
-	}
-	int64_t step;
-	int rc = dtf_checkpoint_latest(path, &step);
-	if (rc < 0)
-		return rc;
-	if (step < 0)
-		return dtf_error(DTF_ERR_CHECKPOINT,
-				 "%s holds no checkpoint (no index file 'checkpoint')",
-				 path);
-	snprintf(file, size, "%s/ckpt-%" PRId64 ".dtf", path, step);
-	return 0;
-}
-
 /* The layers' names: o's, else the spec's. */
 struct names {
 	const char *wte, *wpe, *ln_f, *head;
@@ -233,12 +209,11 @@ int dtf_gpt_load(const char *path, const struct dtf_gpt_opts *o,
 		.head = o->head && o->head[0] ? o->head : "lm_head",
 		.o = o,
 	};
-	int rc = resolve(path, g->checkpoint, sizeof(g->checkpoint));
-	if (rc < 0)
-		return rc;
 	const char *file = g->checkpoint;
 	struct dtf_ckpt_file f;
-	if ((rc = dtf_ckpt_file_read(file, &f)) < 0)
+	int rc = dtf_ckpt_file_read_newest(path, &f, g->checkpoint,
+					   sizeof(g->checkpoint));
+	if (rc < 0)
 		return rc;
 	g->step = f.pos.step;
 	struct want *w = NULL;
