@@ -864,6 +864,16 @@ START_TEST(trained_gpt_matches_predict_logits)
 		    tmpdir, tu_build_root(), fixture);
 	ck_assert_msg(rc == 0, "generate: exit %d: %s", rc, tu_slurp(tmpdir, "gen.log"));
 	ck_assert_uint_eq(strlen(tu_slurp(tmpdir, "gen.txt")), 3 + 40 + 1);
+	/* a job of 3 blocks on
+	 * this 2-block checkpoint: another model, said as such (before the heads, which would not divide a width of another job) */
+	rc = tu_run("cd %s && sed 's/^    - {transformer_block: {heads: 2, name: h1}}$/&\\n    - {transformer_block: {heads: 2, name: h2}}/' %s >three.yaml && "
+		    "grep -q 'name: h2' three.yaml", tmpdir, fixture);
+	ck_assert_int_eq(rc, 0);
+	rc = tu_run("cd %s && %s/dtf-train generate three.yaml -c ckpt -p abc -n 4 >gen.txt 2>gen.log",
+		    tmpdir, tu_build_root());
+	ck_assert_msg(rc == 4, "generate with another job: exit %d: %s", rc, tu_slurp(tmpdir, "gen.log"));
+	tu_assert_log(tmpdir, "gen.log", "is not of this job's model: the job has 3 transformer blocks, the checkpoint 2 "
+		      "(no variable 'h2/ln_1/gamma') of width 16");
 }
 END_TEST
 

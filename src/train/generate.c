@@ -156,6 +156,27 @@ static int detect(const char *file, const struct dtf_ckpt_file *f,
 				 file, wten, (long long)wte->dims[0],
 				 (long long)wte->dims[1], wpen,
 				 (long long)wpe->dims[0], (long long)wpe->dims[1]);
+	/* the job's blocks against the checkpoint's, before what depends on
+	 * them (the heads): another model is named as such */
+	if (names->o->nblocks) {
+		block_name(names, names->o->nblocks - 1, bn, 128);
+		snprintf(nm, sizeof(nm), "%.127s/ln_1/gamma", bn);
+		if (!dtf_ckpt_file_find(f, nm)) {
+			int have = 0; /* of the job's block names */
+			for (; have < names->o->nblocks; have++) {
+				char hn[DTF_CKPT_NAME_MAX + 1];
+				block_name(names, have, bn, 128);
+				snprintf(hn, sizeof(hn), "%.127s/ln_1/gamma", bn);
+				if (!dtf_ckpt_file_find(f, hn))
+					break;
+			}
+			return dtf_error(DTF_ERR_CHECKPOINT,
+					 "%s is not of this job's model: the job has %d transformer blocks, the checkpoint %d (no variable '%s') of width %d\n"
+					 "HINT: generate with the job that trained it",
+					 file, names->o->nblocks, have, nm,
+					 g->n_embd);
+		}
+	}
 	if (heads < 1 || g->n_embd % heads)
 		return dtf_error(DTF_ERR_CONFIG,
 				 "%d heads do not divide the embedding width %d of %s",
