@@ -438,8 +438,14 @@ void dtf_strategy_backward_end(struct dtf_strategy *s, int micro, int nmicro)
 
 /* step is 0-based: at step 0 of a fresh run no update has been applied,
  * so the learning rate cannot have made the gradients non-finite. */
-int dtf_strategy_nonfinite_error(const struct dtf_strategy *s, int64_t step)
+int dtf_strategy_error_is_agreed(const struct dtf_strategy *s)
 {
+	return s && s->agreed_error;
+}
+
+int dtf_strategy_nonfinite_error(struct dtf_strategy *s, int64_t step)
+{
+	s->agreed_error = 1;
 	return dtf_error(DTF_ERR_RUNTIME,
 			 "step %lld: the summed gradients hold NaN or Inf; stopping (train.on_nonfinite: fail)\n"
 			 "HINT: %s",

@@ -326,6 +326,11 @@ void dtf_strategy_end(struct dtf_strategy *s, int rc);
 /* Updates skipped so far for non-finite gradients. */
 int64_t dtf_strategy_skipped(const struct dtf_strategy *s);
 
+/* 1 when the error dtf_strategy_finish_step returned is one every replica
+ * returned alike, from a verdict they share (non-finite gradients with
+ * train.on_nonfinite: fail), so that one rank says it for all. */
+int dtf_strategy_error_is_agreed(const struct dtf_strategy *s);
+
 /*
  * Blocking sum over the ranks of c of n floats in place, sent as 16-bit
  * values (compression fp16 or bf16; none is a plain float32 allreduce):

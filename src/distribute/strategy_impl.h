@@ -148,6 +148,7 @@ struct dtf_strategy {
 	double lr;                  /* of the step in progress */
 	int err;                    /* first error met inside backward */
 	int64_t skipped;
+	int agreed_error; /* the last error is the replicas' shared verdict */
 
 	struct dtf_compress cz;
 	struct dtf_fusion fu;
@@ -168,7 +169,7 @@ static inline int comm_active(const struct dtf_strategy *s)
 }
 
 /* strategy.c */
-int dtf_strategy_nonfinite_error(const struct dtf_strategy *s, int64_t step);
+int dtf_strategy_nonfinite_error(struct dtf_strategy *s, int64_t step);
 void dtf_strategy_note_skip(struct dtf_strategy *s, int64_t step);
 /* MPI_Comm_free unless MPI is finalized; *c becomes MPI_COMM_NULL. */
 void dtf_strategy_free_comm(MPI_Comm *c);

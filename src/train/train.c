@@ -806,6 +806,8 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 	int applied;
 	rc = dtf_strategy_finish_step(strat, stats, lr, step, &applied,
 				      &t->comm, &t->optimizer);
+	if (rc < 0 && dtf_strategy_error_is_agreed(strat))
+		result->same_error = 1; /* said once, by rank 0 */
 	double t5 = now_seconds();
 	t->mark = t5;
 	if (dtf_obs_tracing(obs, step + 1)) { /* the last micro-batch */
