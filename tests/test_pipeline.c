@@ -325,6 +325,18 @@ START_TEST(gzip_corrupt_and_cut)
 	ck_assert_msg(strstr(dtf_error_msg(), "corrupt gzip stream (zlib: ") ||
 			      strstr(dtf_error_msg(), "CRC mismatch"),
 		      "%s", dtf_error_msg());
+	/* the stream's checksum (the gzip trailer's CRC-32), which zlib
+	 * reads at the end: said so, with the command that names the first
+	 * damaged record */
+	write_files(1, counts, DTF_COMPRESSION_GZIP);
+	tu_patch_xor(paths[0], size - 8, 0x01);
+	rc = dtf_tfrecord_scan_c(paths[0], DTF_COMPRESSION_GZIP, &st);
+	ck_assert_int_eq(rc, -DTF_ERR_DATA);
+	ck_assert_msg(strstr(dtf_error_msg(), ": record 49 at byte offset ") &&
+			      strstr(dtf_error_msg(), "corrupt gzip stream (zlib: incorrect data check)\n"
+						      "HINT: the stream's checksum is read at its end") &&
+			      strstr(dtf_error_msg(), "`dtf-records verify --compression gzip "),
+		      "%s", dtf_error_msg());
 }
 END_TEST
 

@@ -477,6 +477,17 @@ static void store_le32(uint8_t *p, uint32_t v)
  * the message in r->z.msg). */
 static int read_error(const struct dtf_tfrecord_reader *r, long long got)
 {
+	/* "incorrect data check": the stream's own checksum, which zlib
+	 * compares at the stream's end, after every record it holds */
+	if (got == -2 && strstr(r->z.msg, "data check"))
+		return dtf_error(DTF_ERR_DATA,
+				 REC_FMT "corrupt %s stream (zlib: %s)\n"
+				 "HINT: the stream's checksum is read at its end, so the damage may be in any record before this one; "
+				 "`dtf-records verify --compression %s %s` names the first damaged record",
+				 REC_ARGS(r),
+				 dtf_compression_name(r->compression),
+				 r->z.msg, dtf_compression_name(r->compression),
+				 r->path);
 	if (got == -2)
 		return dtf_error(DTF_ERR_DATA,
 				 REC_FMT "corrupt %s stream (zlib: %s)",

@@ -13,7 +13,10 @@
  * framing is then that of the uncompressed stream, offsets in messages
  * count uncompressed bytes, and gzip members written one after another
  * read as one stream (as gzip -d does).  Corrupt compressed data reads as
- * "<path>: record <i> at byte offset <o>: corrupt gzip stream (zlib: <msg>)";
+ * "<path>: record <i> at byte offset <o>: corrupt gzip stream (zlib: <msg>)"
+ * (for the stream's own checksum, which zlib reads at its end, record <i>
+ * is where the stream ends, and a HINT names `dtf-records verify`, which
+ * finds the first damaged record by its CRC);
  * a compressed stream cut short reads as truncated record data.  A gzip or
  * zlib file read as uncompressed fails on its first header with a second
  * line "HINT: ... set `compression: gzip` ...".
