@@ -21,6 +21,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "distribute/comm.h"
+#include "train/threads.h"
 #include "train/train.h"
 
 #include "testutil.h"
@@ -327,6 +328,25 @@ START_TEST(usage_errors_before_training)
 }
 END_TEST
 
+/* threads per rank: --threads, else OPENBLAS_NUM_THREADS when it is a
+ * number, else the cores per local rank (an unusable value warned about) */
+START_TEST(threads_from_the_option_and_the_environment)
+{
+	unsetenv("OPENBLAS_NUM_THREADS");
+	int cores = dtf_threads_choose(0, 1);
+	ck_assert_int_ge(cores, 1);
+	setenv("OPENBLAS_NUM_THREADS", "3", 1);
+	ck_assert_int_eq(dtf_threads_choose(0, 1), 3);
+	ck_assert_int_eq(dtf_threads_choose(5, 1), 5);
+	static const char *const bad[] = {"abc", "2x", "0", "-1", "99999"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("OPENBLAS_NUM_THREADS", bad[i], 1);
+		ck_assert_int_eq(dtf_threads_choose(0, 1), cores);
+	}
+	unsetenv("OPENBLAS_NUM_THREADS");
+}
+END_TEST
+
 static Suite *train_suite(void)
 {
 	Suite *s = suite_create("train");
@@ -343,6 +363,9 @@ static Suite *train_suite(void)
 	tcase_add_test(tc, trains_without_step_allocations);
 	tcase_add_test(tc, extra_steps_allocate_nothing_in_any_library);
 	suite_add_tcase(s, tc);
+	TCase *th = tcase_create("threads");
+	tcase_add_test(th, threads_from_the_option_and_the_environment);
+	suite_add_tcase(s, th);
 	return s;
 }
 

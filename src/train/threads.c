@@ -23,8 +23,14 @@ int dtf_threads_choose(int requested, int local_ranks)
 	if (requested > 0)
 		return requested;
 	const char *env = getenv("OPENBLAS_NUM_THREADS");
-	if (env && atoi(env) > 0)
-		return atoi(env);
+	if (env && *env) {
+		char *end;
+		long v = strtol(env, &end, 10);
+		if (*end == 0 && v > 0 && v <= 4096)
+			return (int)v;
+		dtf_warn("OPENBLAS_NUM_THREADS='%s' is not a number of threads from 1 to 4096: ignored (the cores per rank are used)",
+			 env);
+	}
 	long online = sysconf(_SC_NPROCESSORS_ONLN);
 	int per_rank = (int)(online / (local_ranks > 0 ? local_ranks : 1));
 	cpu_set_t set;
