@@ -118,10 +118,12 @@ grep -q "done: " "$out" || fail "no summary"
 # srun without PMIx: no PMI to join the others by.  Open MPI's MPI_Init
 # would abort such a direct launch with its own words, or none when srun
 # kills the task first; dtf-train refuses before MPI_Init: exit 2, each task
-# saying so, within seconds
+# saying so, within seconds (--kill-on-bad-exit=0 over the cluster's
+# KillOnBadExit=1: the first task to refuse would otherwise get the other
+# killed before it says so, on a loaded machine)
 t2=$(now)
 st=0
-on_h1 timeout 60 srun -N 2 -n 2 --mpi=none "$B/dtf-train" --threads 1 "$work/job.yaml" \
+on_h1 timeout 60 srun -N 2 -n 2 --mpi=none --kill-on-bad-exit=0 "$B/dtf-train" --threads 1 "$work/job.yaml" \
 	>"$work/none.log" 2>&1 || st=$?
 [ "$st" = 2 ] || { cat "$work/none.log"; fail "srun --mpi=none: exit $st, expected 2"; }
 said=$(grep -c "Slurm started 2 tasks (SLURM_STEP_NUM_TASKS=2) but gave this one no PMI.*srun --mpi=pmix" "$work/none.log")
