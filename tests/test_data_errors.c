@@ -361,53 +361,50 @@ START_TEST(glob_matches_nothing)
 }
 END_TEST
 
+/* --dry-run of DIR/job.yaml with `sets` under `mpirun -np np` (0: one
+ * process, no mpirun) into DIR/out and DIR/err; its exit status must be
+ * `want` */
+static void dry_run(const char *dir, int np, const char *sets, int want)
+{
+	char mpirun[64] = "";
+	if (np)
+		snprintf(mpirun, sizeof(mpirun), "timeout %d mpirun -np %d",
+			 TU_MPIRUN_TIMEOUT_S, np);
+	int st = tu_run("%s %s/dtf-train --dry-run %s %s/job.yaml >%s/out 2>%s/err",
+			mpirun, tu_build_root(), sets, dir, dir, dir);
+	ck_assert_msg(st == want, "%s: exit status %d, expected %d:\n%s", sets,
+		      st, want, tu_slurp(dir, "err"));
+}
+
 /* --dry-run under mpirun: the table once (rank 0), a job error once, the
- * status on every rank (mpirun reports it) */
+ * status on every rank (mpirun reports it); checked on the launcher's
+ * ranks, as a run on them would be */
 START_TEST(dry_run_under_mpirun_prints_once)
 {
 	char dir[1024];
 	case_dir("dry", dir, sizeof(dir));
-	int st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run %s/job.yaml "
-			">%s/out 2>%s/err",
-			TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
-	ck_assert_msg(st == 0, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	dry_run(dir, 2, "", 0);
 	ck_assert_int_eq(tu_count_lines(dir, "out", "Model: \"bad-data\""), 1);
 	/* flatten 8x8x1 into dense 4: 64 * 4 + 4 */
 	ck_assert_int_eq(tu_count_lines(dir, "out", "Total params: 260 "), 1);
-	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run --set "
-		    "train.epochs=0 %s/job.yaml >%s/out 2>%s/err",
-		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
-	ck_assert_msg(st == 2, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	/* the global batch of 8 split over 2 replicas */
+	ck_assert_int_eq(tu_count_lines(dir, "out", "per-replica batch 4\n"), 1);
+	ck_assert_int_eq(tu_count_lines(dir, "out", "ranks: 2 (the launcher's), 2 replica(s), global batch 8\n"), 1);
+	dry_run(dir, 2, "--set train.epochs=0", 2);
 	ck_assert_int_eq(tu_count_lines(dir, "err", "error: --set train.epochs: "
 					"train.epochs: expected a positive "
 					"integer, got '0'"),
 			 1);
 	/* each rank exits 2: mpirun names the first, whichever it is */
 	tu_assert_log(dir, "err", "Exit code:    2");
-	/* checked on the launcher's ranks, as a run on them would be: the
-	 * global batch split over 2 replicas, and refused where it does not
-	 * split; ps ranks that leave no worker */
 	ck_assert_int_eq(tu_count_lines(dir, "out", "Model: \"bad-data\""), 0);
-	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run %s/job.yaml "
-		    ">%s/out 2>%s/err",
-		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
-	ck_assert_msg(st == 0, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
-	ck_assert_int_eq(tu_count_lines(dir, "out", "per-replica batch 4\n"), 1);
-	ck_assert_int_eq(tu_count_lines(dir, "out", "ranks: 2 (the launcher's), 2 replica(s), global batch 8\n"), 1);
-	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run --set train.batch_size=9 %s/job.yaml "
-		    ">%s/out 2>%s/err",
-		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
-	ck_assert_msg(st == 2, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	/* a global batch that does not split; ps ranks that leave no worker */
+	dry_run(dir, 2, "--set train.batch_size=9", 2);
 	ck_assert_int_eq(tu_count_lines(dir, "err", "the global batch 9 is not divisible by the 2 replicas"), 1);
-	st = tu_run("timeout %d mpirun -np 2 %s/dtf-train --dry-run --set strategy.type=parameter_server "
-		    "--set strategy.num_ps=2 %s/job.yaml >%s/out 2>%s/err",
-		    TU_MPIRUN_TIMEOUT_S, tu_build_root(), dir, dir, dir);
-	ck_assert_msg(st == 2, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	dry_run(dir, 2, "--set strategy.type=parameter_server --set strategy.num_ps=2", 2);
 	ck_assert_int_eq(tu_count_lines(dir, "err", "error: --set strategy.num_ps: strategy.num_ps: 2 ps ranks leave no worker among the 2 ranks"), 1);
 	/* one process: one replica, no ranks line */
-	st = tu_run("%s/dtf-train --dry-run %s/job.yaml >%s/out 2>%s/err",
-		    tu_build_root(), dir, dir, dir);
-	ck_assert_msg(st == 0, "exit status %d:\n%s", st, tu_slurp(dir, "err"));
+	dry_run(dir, 0, "", 0);
 	ck_assert_int_eq(tu_count_lines(dir, "out", "per-replica batch 8\n"), 1);
 	ck_assert_int_eq(tu_count_lines(dir, "out", "ranks:"), 0);
 }

@@ -1136,6 +1136,21 @@ int dtf_checkpointer_load(struct dtf_checkpointer *ck, const char *path,
 	return rc;
 }
 
+/* list_steps of a directory that must hold a checkpoint: its steps, newest
+ * first, or an error (it cannot be listed, or holds none). */
+static int list_some(const char *dir, int64_t steps[MAX_LISTED])
+{
+	int n = list_steps(dir, steps, MAX_LISTED, NULL);
+	if (n < 0)
+		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s", dir,
+				 strerror(errno));
+	if (n == 0)
+		return dtf_error(DTF_ERR_CHECKPOINT,
+				 "%s: no checkpoint (ckpt-<step>.dtf) in this directory",
+				 dir);
+	return n;
+}
+
 int dtf_ckpt_file_read_newest(const char *path, struct dtf_ckpt_file *out,
 			      char *used, size_t used_size)
 {
@@ -1149,14 +1164,9 @@ int dtf_ckpt_file_read_newest(const char *path, struct dtf_ckpt_file *out,
 		return dtf_ckpt_file_read(path, out);
 	}
 	int64_t steps[MAX_LISTED];
-	int n = list_steps(path, steps, MAX_LISTED, NULL);
+	int n = list_some(path, steps);
 	if (n < 0)
-		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s", path,
-				 strerror(errno));
-	if (n == 0)
-		return dtf_error(DTF_ERR_CHECKPOINT,
-				 "%s: no checkpoint (ckpt-<step>.dtf) in this directory",
-				 path);
+		return n;
 	for (int i = 0; i < n; i++) {
 		snprintf(used, used_size, "%s/ckpt-%lld.dtf", path,
 			 (long long)steps[i]);
@@ -1239,14 +1249,9 @@ int dtf_checkpointer_load_newest(struct dtf_checkpointer *ck, const char *dir,
 				 struct dtf_ckpt_position *pos)
 {
 	int64_t steps[MAX_LISTED];
-	int n = list_steps(dir, steps, MAX_LISTED, NULL);
+	int n = list_some(dir, steps);
 	if (n < 0)
-		return dtf_error(DTF_ERR_CHECKPOINT, "%s: cannot list: %s", dir,
-				 strerror(errno));
-	if (n == 0)
-		return dtf_error(DTF_ERR_CHECKPOINT,
-				 "%s: no checkpoint (ckpt-<step>.dtf) in this directory",
-				 dir);
+		return n;
 	int rc = load_newest(ck, dir, steps, n, 0, pos);
 	if (rc == 0)
 		rc = dtf_error(DTF_ERR_CHECKPOINT,
