@@ -346,16 +346,23 @@ int dtf_main_start_mpi(int *argc, char ***argv, struct dtf_comm **comm)
  * PMIx's PMIX_RANK, PMI's PMI_RANK, Slurm's SLURM_PROCID; 0 when none is
  * set (a plain run).
  */
-static int launcher_rank(void)
+/* The value of the first of vars[0..n-1] that is set, as an integer; 0
+ * when none is. */
+static int first_env_int(const char *const *vars, size_t n)
 {
-	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK",
-					   "PMI_RANK", "SLURM_PROCID"};
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+	for (size_t i = 0; i < n; i++) {
 		const char *v = getenv(vars[i]);
 		if (v && *v)
 			return atoi(v);
 	}
 	return 0;
+}
+
+static int launcher_rank(void)
+{
+	static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+					   "PMI_RANK", "SLURM_PROCID"};
+	return first_env_int(vars, sizeof(vars) / sizeof(vars[0]));
 }
 
 /* The launcher's number of ranks, without MPI (for --dry-run): Open MPI's
@@ -365,12 +372,7 @@ static int launcher_world(void)
 {
 	static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
 					   "SLURM_STEP_NUM_TASKS"};
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *v = getenv(vars[i]);
-		if (v && *v)
-			return atoi(v);
-	}
-	return 0;
+	return first_env_int(vars, sizeof(vars) / sizeof(vars[0]));
 }
 
 int dtf_main_load_job(const char *path, const char **sets, int nsets,

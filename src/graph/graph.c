@@ -406,6 +406,15 @@ void dtf_graph_xent_dims(const struct dtf_graph *g, int logits, size_t *rows,
 		*per = 1;
 }
 
+int dtf_graph_loss_positions(const struct dtf_graph *g)
+{
+	size_t rows;
+	int classes, per = 1;
+	if (g->loss >= 0 && g->nodes[g->loss].op == DTF_OP_SPARSE_SOFTMAX_XENT)
+		dtf_graph_xent_dims(g, g->logits, &rows, &classes, &per);
+	return per;
+}
+
 size_t dtf_graph_num_params(const struct dtf_graph *g)
 {
 	size_t n = 0;

@@ -392,6 +392,9 @@ int dtf_graph_sparse_softmax_xent(struct dtf_graph *g, const char *name,
 				  int logits, int labels);
 /* The rows of a sparse loss's logits node: (rows, classes) with classes
  * the last dimension, per = rows / n positions of one example. */
+/* Positions per example of g's loss: the `per` of dtf_graph_xent_dims for
+ * a sparse softmax cross-entropy (t of (n, t, classes) logits), else 1. */
+int dtf_graph_loss_positions(const struct dtf_graph *g);
 void dtf_graph_xent_dims(const struct dtf_graph *g, int logits, size_t *rows,
 			 int *classes, int *per);
 

@@ -203,14 +203,7 @@ int dtf_infer_evaluate(const struct dtf_job *job, struct dtf_comm *comm,
 		out->top_k_accuracy = tot.top_k / tot.count;
 	/* a sequence loss's correct sum is of per-example fractions
 	 * (exec.h): as a count of the positions that were right */
-	out->positions = 1;
-	if (m.r.g.loss >= 0 &&
-	    m.r.g.nodes[m.r.g.loss].op == DTF_OP_SPARSE_SOFTMAX_XENT) {
-		size_t rows;
-		int classes;
-		dtf_graph_xent_dims(&m.r.g, m.r.g.logits, &rows, &classes,
-				    &out->positions);
-	}
+	out->positions = dtf_graph_loss_positions(&m.r.g);
 	out->correct = nearbyint(tot.correct * out->positions);
 	out->examples = tot.count;
 	out->seconds = now_seconds() - t0;
@@ -447,13 +440,8 @@ static int setup_writer(const struct dtf_job *job, const struct dtf_graph *g,
 	w->outputs = o->outputs;
 	w->top_k = o->top_k > 0 ? o->top_k : 1;
 	w->cols = (int)(dtf_shape_numel(&l->shape) / l->shape.d[0]);
-	w->classes = w->cols;
-	w->positions = 1;
-	if (loss == DTF_OP_SPARSE_SOFTMAX_XENT) {
-		size_t rows;
-		dtf_graph_xent_dims(g, g->logits, &rows, &w->classes,
-				    &w->positions);
-	}
+	w->positions = dtf_graph_loss_positions(g);
+	w->classes = w->cols / w->positions;
 	w->sigmoid = loss == DTF_OP_SIGMOID_XENT;
 	if (o->outputs == DTF_PREDICT_CLASSES && loss != DTF_OP_SPARSE_SOFTMAX_XENT &&
 	    loss != DTF_OP_SOFTMAX_XENT && loss != DTF_OP_SIGMOID_XENT)

@@ -851,19 +851,18 @@ static int start_position(const struct dtf_job *job, struct dtf_comm *comm,
 	/* the order of the epoch's records and the dropout masks are drawn
 	 * from the job's seed; the batches taken so far were the
 	 * checkpoint's seed's */
-	if (pos->seed != job->seed && job->data.shuffle_buffer > 0)
-		dtf_info("notice: the job's seed %llu is not the checkpoint's %llu: the rest of epoch %d is taken from the new seed's shuffle, "
-			 "so some of its records are read twice and others not at all; dropout and augmentation draw anew\n"
+	if (pos->seed != job->seed) {
+		char shuffle[192] = "";
+		if (job->data.shuffle_buffer > 0)
+			snprintf(shuffle, sizeof(shuffle),
+				 "the rest of epoch %d is taken from the new seed's shuffle, so some of its records are read twice and others not at all; ",
+				 st->epoch + 1);
+		dtf_info("notice: the job's seed %llu is not the checkpoint's %llu: %sdropout and augmentation draw anew\n"
 			 "HINT: --set seed=%llu continues exactly",
 			 (unsigned long long)job->seed,
-			 (unsigned long long)pos->seed, st->epoch + 1,
+			 (unsigned long long)pos->seed, shuffle,
 			 (unsigned long long)pos->seed);
-	else if (pos->seed != job->seed)
-		dtf_info("notice: the job's seed %llu is not the checkpoint's %llu: dropout and augmentation draw anew from it\n"
-			 "HINT: --set seed=%llu continues exactly",
-			 (unsigned long long)job->seed,
-			 (unsigned long long)pos->seed,
-			 (unsigned long long)pos->seed);
+	}
 	if (!dtf_elastic_needed(pos, world, batch)) {
 		dtf_info("resuming from %s: step %lld, epoch %d, batch %lld of %lld",
 			 dtf_checkpointer_path(ck), (long long)st->step,
