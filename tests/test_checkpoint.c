@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -439,6 +440,33 @@ START_TEST(stuck_rank_ends_job_within_timeout)
 		       "--set fault.timeout_seconds=2", "hang.log");
 	ck_assert_msg(st != 0 && st != 124, "status %d", st);
 	ck_assert_log("hang.log", "error: no progress for 2 s (fault.timeout_seconds 2) in the training step at step 5");
+}
+END_TEST
+
+START_TEST(stuck_rank_ends_job_when_mpi_abort_hangs)
+{
+	/* MPI_Abort that never returns (an mpirun that does not answer):
+	 * each rank's watchdog still ends it 3 s after its abort, and the
+	 * job with it */
+	char env[1024];
+	snprintf(env, sizeof(env),
+		 "DTF_FAULT=hang:rank=1:step=5 "
+		 "ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\" "
+		 "LD_PRELOAD=%s/tests/libmpi_abort_hang.so",
+		 tu_build_root());
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int st = train(2, env, "abort_hang", "--set fault.timeout_seconds=2",
+		       "abort_hang.log");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double s = (double)(t1.tv_sec - t0.tv_sec) +
+		   1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	ck_assert_msg(st == 1, "status %d", st);
+	ck_assert_log("abort_hang.log", "error: no progress for 2 s (fault.timeout_seconds 2) in the training step at step 5");
+	ck_assert_log("abort_hang.log", "] error: MPI_Abort did not end this rank within 3 s; exiting with status 1\n");
+	/* start-up and 5 steps, the watchdog's 2 s, the backstop's 3 s,
+	 * mpirun ending the other rank */
+	ck_assert_msg(s < 30.0, "%.1f s", s);
 }
 END_TEST
 
@@ -1335,6 +1363,7 @@ static Suite *checkpoint_suite(void)
 	tcase_add_test(tc, model_mismatch_lists_differences);
 	tcase_add_test(tc, full_disk_reported_previous_intact);
 	tcase_add_test(tc, stuck_rank_ends_job_within_timeout);
+	tcase_add_test(tc, stuck_rank_ends_job_when_mpi_abort_hangs);
 	tcase_add_test(tc, dead_rank_ends_job_naming_it);
 	tcase_add_test(tc, every_seconds_follows_rank_0_clock);
 	tcase_add_test(tc, usage_errors);

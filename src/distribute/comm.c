@@ -13,11 +13,14 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/error.h"
@@ -590,9 +593,54 @@ int dtf_comm_notice_send(struct dtf_comm *c, int to, const int64_t msg[2])
 	return 0;
 }
 
+/* The backstop of dtf_comm_abort: MPI_Abort blocks in Open MPI until its
+ * runtime took note (it sends its "MPI_ABORT was invoked" help text to
+ * mpirun first, and a loaded or confused mpirun can leave that unanswered).
+ * A rank that is gone ends the job just as well: mpirun ends the others
+ * when one exits without MPI_Finalize, srun with --kill-on-bad-exit. */
+#define ABORT_BACKSTOP_S 3
+
+struct abort_backstop {
+	int status;
+	char line[256];
+	size_t len;
+};
+
+static void *abort_backstop(void *arg)
+{
+	struct abort_backstop *b = arg;
+	struct timespec ts = {ABORT_BACKSTOP_S, 0};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+	/* formatted before: stdio's locks may be held by a thread that
+	 * MPI_Abort left stuck */
+	if (write(STDERR_FILENO, b->line, b->len) < 0) {
+		/* nothing left to tell */
+	}
+	_exit(b->status);
+}
+
 _Noreturn void dtf_comm_abort(struct dtf_comm *c, int status)
 {
 	(void)c;
+	static struct abort_backstop b;
+	b.status = status;
+	int n = dtf_log_prefix(DTF_LOG_ERROR, b.line, sizeof(b.line));
+	int m = snprintf(b.line + n, sizeof(b.line) - (size_t)n,
+			 "MPI_Abort did not end this rank within %d s; "
+			 "exiting with status %d\n",
+			 ABORT_BACKSTOP_S, status);
+	b.len = (size_t)n + (size_t)(m > 0 ? m : 0);
+	if (b.len >= sizeof(b.line))
+		b.len = sizeof(b.line) - 1;
+	pthread_t t;
+	sigset_t all, prev;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &prev);
+	if (pthread_create(&t, NULL, abort_backstop, &b) == 0)
+		pthread_detach(t);
+	pthread_sigmask(SIG_SETMASK, &prev, NULL);
+	fflush(stderr);
 	MPI_Abort(MPI_COMM_WORLD, status);
 	abort(); /* MPI_Abort does not return */
 }

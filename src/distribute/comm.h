@@ -145,7 +145,11 @@ int dtf_comm_notice_send(struct dtf_comm *c, int to, const int64_t msg[2]);
 /* End every rank now with `status` (MPI_Abort).  For failures that cannot
  * be agreed on (a broken invariant under MPI, a stuck collective seen by
  * the watchdog thread: Open MPI's MPI_Abort may be called from any thread,
- * and it is the one call made outside the main thread). */
+ * and it is the one call made outside the main thread).  Should MPI_Abort
+ * not end this process within 3 s (it waits on mpirun, which may be loaded
+ * or confused), the process writes an error line and exits with `status`
+ * (_exit), which ends the job as well: mpirun ends the others when a rank
+ * exits without MPI_Finalize, srun with --kill-on-bad-exit. */
 _Noreturn void dtf_comm_abort(struct dtf_comm *c, int status);
 
 #endif
