@@ -18,6 +18,9 @@
  *    error naming the task, a cluster all on loopback addresses is not;
  *    a TF_CONFIG cluster (chief, worker, ps) trains like one_device;
  *  - one_device on 2 ranks and mirrored across nodes are job errors;
+ *  - L2 weight decay on a variable the loss does not read follows
+ *    (1 - lr rate)^steps on one process, mpi, shared memory and 1 or 2 ps;
+ *    adamw on 2 ps is one process's bits; clipnorm on 2 ps is a job error;
  *  - on_nonfinite skip and fail; async parameter_server learns;
  *  - linear learning-rate scaling is logged;
  *  - a world of 1 under Slurm's several tasks is exit 2 saying to use
@@ -596,6 +599,108 @@ START_TEST(slurm_world_of_one)
 }
 END_TEST
 
+/* A linear model with a variable z (4x4 ones) that the loss never reads;
+ * L2 weight decay 0.5 (kernels: w and z), sgd at lr 0.1.  Line 23 is
+ * clipnorm (column 13). */
+static const char decay_job[] =
+	"name: decay\n"
+	"seed: 3\n"
+	"data:\n"
+	"  train: {files: \"%s/train-*.tfrecord\"}\n"
+	"  shard_policy: data\n"
+	TU_SYNTH_FEATURES_8X8
+	"model:\n"
+	"  graph:\n"
+	"    w: {variable: {shape: [64, 4], initializer: glorot_uniform}}\n"
+	"    b: {variable: {shape: [4], initializer: ones}}\n"
+	"    z: {variable: {shape: [4, 4], initializer: ones}}\n"
+	"    flat: {flatten: {inputs: [image]}}\n"
+	"    mm: {matmul: {inputs: [flat, w]}}\n"
+	"    logits: {bias_add: {inputs: [mm, b]}}\n"
+	"  loss: {sparse_softmax_cross_entropy: {logits: logits, labels: label}}\n"
+	"train:\n"
+	"  batch_size: 16\n"
+	"  max_steps: 3\n"
+	"  optimizer: {sgd: {learning_rate: 0.1}}\n"
+	"  weight_decay: 0.5\n"
+	"  clipnorm: 1000\n";
+
+/* mpirun -np np dtf-train decay.yaml, its variables in NAME.bin */
+static void train_decay(int np, const char *name, const char *sets)
+{
+	char log[64];
+	snprintf(log, sizeof(log), "%s.log", name);
+	int st = tu_mpirun(np, NULL, tmpdir, log,
+			   "--threads 1 --export-variables %s/%s.bin %s "
+			   "%s/decay.yaml",
+			   tmpdir, name, sets, tmpdir);
+	ck_assert_msg(st == 0, "%s: exit %d\n%s", name, st,
+		      tu_slurp(tmpdir, log));
+}
+
+/* how many variables of NAME.bin are within 1e-6 of want */
+static int count_near(const char *name, double want)
+{
+	char f[64];
+	snprintf(f, sizeof(f), "%s.bin", name);
+	size_t n;
+	float *v = tu_read_vars(tmpdir, f, &n);
+	int k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += fabs((double)v[i] - want) < 1e-6;
+	free(v);
+	return k;
+}
+
+START_TEST(weight_decay_same_on_every_strategy)
+{
+	tu_write_file(tmpdir, "decay.yaml", decay_job, tmpdir);
+	train_decay(1, "dref", "--set strategy.type=one_device");
+	train_decay(2, "dmpi", "--set strategy.communication.implementation=mpi");
+	train_decay(2, "dshm", "");
+	train_decay(2, "dps", "--set strategy.type=parameter_server");
+	train_decay(3, "dps2", "--set strategy.type=parameter_server "
+			       "--set strategy.num_ps=2 --set train.clipnorm=0");
+	/* z gets no loss gradient: p <- p (1 - lr rate) each step, so
+	 * (1 - 0.05)^3 after 3; the bias (not decayed, moved by the loss)
+	 * leaves no other variable there */
+	const char *runs[] = {"dref", "dmpi", "dshm", "dps", "dps2"};
+	for (int i = 0; i < 5; i++) {
+		int k = count_near(runs[i], 0.857375);
+		printf("weight decay, %s: %d of z's 16 at (1 - 0.05)^3\n",
+		       runs[i], k);
+		ck_assert_msg(k == 16, "%s: %d variables at 0.857375", runs[i], k);
+	}
+	/* the rest as one process: the ps decays the kernel alone too */
+	for (int i = 1; i < 4; i++) {
+		double d = max_rel_diff("dref", runs[i]);
+		printf("weight decay, %s against one_device: max relative difference %.3g\n",
+		       runs[i], d);
+		ck_assert_msg(d <= 1e-5, "%s: %g", runs[i], d);
+	}
+	/* one worker and two ps: the update of one process, with the
+	 * learning rate's bits (here adamw, bias decayed instead) */
+	const char *w = "--set train.optimizer='{adamw: {learning_rate: 0.01, "
+			"weight_decay: 0.1}}' --set train.weight_decay='{rate: "
+			"0.5, groups: [bias]}' --set train.clipnorm=0";
+	char sets[512];
+	train_decay(1, "drefw", w);
+	snprintf(sets, sizeof(sets), "%s --set strategy.type=parameter_server "
+		 "--set strategy.num_ps=2", w);
+	train_decay(3, "dpsw", sets);
+	int bits = 0;
+	tu_vars_rel_diff(tmpdir, "dpsw.bin", "drefw.bin", NULL, NULL, &bits);
+	ck_assert_msg(bits, "adamw on 2 ps differs from one process");
+	ck_assert_int_eq(count_near("drefw", 0.857375), 0);
+	/* clipnorm's global norm is on no ps of several */
+	int st = tu_mpirun(3, NULL, tmpdir, "dclip.log",
+			   "--threads 1 --set strategy.type=parameter_server "
+			   "--set strategy.num_ps=2 %s/decay.yaml", tmpdir);
+	ck_assert_int_eq(st, 2);
+	tu_assert_log(tmpdir, "dclip.log", "/decay.yaml:23:13: train.clipnorm: clipping by the global norm needs every gradient, and each of the 2 ps ranks");
+}
+END_TEST
+
 static Suite *dist_suite(void)
 {
 	Suite *s = suite_create("dist");
@@ -614,6 +719,7 @@ static Suite *dist_suite(void)
 	tcase_add_test(tc, strategy_world_errors);
 	tcase_add_test(tc, nonfinite_skip_and_fail);
 	tcase_add_test(tc, async_ps_learns);
+	tcase_add_test(tc, weight_decay_same_on_every_strategy);
 	tcase_add_test(tc, linear_scaling_logged);
 	tcase_add_test(tc, slurm_world_of_one);
 	suite_add_tcase(s, tc);

@@ -325,6 +325,7 @@ struct dtf_job {
 					 weight decays apply to; default
 					 kernels only */
 		double clipnorm;      /* global-norm clipping; 0 = off */
+		char clipnorm_where[DTF_WHERE_MAX]; /* of clipnorm given */
 		struct dtf_schedule_spec schedule;
 		int64_t eval_every_steps; /* default 0 = after each epoch */
 		double stop_at_accuracy;  /* default 0 = train to the end */

@@ -753,6 +753,11 @@ static int check_train(struct ctx *c, void *base, const yaml_node_t *key,
 	if (b)
 		dtf_ytree_where(c->t, b, job->train.where,
 				sizeof(job->train.where));
+	/* and clipnorm's, where the ps ranks rule it out */
+	const yaml_node_t *cn = dtf_ytree_get(c->t, map, "clipnorm");
+	if (cn)
+		dtf_ytree_where(c->t, cn, job->train.clipnorm_where,
+				sizeof(job->train.clipnorm_where));
 	return 0;
 }
 

@@ -299,6 +299,19 @@ out:
 	return rc;
 }
 
+/* train.clipnorm scales by the norm over every gradient, which no ps of
+ * several sees: each holds and updates only its own variables. */
+static int check_ps_clipnorm(const struct dtf_job *job, int nps)
+{
+	if (nps <= 1 || !(job->train.clipnorm > 0))
+		return 0;
+	const char *w = job->train.clipnorm_where;
+	return dtf_error(DTF_ERR_CONFIG,
+			 "%s%strain.clipnorm: clipping by the global norm needs every gradient, and each of the %d ps ranks of strategy parameter_server updates only its own variables\n"
+			 "HINT: use one ps rank (strategy.num_ps: 1, or one ps task in TF_CONFIG), or another strategy",
+			 w, w[0] ? ": " : "", nps);
+}
+
 int dtf_cluster_from_job(const struct dtf_job *job, int world,
 			 struct dtf_cluster *out)
 {
@@ -316,6 +329,9 @@ int dtf_cluster_from_job(const struct dtf_job *job, int world,
 				 w, w[0] ? ": " : "", nps, nps == 1 ? "" : "s",
 				 nps == 1 ? "s" : "", world, world == 1 ? "" : "s",
 				 nps + 1);
+	int rc = check_ps_clipnorm(job, nps);
+	if (rc < 0)
+		return rc;
 	out->tasks = dtf_calloc((size_t)world, sizeof(*out->tasks));
 	if (!out->tasks)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
@@ -350,7 +366,7 @@ int dtf_cluster_check(const struct dtf_cluster *c, const struct dtf_job *job,
 			   dtf_strategy_name(job->strategy.type));
 	if (ps_strategy && !c->count[DTF_TASK_PS])
 		return bad("strategy parameter_server needs ps tasks in the cluster");
-	return 0;
+	return check_ps_clipnorm(job, c->count[DTF_TASK_PS]);
 }
 
 int dtf_cluster_is_replica(const struct dtf_cluster *c, int rank)

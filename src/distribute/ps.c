@@ -8,6 +8,9 @@
  *   worker -> ps: {GRAD, lr} + gradients | {PULL, 0} | {DONE, 0} |
  *                 {STOP, exit status}
  *   ps -> worker: {OK | SKIPPED | STOP | NONFINITE, status} + variables
+ * The learning rate travels as the bits of its double (header floats 1
+ * and 2): the ps applies the rate the worker computed, as one process
+ * would, not its float rounding.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -20,7 +23,7 @@
 #include "core/log.h"
 #include "distribute/strategy_impl.h"
 
-#define HDR 2
+#define HDR 3
 #define TAG_MSG 7101
 #define TAG_REPLY 7102
 
@@ -60,6 +63,17 @@ static int partition(struct dtf_strategy *s)
 	return 0;
 }
 
+_Static_assert(2 * sizeof(float) == sizeof(double),
+	       "the learning rate fills header floats 1 and 2");
+
+/* The learning rate of a GRAD message (HDR floats). */
+static double header_lr(const float *hdr)
+{
+	double lr;
+	memcpy(&lr, hdr + 1, sizeof(lr));
+	return lr;
+}
+
 static size_t ps_owned(const struct dtf_strategy *s, int p)
 {
 	size_t n = 0;
@@ -86,7 +100,19 @@ int dtf_ps_setup(struct dtf_strategy *s)
 		if (!s->ps.own_params || !s->ps.own_sum || !s->ps.own_reply ||
 		    !s->ps.wbuf)
 			return dtf_error(DTF_ERR_NOMEM, "out of memory on the ps");
-		return s->upd.part_new(s->upd.ctx, s->ps.own_n, &s->ps.own_upd);
+		/* the variables it owns, in pack_own's order */
+		struct dtf_update_range *from =
+			dtf_malloc((size_t)(s->nvars + 1) * sizeof(*from));
+		if (!from)
+			return dtf_error(DTF_ERR_NOMEM, "out of memory on the ps");
+		int nfrom = 0;
+		for (int i = 0; i < s->nvars; i++)
+			if (s->vars[i].ps == s->ps.ps_index)
+				from[nfrom++] = (struct dtf_update_range){
+					s->vars[i].off, s->vars[i].n};
+		rc = s->upd.part_new(s->upd.ctx, from, nfrom, &s->ps.own_upd);
+		dtf_free(from);
+		return rc;
 	}
 	if (!s->replicas)
 		return 0;
@@ -140,7 +166,7 @@ static int ps_send(struct dtf_strategy *s, int p)
 		out += v->n;
 	}
 	b->send[0] = MSG_GRAD;
-	b->send[1] = (float)s->lr;
+	memcpy(b->send + 1, &s->lr, sizeof(double));
 	b->sent = 1;
 	int dest = s->ps.first_ps + p;
 	int err = MPI_Irecv(b->recv, (int)(HDR + b->n), MPI_FLOAT, dest,
@@ -364,7 +390,7 @@ static int serve_loop(struct dtf_strategy *s, struct serve *sv)
 			sv->waiting[w] = 1;
 			sv->pending++;
 		} else {
-			int v = update(s, msg + HDR, msg[1], 0);
+			int v = update(s, msg + HDR, header_lr(msg), 0);
 			sv->steps[w]++;
 			if (v == REPLY_NONFINITE)
 				sv->stop_status = 1;
@@ -385,7 +411,7 @@ static int serve_loop(struct dtf_strategy *s, struct serve *sv)
 				if (!sv->waiting[u])
 					continue;
 				const float *g = s->ps.wbuf + row * (size_t)u;
-				lr = g[1];
+				lr = header_lr(g);
 				for (size_t i = 0; i < s->ps.own_n; i++)
 					s->ps.own_sum[i] += g[HDR + i];
 			}

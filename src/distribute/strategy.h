@@ -127,10 +127,13 @@ struct dtf_update_ops {
 	/* Slot k of the optimizer state (n floats, as apply's vector), NULL
 	 * past the last or after release. */
 	float *(*slot)(void *ctx, int k);
-	/* A second, independent update of n floats (a ps rank's share of
-	 * the variables) into *out, freed with out->free.  Errors:
-	 * DTF_ERR_NOMEM. */
-	int (*part_new)(void *ctx, size_t n, struct dtf_update_ops *out);
+	/* A second, independent update (a ps rank's share of the
+	 * variables) into *out, freed with out->free: of the vector that
+	 * concatenates the ranges from[0..nfrom) of apply's vector, each
+	 * range treated as this update treats it there (trainable, weight
+	 * decay).  Errors: DTF_ERR_NOMEM. */
+	int (*part_new)(void *ctx, const struct dtf_update_range *from,
+			int nfrom, struct dtf_update_ops *out);
 	/* Release ctx and everything it owns; NULL ctx is a no-op. */
 	void (*free)(void *ctx);
 };

@@ -99,10 +99,62 @@ int dtf_optimizer_segments_from_graph(struct dtf_optimizer *opt,
 			.trainable = n->a.var.trainable,
 			.decay = n->a.var.trainable &&
 				 ((job->train.decay_groups >>
-				   dtf_graph_var_group(n)) & 1)};
+				   dtf_graph_var_group(n)) & 1),
+			.no_grad = n->a.var.trainable && g->var_grad &&
+				   g->var_grad[i] < 0};
 	}
 	int rc = dtf_optimizer_set_segments(opt, segs, k);
 	dtf_free(segs);
+	return rc;
+}
+
+int dtf_optimizer_init_part(struct dtf_optimizer *part,
+			    const struct dtf_optimizer *whole,
+			    const struct dtf_job *job,
+			    const struct dtf_opt_range *from, int nfrom)
+{
+	struct dtf_opt_segment all = {0, whole->n, 1, 1, 0};
+	const struct dtf_opt_segment *ws = whole->segs ? whole->segs : &all;
+	int nws = whole->segs ? whole->nsegs : 1;
+	size_t n = 0;
+	int cap = 0;
+	for (int i = 0; i < nfrom; i++) {
+		DTF_ASSERT(from[i].off + from[i].n <= whole->n);
+		n += from[i].n;
+		cap += nws; /* at most every segment in every range */
+	}
+	int rc = dtf_optimizer_init(part, job, n);
+	if (rc < 0)
+		return rc;
+	struct dtf_opt_segment *segs =
+		dtf_malloc((size_t)(cap ? cap : 1) * sizeof(*segs));
+	if (!segs) {
+		dtf_optimizer_deinit(part);
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	}
+	int k = 0;
+	size_t at = 0;
+	for (int i = 0; i < nfrom; i++) {
+		size_t lo = from[i].off, hi = from[i].off + from[i].n;
+		for (int j = 0; j < nws; j++) {
+			size_t a = ws[j].offset > lo ? ws[j].offset : lo;
+			size_t b = ws[j].offset + ws[j].count < hi
+					   ? ws[j].offset + ws[j].count
+					   : hi;
+			if (a < b)
+				segs[k++] = (struct dtf_opt_segment){
+					.offset = at + (a - lo),
+					.count = b - a,
+					.trainable = ws[j].trainable,
+					.decay = ws[j].decay,
+					.no_grad = ws[j].no_grad};
+		}
+		at += from[i].n;
+	}
+	rc = dtf_optimizer_set_segments(part, segs, k);
+	dtf_free(segs);
+	if (rc < 0)
+		dtf_optimizer_deinit(part);
 	return rc;
 }
 
@@ -208,13 +260,18 @@ static void rmsprop(struct dtf_optimizer *opt, size_t off, size_t n,
 	}
 }
 
-/* The part of segment sg inside range r that an operation touches
- * (trainable; with need_decay, decayed too): [*off, *off + *cnt); 0 when
- * empty. */
+/* What an operation touches: the trainable segments, the decayed ones, or
+ * those without a gradient. */
+enum { NEED_TRAINABLE, NEED_DECAY, NEED_NO_GRAD };
+
+/* The part of segment sg inside range r that an operation touches (`need`:
+ * trainable; decayed too; without a gradient too): [*off, *off + *cnt); 0
+ * when empty. */
 static int part(const struct dtf_opt_segment *sg, const struct dtf_opt_range *r,
-		int need_decay, size_t *off, size_t *cnt)
+		int need, size_t *off, size_t *cnt)
 {
-	if (!sg->trainable || (need_decay && !sg->decay))
+	if (!sg->trainable || (need == NEED_DECAY && !sg->decay) ||
+	    (need == NEED_NO_GRAD && !sg->no_grad))
 		return 0;
 	size_t lo = sg->offset > r->off ? sg->offset : r->off;
 	size_t e1 = sg->offset + sg->count, e2 = r->off + r->n;
@@ -225,11 +282,10 @@ static int part(const struct dtf_opt_segment *sg, const struct dtf_opt_range *r,
 }
 
 /* every nonempty part: segments outer, ranges inner */
-#define PARTS(need_decay, off, cnt)                                          \
+#define PARTS(need, off, cnt)                                                \
 	for (int si_ = 0; si_ < nsegs; si_++)                                 \
 		for (int ri_ = 0; ri_ < nranges; ri_++)                       \
-			if (part(&segs[si_], &ranges[ri_], need_decay, &off,    \
-				 &cnt))
+			if (part(&segs[si_], &ranges[ri_], need, &off, &cnt))
 
 /* sum of g[i]^2 in double over 8 interleaved partial sums (element i into
  * sum i % 8), added pairwise at the end: one chain of dependent double
@@ -258,7 +314,7 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 				const struct dtf_opt_range *ranges,
 				int nranges)
 {
-	struct dtf_opt_segment all = {0, opt->n, 1, 1};
+	struct dtf_opt_segment all = {0, opt->n, 1, 1, 0};
 	const struct dtf_opt_segment *segs = opt->segs ? opt->segs : &all;
 	int nsegs = opt->segs ? opt->nsegs : 1;
 	size_t off, cnt;
@@ -266,7 +322,7 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 	opt->iterations++;
 	if (opt->weight_decay > 0) {
 		float wd = (float)opt->weight_decay;
-		PARTS(1, off, cnt) {
+		PARTS(NEED_DECAY, off, cnt) {
 			float *restrict g = grads + off;
 			const float *restrict p = params + off;
 			for (size_t i = 0; i < cnt; i++)
@@ -276,12 +332,12 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 	opt->last_norm = 0;
 	if (opt->clipnorm > 0) {
 		double sq = 0;
-		PARTS(0, off, cnt)
+		PARTS(NEED_TRAINABLE, off, cnt)
 			sq += sum_squares(grads + off, cnt);
 		opt->last_norm = sqrt(sq);
 		if (opt->last_norm > opt->clipnorm) {
 			float scale = (float)(opt->clipnorm / opt->last_norm);
-			PARTS(0, off, cnt) {
+			PARTS(NEED_TRAINABLE, off, cnt) {
 				float *g = grads + off;
 				for (size_t i = 0; i < cnt; i++)
 					g[i] *= scale;
@@ -290,13 +346,13 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 	}
 	if (opt->decoupled_decay > 0) {
 		float f = (float)(lr * opt->decoupled_decay);
-		PARTS(1, off, cnt) {
+		PARTS(NEED_DECAY, off, cnt) {
 			float *restrict p = params + off;
 			for (size_t i = 0; i < cnt; i++)
 				p[i] -= f * p[i];
 		}
 	}
-	PARTS(0, off, cnt) {
+	PARTS(NEED_TRAINABLE, off, cnt) {
 		switch (opt->kind) {
 		case DTF_OPT_SGD:
 			sgd(opt, off, cnt, params + off, grads + off, (float)lr);
@@ -311,6 +367,11 @@ void dtf_optimizer_apply_ranges(struct dtf_optimizer *opt, float *params,
 			break;
 		}
 	}
+	/* the zeros backward never writes, as they were: else the L2 term
+	 * would stay in them, added to again and summed over the replicas
+	 * at the next step */
+	PARTS(NEED_NO_GRAD, off, cnt)
+		memset(grads + off, 0, cnt * sizeof(float));
 }
 
 void dtf_optimizer_describe(const struct dtf_job *job, char *buf, size_t size)

@@ -43,6 +43,9 @@ struct dtf_opt_segment {
 	size_t offset, count; /* floats */
 	int trainable;        /* 0: the optimizer leaves it alone */
 	int decay;            /* weight decay (L2 and AdamW's) applies */
+	int no_grad;          /* trainable, but the loss does not reach it:
+				 its gradient is zeros, which apply leaves
+				 as it found them (after its L2 term) */
 };
 
 struct dtf_optimizer {
@@ -89,20 +92,32 @@ int dtf_optimizer_set_segments(struct dtf_optimizer *opt,
 
 /* Segments of a graph's variables: trainable as the variable says,
  * decayed when its group (dtf_graph_var_group) is in
- * job->train.decay_groups.  Errors: DTF_ERR_NOMEM. */
+ * job->train.decay_groups, no_grad when the graph was differentiated
+ * (dtf_graph_backward) and the loss has no gradient for it.  Errors:
+ * DTF_ERR_NOMEM. */
 int dtf_optimizer_segments_from_graph(struct dtf_optimizer *opt,
 				      const struct dtf_job *job,
 				      const struct dtf_graph *g);
-
-/* Slot k (0 <= k < opt->nslots) holds opt->slots[k*n .. (k+1)*n); its
- * name as checkpoints store it: sgd "momentum"; adam, adamw "m", "v";
- * rmsprop "rms", then "mg" when centered, then "momentum" with momentum. */
-const char *dtf_optimizer_slot_name(const struct dtf_optimizer *opt, int k);
 
 /* A range of the flat parameter vector: floats [off, off + n). */
 struct dtf_opt_range {
 	size_t off, n;
 };
+
+/* Set up *part (as dtf_optimizer_init) for the vector that concatenates
+ * the ranges from[0..nfrom) of whole's vector (each inside [0, whole->n)),
+ * with the segments that give each float the treatment it has in whole
+ * (trainable, decayed): a ps rank's share of the variables.  Errors:
+ * DTF_ERR_NOMEM. */
+int dtf_optimizer_init_part(struct dtf_optimizer *part,
+			    const struct dtf_optimizer *whole,
+			    const struct dtf_job *job,
+			    const struct dtf_opt_range *from, int nfrom);
+
+/* Slot k (0 <= k < opt->nslots) holds opt->slots[k*n .. (k+1)*n); its
+ * name as checkpoints store it: sgd "momentum"; adam, adamw "m", "v";
+ * rmsprop "rms", then "mg" when centered, then "momentum" with momentum. */
+const char *dtf_optimizer_slot_name(const struct dtf_optimizer *opt, int k);
 
 /* One update of params (n) with gradients grads (n) at learning rate lr.
  * grads is changed in place (L2 term, clipping). */

@@ -91,7 +91,8 @@ static void op_free(void *ctx)
 	dtf_free(c);
 }
 
-static int op_part_new(void *ctx, size_t n, struct dtf_update_ops *out);
+static int op_part_new(void *ctx, const struct dtf_update_range *from,
+		       int nfrom, struct dtf_update_ops *out);
 
 static int make(struct dtf_optimizer *opt, const struct dtf_job *job,
 		struct dtf_update_ops *out, struct ops_ctx **cp)
@@ -117,13 +118,23 @@ static int make(struct dtf_optimizer *opt, const struct dtf_job *job,
 	return 0;
 }
 
-static int op_part_new(void *ctx, size_t n, struct dtf_update_ops *out)
+static int op_part_new(void *ctx, const struct dtf_update_range *from,
+		       int nfrom, struct dtf_update_ops *out)
 {
 	struct ops_ctx *parent = ctx, *c;
 	int rc = make(NULL, parent->job, out, &c);
 	if (rc < 0)
 		return rc;
-	return dtf_optimizer_init(&c->own, parent->job, n);
+	struct dtf_opt_range *r =
+		dtf_malloc((size_t)(nfrom ? nfrom : 1) * sizeof(*r));
+	if (!r)
+		return dtf_error(DTF_ERR_NOMEM, "out of memory");
+	for (int i = 0; i < nfrom; i++)
+		r[i] = (struct dtf_opt_range){from[i].off, from[i].n};
+	rc = dtf_optimizer_init_part(&c->own, parent->opt, parent->job, r,
+				     nfrom);
+	dtf_free(r);
+	return rc;
 }
 
 int dtf_optimizer_ops(struct dtf_optimizer *opt, const struct dtf_job *job,
