@@ -482,13 +482,29 @@ START_TEST(test_wrong_type)
 	ck_assert_msg_is(load_fail(edit("epochs: 5", "epochs: 99999999999"),
 				   NULL, 0, DTF_ERR_CONFIG),
 			 "graphs/x.yaml:24:11: train.epochs: expected a "
-			 "positive integer, got '99999999999' (out of range)");
+			 "positive integer, got '99999999999' (at most 2147483647)");
+	/* the pipeline's limits are the job's */
+	ck_assert_msg_is(load_fail(edit("  features:\n",
+					"  prefetch: 4097\n  features:\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:6:13: data.prefetch: expected a "
+			 "non-negative integer, got '4097' (at most 4096)");
+	ck_assert_msg_is(load_fail(edit("  features:\n",
+					"  cycle_length: 0\n  features:\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:6:17: data.cycle_length: expected a "
+			 "positive integer, got '0'");
+	ck_assert_msg_is(load_fail(edit("  features:\n",
+					"  cycle_length: 5000\n  features:\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:6:17: data.cycle_length: expected a "
+			 "positive integer, got '5000' (at most 4096)");
 	ck_assert_msg_is(
 		load_fail(edit("batch_size: 128",
 			       "batch_size: 99999999999999999999"),
 			  NULL, 0, DTF_ERR_CONFIG),
 		"graphs/x.yaml:23:15: train.batch_size: expected a positive "
-		"integer, got '99999999999999999999' (out of range)");
+		"integer, got '99999999999999999999' (at most 9223372036854775807)");
 	ck_assert_msg_is(load_fail(edit("learning_rate: 0.001",
 					"learning_rate: fast"),
 				   NULL, 0, DTF_ERR_CONFIG),

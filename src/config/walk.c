@@ -300,8 +300,12 @@ int dtf_cfg_read_int(struct ctx *c, const yaml_node_t *n, const char *path,
 			return dtf_cfg_fail(c, n, path, "expected %s, got %s",
 					    int_expect(flags),
 					    dtf_cfg_describe(n, buf, sizeof(buf)));
-		return dtf_cfg_fail(c, n, path, "expected %s, got %s (out of range)",
-				    int_expect(flags), dtf_cfg_describe(n, buf, sizeof(buf)));
+		int over = errno == ERANGE ? v > 0 : v > hi;
+		return dtf_cfg_fail(c, n, path, "expected %s, got %s (%s %lld)",
+				    int_expect(flags),
+				    dtf_cfg_describe(n, buf, sizeof(buf)),
+				    over ? "at most" : "at least",
+				    (long long)(over ? hi : lo));
 	}
 	*out = v;
 	return 0;
@@ -522,7 +526,7 @@ static int read_field(struct ctx *c, const struct field *f, void *base,
 		rc = dtf_cfg_read_int(c, val, path, f->flags,
 				      f->flags & F_POS ? 1 : f->flags & F_NONNEG ? 0
 										 : INT_MIN,
-				      INT_MAX, &v);
+				      f->max ? f->max : INT_MAX, &v);
 		if (!rc)
 			*(int *)(b + f->off) = (int)v;
 		return rc;
@@ -530,7 +534,7 @@ static int read_field(struct ctx *c, const struct field *f, void *base,
 		rc = dtf_cfg_read_int(c, val, path, f->flags,
 				      f->flags & F_POS ? 1 : f->flags & F_NONNEG ? 0
 										 : INT64_MIN,
-				      INT64_MAX, &v);
+				      f->max ? f->max : INT64_MAX, &v);
 		if (!rc)
 			*(int64_t *)(b + f->off) = v;
 		return rc;

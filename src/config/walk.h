@@ -85,6 +85,7 @@ struct field {
 	size_t off, off2; /* into the section's object; off2 for T_PAIR */
 	size_t size;      /* T_STR capacity */
 	double def;       /* numeric default */
+	int64_t max;      /* T_INT, T_I64: the largest value (0: the type's) */
 	const char *def_str;           /* T_STR default */
 	const struct enum_name *names; /* T_ENUM, {NULL} terminated */
 	const struct section *sub;     /* T_SECTION */

@@ -44,6 +44,10 @@ struct dtf_augment_spec {
 	int flip_left_right; /* mirror the W axis with probability 1/2 */
 };
 
+/* The most files read at once (cycle_length) and batches ready ahead
+ * (prefetch): each holds a reader or a batch's buffers. */
+#define DTF_READ_MAX 4096
+
 /* The data section's reading options (defaults as written). */
 struct dtf_read_spec {
 	enum dtf_shard_policy shard_policy; /* auto */

@@ -1180,11 +1180,13 @@ int dtf_pipeline_open(const struct dtf_pipeline_opts *o,
 	if (o->read)
 		rd = *o->read;
 	if (rd.cycle_length < 1 || rd.block_length < 1 || rd.prefetch < 0 ||
-	    rd.cycle_length > 4096 || rd.prefetch > 4096)
+	    rd.cycle_length > DTF_READ_MAX || rd.prefetch > DTF_READ_MAX)
 		return dtf_error(DTF_ERR_USAGE,
 				 "pipeline: bad options (cycle_length %d, "
-				 "block_length %d, prefetch %d)",
-				 rd.cycle_length, rd.block_length, rd.prefetch);
+				 "block_length %d, prefetch %d; cycle_length "
+				 "and prefetch at most %d)",
+				 rd.cycle_length, rd.block_length, rd.prefetch,
+				 DTF_READ_MAX);
 	struct dtf_pipeline *p = dtf_calloc(1, sizeof(*p));
 	if (!p)
 		return dtf_error(DTF_ERR_NOMEM, "out of memory");
