@@ -1228,8 +1228,9 @@ START_TEST(overwrite_checkpoints_starts_over)
 {
 	ck_assert_int_eq(tu_run("rm -rf %s/over && cp -r %s/ref1 %s/over && "
 				"printf 'x' > %s/over/ckpt-70.dtf.corrupt && "
-				"printf 'x' > %s/over/notes.txt",
-				tmp, tmp, tmp, tmp, tmp), 0);
+				"printf 'x' > %s/over/notes.txt && "
+				"cp %s/over/ckpt-50.dtf %s/over/ckpt-0050.dtf",
+				tmp, tmp, tmp, tmp, tmp, tmp, tmp), 0);
 	ck_assert_int_eq(train(2, "", "over", "--overwrite-checkpoints "
 			       "--set train.max_steps=25 --export-variables @/OVER",
 			       "over.log"), 0);
@@ -1239,9 +1240,11 @@ START_TEST(overwrite_checkpoints_starts_over)
 		 "from %s/over (--overwrite-checkpoints)", tmp);
 	ck_assert_log("over.log", want);
 	ck_assert_log("over.log", "step 10/25");
-	/* only this run's files, the lock, and what was not a checkpoint */
+	/* only this run's files, the lock, and what was not a checkpoint
+	 * (no name this program writes: step 50 is ckpt-50.dtf) */
 	ck_assert_str_eq(listing("over"), "checkpoint\ncheckpoint.lock\n"
-			 "ckpt-10.dtf\nckpt-20.dtf\nckpt-25.dtf\nnotes.txt\n");
+			 "ckpt-0050.dtf\nckpt-10.dtf\nckpt-20.dtf\nckpt-25.dtf\n"
+			 "notes.txt\n");
 	ck_assert_str_eq(tu_slurp(tmp, "over/checkpoint"),
 			 "model_checkpoint_path: \"ckpt-25.dtf\"\n"
 			 "all_model_checkpoint_paths: \"ckpt-10.dtf\"\n"

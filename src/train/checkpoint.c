@@ -568,12 +568,16 @@ int dtf_checkpointer_time_due(const struct dtf_checkpointer *ck)
 
 /* ---- the directory ----------------------------------------------------- */
 
-/* "ckpt-<digits>.dtf" -> step, else -1. */
+/* "ckpt-<step>.dtf" -> step, else -1: the step as this program writes it
+ * (%lld: no sign, no leading zero), so that every name counted as a
+ * checkpoint is the one its step opens ("ckpt-0018.dtf" is not one). */
 static int64_t parse_name(const char *name)
 {
 	if (strncmp(name, "ckpt-", 5) != 0)
 		return -1;
 	const char *p = name + 5;
+	if (p[0] == '0' && p[1] >= '0' && p[1] <= '9')
+		return -1;
 	int64_t v = 0;
 	int digits = 0;
 	for (; *p >= '0' && *p <= '9'; p++, digits++) {
