@@ -788,6 +788,36 @@ START_TEST(test_cross_references)
 			 "not mirrored\n"
 			 "HINT: set strategy.type: multi_worker_mirrored, or "
 			 "remove hierarchical");
+	/* the other kinds' options have no effect: errors at the key */
+	ck_assert_msg_is(load_fail(edit("  type: multi_worker_mirrored\n",
+					"  type: parameter_server\n"
+					"  communication: {compression: fp16}\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:28:32: strategy.communication."
+			 "compression: applies to the allreduce strategies and "
+			 "central_storage, not parameter_server (its pushes and "
+			 "pulls are float32)\n"
+			 "HINT: remove compression, or use another strategy");
+	ck_assert_msg_is(load_fail(edit("  type: multi_worker_mirrored\n",
+					"  type: central_storage\n"
+					"  max_staleness: 2\n"),
+				   NULL, 0, DTF_ERR_CONFIG),
+			 "graphs/x.yaml:28:18: strategy.max_staleness: applies "
+			 "to parameter_server only, not central_storage\n"
+			 "HINT: set strategy.type: parameter_server, or remove "
+			 "max_staleness");
+	const char *sy[] = {"strategy.sync=false"};
+	ck_assert_msg_is(load_fail(SKETCH, sy, 1, DTF_ERR_CONFIG),
+			 "--set strategy.sync: strategy.sync: applies to "
+			 "parameter_server only, not multi_worker_mirrored\n"
+			 "HINT: set strategy.type: parameter_server, or remove sync");
+	/* where they apply */
+	const char *ok[] = {"strategy.type=parameter_server",
+			    "strategy.sync=false", "strategy.max_staleness=2"};
+	job = load_ok(SKETCH, ok, 3);
+	ck_assert_int_eq(job->strategy.sync, 0);
+	ck_assert_int_eq(job->strategy.max_staleness, 2);
+	dtf_job_free(job);
 }
 END_TEST
 

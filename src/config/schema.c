@@ -1152,6 +1152,29 @@ static int check_strategy(struct ctx *c, void *base, const yaml_node_t *key,
 				    "HINT: set strategy.type: multi_worker_mirrored, or remove hierarchical",
 				    dtf_strategy_name(job->strategy.type));
 	}
+	/* the options of one kind of strategy, given to another: no effect */
+	int ps = job->strategy.type == DTF_STRATEGY_PARAMETER_SERVER;
+	const yaml_node_t *cz = comm ? dtf_ytree_get(c->t, comm, "compression") : NULL;
+	if (ps && job->strategy.compression != DTF_GRAD_COMPRESSION_NONE) {
+		char sub[PATH_MAX_];
+		dtf_cfg_path_fmt(sub, "%s.communication.compression", path);
+		return dtf_cfg_fail(c, cz ? cz : key, sub,
+				    "applies to the allreduce strategies and central_storage, not parameter_server (its pushes and pulls are float32)\n"
+				    "HINT: remove compression, or use another strategy");
+	}
+	static const char *const ps_only[] = {"sync", "max_staleness"};
+	for (int i = 0; i < 2 && !ps && map; i++) {
+		const yaml_node_t *k = dtf_ytree_get(c->t, map, ps_only[i]);
+		if (!k)
+			continue;
+		char sub[PATH_MAX_];
+		dtf_cfg_path_fmt(sub, "%s.%s", path, ps_only[i]);
+		return dtf_cfg_fail(c, k, sub,
+				    "applies to parameter_server only, not %s\n"
+				    "HINT: set strategy.type: parameter_server, or remove %s",
+				    dtf_strategy_name(job->strategy.type),
+				    ps_only[i]);
+	}
 	if (job->strategy.implementation != DTF_COMM_IMPL_SHARED_MEMORY || !map)
 		return 0;
 	const char *why = NULL;
