@@ -225,6 +225,7 @@ static int shm_progress(struct dtf_strategy *s, int block)
 				if (q != sh->rank)
 					shm_slice(s, b, q, 1);
 			s->fu.sh_gather++;
+			b->t_done = now();
 			moved = 1;
 		}
 		while (s->fu.sh_red < s->fu.next_bucket) {
@@ -240,6 +241,7 @@ static int shm_progress(struct dtf_strategy *s, int block)
 			moved = 1;
 			if (s->zs.sharded) { /* no gather: each updates its own */
 				s->fu.sh_gather++;
+				b->t_done = now();
 				continue;
 			}
 			MPI_Win_sync(sh->win);
@@ -266,6 +268,7 @@ static int launch(struct dtf_strategy *s, int bi)
 {
 	struct bucket *b = &s->fu.buckets[bi];
 	const struct var *v0 = &s->vars[b->first];
+	b->t_launch = now();
 	if (s->have_acc)
 		for (int i = 0; i < b->nvars; i++)
 			dtf_fusion_add_acc(s, &v0[i]);
@@ -297,8 +300,34 @@ static int launch(struct dtf_strategy *s, int bi)
 	return 0;
 }
 
-/* Start the hierarchical follow-up stages, in unit order. */
+/* Time the launched buckets whose units are all done. */
+static void mark_done(struct dtf_strategy *s)
+{
+	double t = 0;
+	for (int bi = 0; bi < s->fu.next_bucket; bi++) {
+		struct bucket *b = &s->fu.buckets[bi];
+		if (b->t_done > 0)
+			continue;
+		int done = 1;
+		for (int u = b->first_unit; u < b->first_unit + b->nunits && done; u++)
+			done = s->fu.units[u].stage == ST_DONE;
+		if (done)
+			b->t_done = t > 0 ? t : (t = now());
+	}
+}
+
+static int advance_stages(struct dtf_strategy *s);
+
+/* Start the hierarchical follow-up stages, in unit order; time the
+ * buckets that are reduced. */
 static int advance(struct dtf_strategy *s)
+{
+	int rc = advance_stages(s);
+	mark_done(s);
+	return rc;
+}
+
+static int advance_stages(struct dtf_strategy *s)
 {
 	for (int i = 0; i < s->fu.nunits; i++) {
 		struct unit *u = &s->fu.units[i];
@@ -443,6 +472,8 @@ void dtf_fusion_begin(struct dtf_strategy *s)
 	fu->sh_red = fu->sh_gather = fu->sh_bad = 0;
 	for (int i = 0; i < fu->nunits; i++)
 		fu->units[i].stage = ST_IDLE;
+	for (int i = 0; i < fu->nbuckets; i++)
+		fu->buckets[i].t_launch = fu->buckets[i].t_done = 0;
 }
 
 /* After backward node `node`: launch the buckets it completed, else let

@@ -33,6 +33,26 @@ struct dtf_comm *dtf_strategy_replica_comm(const struct dtf_strategy *s)
 	return s->replicas;
 }
 
+int dtf_strategy_num_buckets(const struct dtf_strategy *s)
+{
+	if (!s || s->kind == DTF_STRATEGY_PARAMETER_SERVER || !comm_active(s))
+		return 0;
+	return s->fu.nbuckets;
+}
+
+int dtf_strategy_bucket_span(const struct dtf_strategy *s, int k,
+			     double *launched, double *done)
+{
+	if (k < 0 || k >= dtf_strategy_num_buckets(s))
+		return -1;
+	const struct bucket *b = &s->fu.buckets[k];
+	if (!(b->t_launch > 0) || !(b->t_done >= b->t_launch))
+		return -1;
+	*launched = b->t_launch;
+	*done = b->t_done;
+	return 0;
+}
+
 int dtf_strategy_num_replicas(const struct dtf_strategy *s)
 {
 	return s->nreplicas;

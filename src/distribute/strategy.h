@@ -178,6 +178,16 @@ struct dtf_comm *dtf_strategy_replica_comm(const struct dtf_strategy *s);
 /* Number of training replicas (chief and workers). */
 int dtf_strategy_num_replicas(const struct dtf_strategy *s);
 
+/* The gradient buckets of the last step (allreduce strategies across
+ * replicas; 0 otherwise): how many, and for bucket k (0-based, in launch
+ * order) the CLOCK_MONOTONIC seconds it was launched at and its reduction
+ * was seen complete at (the first test or wait that found it done, so
+ * with overlap an upper bound).  Returns 0, or -1 when k is out of range
+ * or the bucket was not timed in the last step. */
+int dtf_strategy_num_buckets(const struct dtf_strategy *s);
+int dtf_strategy_bucket_span(const struct dtf_strategy *s, int k,
+			     double *launched, double *done);
+
 /* The learning rate of update `step` (0-based): `base`, the rate of
  * train.schedule at that step (dtf_schedule_lr), times the number of
  * replicas under train.learning_rate_scaling: linear, the factor reached

@@ -45,6 +45,8 @@ struct bucket {
 	uint16_t *half;    /* compression: wire values */
 	int first_unit, nunits;
 	MPI_Request sh_req; /* shared memory: the phase's barrier */
+	double t_launch, t_done; /* this step (now()): launched, seen
+				    reduced; 0 when not (yet) */
 };
 
 struct unit {

@@ -524,7 +524,10 @@ void dtf_obs_span(struct dtf_obs *o, enum dtf_obs_phase phase, int64_t step,
 	if (!dtf_obs_tracing(o, step) || phase < 0 ||
 	    phase >= DTF_OBS_PHASE_COUNT_)
 		return;
-	int tid = phase == DTF_OBS_ALLREDUCE || phase == DTF_OBS_AGREE;
+	/* compute, communication, the gradient buckets (which overlap
+	 * backward and one another's ends) */
+	int tid = phase == DTF_OBS_ALLREDUCE && index >= 0 ? 2
+		  : phase == DTF_OBS_ALLREDUCE || phase == DTF_OBS_AGREE;
 	dtf_trace_span(o->trace, phase_names[phase], tid, t0, t1, step, index);
 }
 

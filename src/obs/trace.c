@@ -133,6 +133,9 @@ int dtf_trace_open(const char *path, int rank, const char *host,
 	append(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,"
 		  "\"args\":{\"name\":\"communication\"}}",
 	       rank);
+	append(t, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":2,"
+		  "\"args\":{\"name\":\"gradient buckets\"}}",
+	       rank);
 	if ((rc = dtf_trace_flush(t)) < 0)
 		goto out_free;
 	*out = t;

@@ -816,6 +816,11 @@ static int train_step(const struct dtf_job *job, struct dtf_comm *comm,
 		dtf_obs_span(obs, DTF_OBS_FORWARD, step + 1, -1, t2, t3);
 		dtf_obs_span(obs, DTF_OBS_BACKWARD, step + 1, -1, t3, t4);
 		dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, -1, t4, t5);
+		double b0, b1; /* each bucket, from its launch */
+		for (int b = 0; b < dtf_strategy_num_buckets(strat); b++)
+			if (dtf_strategy_bucket_span(strat, b, &b0, &b1) == 0)
+				dtf_obs_span(obs, DTF_OBS_ALLREDUCE, step + 1, b,
+					     b0, b1);
 	}
 	return rc;
 }
