@@ -446,9 +446,14 @@ START_TEST(file_policy_too_few_files)
 	static char log[65536];
 	int st = train2(dir, "--set data.shard_policy=file", log, sizeof(log));
 	ck_assert_msg(st == 2, "exit status %d, log:\n%s", st, log);
+	char want[1536];
+	snprintf(want, sizeof(want),
+		 "error: --set data.shard_policy: data.shard_policy: file: "
+		 "data.train.files (%s/train-*.tfrecord) matches 1 file for 2 "
+		 "ranks: every rank needs at least one file\n", dir);
+	ck_assert_msg(strstr(log, want), "%s", log);
 	ck_assert_msg(strstr(log,
-			     "error: data.shard_policy: file: 1 file for 2 "
-			     "ranks: every rank needs at least one file\n"
+			     "every rank needs at least one file\n"
 			     "HINT: use shard_policy: auto or data (every rank "
 			     "reads every file and keeps every 2nd record), or "
 			     "split the data into at least 2 files "

@@ -282,6 +282,8 @@ struct dtf_job {
 		int train_compression, eval_compression;
 		int drop_remainder; /* data.train.drop_remainder, default 1 */
 		struct dtf_augment_spec augment; /* data.train.augment, off */
+		char shard_policy_where[DTF_WHERE_MAX]; /* of shard_policy
+							   given */
 	} data;
 
 	struct {

@@ -1110,6 +1110,13 @@ static int check_data(struct ctx *c, void *base, const yaml_node_t *key,
 		job->data.train_compression = (int)job->data.read.compression;
 	if (job->data.eval_compression < 0)
 		job->data.eval_compression = (int)job->data.read.compression;
+	/* for the errors that need the files and the ranks */
+	const yaml_node_t *sp = map ? dtf_ytree_get(c->t, map, "shard_policy") : NULL;
+	if (sp)
+		dtf_ytree_where(c->t, sp, job->data.shard_policy_where,
+				sizeof(job->data.shard_policy_where));
+	(void)key;
+	(void)path;
 	return 0;
 }
 

@@ -416,6 +416,19 @@ int dtf_train_open_pipeline(const struct dtf_job *job, const char *pattern,
 	 * keeps every world-th record) */
 	if (!training && rd.shard_policy == DTF_SHARD_OFF)
 		rd.shard_policy = DTF_SHARD_DATA;
+	if (rd.shard_policy == DTF_SHARD_FILE && nfiles < world) {
+		const char *w = job->data.shard_policy_where;
+		dtf_free(files);
+		return dtf_error(
+			DTF_ERR_CONFIG,
+			"%s%sdata.shard_policy: file: %s%s (%s) matches %d file%s for %d ranks: every rank needs at least one file\n"
+			"HINT: use shard_policy: auto or data (every rank reads every file and keeps every %d%s record), or split the data into at least %d files (dtf-records shard --shards %d)",
+			w, w[0] ? ": " : "", label,
+			label[0] == '-' ? "" : ".files", pattern, nfiles,
+			nfiles == 1 ? "" : "s", world, world,
+			world == 2 ? "nd" : world == 3 ? "rd" : "th", world,
+			world);
+	}
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
 		.rank = rank, .world = world,
