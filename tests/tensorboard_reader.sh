@@ -65,3 +65,42 @@ for e in train.Scalars("learning_rate"):
 print("tensorboard", __import__("tensorboard").__version__, "read",
       len(want), "train tags x 8 steps and 2 eval tags x 2 steps")
 PY
+# A run to step 20 (its checkpoint), one resumed from it and killed at
+# step 27, one resumed from it again to step 40: TensorBoard keeps the
+# first run's points up to step 20 (its eval at the end of epoch 1 too),
+# drops the killed run's and shows the last run's from step 21 on.
+run() {
+	mpirun -np 1 "$build/dtf-train" -q --threads 1 \
+		--set logging.dir="$tmp/res" --set checkpoint.dir="$tmp/ck" \
+		--set checkpoint.every_steps=20 "$@" "$tmp/job.yaml"
+}
+run --set train.max_steps=20
+DTF_FAULT=kill:step=27 run --resume >/dev/null 2>&1 && { echo "the fault did not kill"; exit 1; }
+run --resume
+"$py" - "$tmp/res" <<'PY'
+import json, math, sys
+from tensorboard.backend.event_processing import event_accumulator as ea
+run = sys.argv[1]
+def load(sub):
+    acc = ea.EventAccumulator(f"{run}/{sub}", size_guidance={ea.SCALARS: 0})
+    acc.Reload()
+    return acc
+train, ev = load("train"), load("eval")
+steps = [e.step for e in train.Scalars("loss")]
+assert steps == list(range(5, 41, 5)), steps
+assert [e.step for e in ev.Scalars("loss")] == [20, 40], ev.Scalars("loss")
+# metrics.jsonl holds the three runs one after the other
+lines = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+starts = [i for i, l in enumerate(lines) if l["kind"] == "start"] + [len(lines)]
+assert len(starts) == 4, starts
+runs = [{l["step"]: l for l in lines[a:b] if l["kind"] == "train"}
+        for a, b in zip(starts, starts[1:])]
+assert sorted(runs[0]) == [5, 10, 15, 20] and 25 in runs[1], runs
+for e in train.Scalars("loss"):
+    want = runs[0 if e.step <= 20 else 2][e.step]["loss"]
+    assert math.isclose(e.value, want, rel_tol=1e-5), (e, want)
+first_eval = [l for l in lines[:starts[1]] if l["kind"] == "eval"][0]
+assert math.isclose(ev.Scalars("loss")[0].value, first_eval["loss"], rel_tol=1e-5)
+print("tensorboard after a resume at step 20: steps", steps,
+      "(the first run's to 20, the last run's after; the killed run's dropped)")
+PY

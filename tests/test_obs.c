@@ -652,7 +652,7 @@ START_TEST(resume_continues_metrics_and_events)
 		tu_events_read(g.gl_pathv[i], ef);
 		if (ef->session_starts) {
 			starts++;
-			ck_assert_int_eq(ef->start_step, 20);
+			ck_assert_int_eq(ef->start_step, 21);
 			ck_assert_ptr_nonnull(tu_events_find(ef, 30, "loss"));
 			ck_assert_ptr_nonnull(tu_events_find(ef, 40, "loss"));
 			ck_assert_ptr_null(tu_events_find(ef, 20, "loss"));

@@ -72,6 +72,7 @@ struct dtf_obs {
 	int rank, world, quiet, tty;
 	char host[64];
 	int64_t start_step, total_steps, steps_per_epoch, global_batch;
+	int eval_at_start;
 	int total_epochs;
 	double origin; /* dtf_obs_now() just after the opening barrier */
 
@@ -290,11 +291,17 @@ static int open_chief_files(struct dtf_obs *o)
 			rc = dtf_tfevents_open(sub, o->host, wall, &o->ev_eval);
 		dtf_free(sub);
 	}
+	/* TensorBoard drops the points at and after a START's step: the
+	 * first this run writes is start_step + 1 (the earlier run's at
+	 * start_step, its checkpoint's, stay), or for eval/ start_step when
+	 * this run evaluates there again */
 	if (rc == 0 && o->start_step > 0) {
-		rc = dtf_tfevents_session_start(o->ev_train, o->start_step, wall);
+		rc = dtf_tfevents_session_start(o->ev_train, o->start_step + 1,
+						wall);
 		if (rc == 0 && o->ev_eval)
-			rc = dtf_tfevents_session_start(o->ev_eval,
-							o->start_step, wall);
+			rc = dtf_tfevents_session_start(
+				o->ev_eval, o->start_step + !o->eval_at_start,
+				wall);
 	}
 	return rc;
 }
@@ -390,6 +397,7 @@ int dtf_obs_open(struct dtf_comm *comm, const struct dtf_obs_config *cfg,
 	o->quiet = cfg->quiet;
 	o->tty = isatty(STDERR_FILENO);
 	o->start_step = cfg->start_step;
+	o->eval_at_start = cfg->eval_at_start;
 	o->total_steps = cfg->total_steps;
 	o->steps_per_epoch = cfg->steps_per_epoch;
 	o->global_batch = cfg->global_batch;

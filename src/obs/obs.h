@@ -111,6 +111,8 @@ struct dtf_obs_config {
 	struct dtf_obs_job job;
 	int quiet;              /* no progress or per-step console lines */
 	int64_t start_step;     /* steps done before this run (resume), >= 0 */
+	int eval_at_start;      /* this run evaluates at start_step again (a
+				   checkpoint at an epoch's end) */
 	int64_t total_steps;    /* the run ends at this step */
 	int64_t steps_per_epoch;
 	int64_t global_batch;   /* examples per step over all replicas */

@@ -1437,8 +1437,15 @@ static int resume(struct run *R)
 
 	/* console, metrics, events, trace (obs/obs.h); a collective, after
 	 * the restore so steps continue from the checkpoint's */
+	/* a resume at an epoch's end runs no step of that epoch, then its
+	 * end's evaluation (one_epoch, maybe_evaluate) */
+	int64_t every = job->train.eval_every_steps;
+	int eval_at_start = R->step > 0 && R->st.in_epoch >= R->st.epoch_end &&
+			    (!every || (R->step == R->total_steps &&
+					R->step % every));
 	struct dtf_obs_config oc = {
 		.quiet = R->opts->quiet, .start_step = R->step,
+		.eval_at_start = eval_at_start,
 		.total_steps = R->total_steps, .steps_per_epoch = spe,
 		.global_batch = R->global_batch,
 		.sidecar_eval = R->evaluator >= 0};
