@@ -320,7 +320,7 @@ START_TEST(test_straggler_keys)
 	const char *msg = load_fail(edit("strategy:\n",
 					 "fault: {straggler_factor: 1}\nstrategy:\n"),
 				    NULL, 0, DTF_ERR_CONFIG);
-	ck_assert_has(msg, "graphs/x.yaml:26:27: fault: straggler_factor must be more than 1");
+	ck_assert_has(msg, "graphs/x.yaml:26:27: fault.straggler_factor: must be more than 1");
 	msg = load_fail(edit("strategy:\n",
 			     "fault: {straggler_windows: 0}\nstrategy:\n"),
 			NULL, 0, DTF_ERR_CONFIG);
@@ -328,7 +328,12 @@ START_TEST(test_straggler_keys)
 	msg = load_fail(edit("strategy:\n",
 			     "fault: {straggler_window_steps: 1000001}\nstrategy:\n"),
 			NULL, 0, DTF_ERR_CONFIG);
-	ck_assert_has(msg, "graphs/x.yaml:26:33: fault: straggler_window_steps must be at most 1000000");
+	ck_assert_has(msg, "graphs/x.yaml:26:33: fault.straggler_window_steps: must be at most 1000000");
+	const char *ts[] = {"logging.trace_steps=[3]"};
+	ck_assert_msg_is(load_fail(SKETCH, ts, 1, DTF_ERR_CONFIG),
+			 "--set logging.trace_steps: logging.trace_steps: "
+			 "expected a list [from, to] of two step numbers, got a "
+			 "list of 1 item");
 }
 END_TEST
 

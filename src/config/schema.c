@@ -1007,8 +1007,15 @@ static int read_trace_steps(struct ctx *c, void *base, const yaml_node_t *key,
 	struct dtf_job *job = base;
 	char buf[80], ipath[PATH_MAX_];
 	int64_t v[2];
-	if (val->type != YAML_SEQUENCE_NODE ||
-	    val->data.sequence.items.top - val->data.sequence.items.start != 2)
+	if (val->type == YAML_SEQUENCE_NODE &&
+	    val->data.sequence.items.top - val->data.sequence.items.start != 2) {
+		long k = (long)(val->data.sequence.items.top -
+				val->data.sequence.items.start);
+		return dtf_cfg_fail(c, val, path,
+				    "expected a list [from, to] of two step numbers, got a list of %ld item%s",
+				    k, k == 1 ? "" : "s");
+	}
+	if (val->type != YAML_SEQUENCE_NODE)
 		return dtf_cfg_fail(c, val, path,
 				    "expected a list [from, to] of two step numbers, got %s",
 				    dtf_cfg_describe(val, buf, sizeof(buf)));
@@ -1084,14 +1091,19 @@ static int check_fault(struct ctx *c, void *base, const yaml_node_t *key,
 {
 	(void)key;
 	struct dtf_job *job = base;
-	if (!(job->fault.straggler_factor > 1))
+	char sub[PATH_MAX_];
+	if (!(job->fault.straggler_factor > 1)) {
+		dtf_cfg_join_path(sub, path, "straggler_factor");
 		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "straggler_factor"),
-				    path, "straggler_factor must be more than 1 (a rank is named when it takes that many times the others' median), got %g",
+				    sub, "must be more than 1 (a rank is named when it takes that many times the others' median), got %g",
 				    job->fault.straggler_factor);
-	if (job->fault.straggler_window_steps > 1000000)
+	}
+	if (job->fault.straggler_window_steps > 1000000) {
+		dtf_cfg_join_path(sub, path, "straggler_window_steps");
 		return dtf_cfg_fail(c, dtf_ytree_get(c->t, map, "straggler_window_steps"),
-				    path, "straggler_window_steps must be at most 1000000 (each rank keeps the window's step times), got %lld",
+				    sub, "must be at most 1000000 (each rank keeps the window's step times), got %lld",
 				    (long long)job->fault.straggler_window_steps);
+	}
 	return 0;
 }
 

@@ -214,7 +214,7 @@ static int read_task(json_t *tk, struct dtf_cluster *c)
 		return bad("task.index must be a JSON number, got the string \"%s\"",
 			   json_string_value(index));
 	if (json_is_real(index))
-		return bad("task.index must be an integer, got %g",
+		return bad("task.index must be an integer, got %g (a JSON number with a fraction or an exponent is not one)",
 			   json_real_value(index));
 	if (!json_is_integer(index))
 		return bad("task.index must be a JSON number (an integer)");
