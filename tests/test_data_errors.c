@@ -790,6 +790,16 @@ START_TEST(records_tool_convert_text)
 	ck_assert_int_eq(tu_run("cd %s && %s/dtf-records convert-text --text "
 				"nosuch.txt --out . --block-size 4 2>/dev/null",
 				dir, tu_build_root()), 3);
+	/* more shards than windows would leave some empty: usage error,
+	 * nothing written */
+	ck_assert_int_eq(tu_run("mkdir -p %s/many && cd %s && %s/dtf-records "
+				"convert-text --text t.txt --out many --block-size 4 "
+				"--validation-fraction 0.25 --shards 8 2>err.txt",
+				dir, dir, tu_build_root()), 2);
+	ck_assert_msg(strstr(tu_slurp(dir, "err.txt"), "--shards 8 is more than "
+			     "the 7 windows of the train part (shards would be "
+			     "empty)"), "%s", tu_slurp(dir, "err.txt"));
+	ck_assert_int_eq(tu_run("test -z \"$(ls %s/many)\"", dir), 0);
 }
 END_TEST
 

@@ -603,6 +603,13 @@ static int cmd_convert_text(int argc, char **argv)
 			goto out;
 		}
 	}
+	if (parts[0].windows < parts[0].shards) {
+		rc = dtf_error(DTF_ERR_USAGE,
+			       "convert-text: --shards %d is more than the %" PRId64
+			       " windows of the train part (shards would be empty)",
+			       parts[0].shards, parts[0].windows);
+		goto out;
+	}
 	if ((rc = write_vocab(dir, vocab, nv)))
 		goto out;
 	for (int i = 0; i < 2; i++) {
