@@ -2,7 +2,8 @@
 # TensorBoard reads what dtf-train writes: train 1 rank on synthetic data
 # with logging.dir set, then load train/ and eval/ with TensorBoard's own
 # EventAccumulator and check tags, steps and the loss against
-# metrics.jsonl.  The interpreter is $DTF_PYTHON, else the one of the
+# metrics.jsonl; then a run resumed at step 20 after another was killed
+# past it: each step shows the right run's point.  The interpreter is $DTF_PYTHON, else the one of the
 # checkers' virtual environment that tests/setup-venv.sh makes (.venv in
 # the source tree), else python3; exit 77 (skip) when it cannot import
 # tensorboard (run tests/setup-venv.sh, as the README's first command and
@@ -36,15 +37,27 @@ train: {batch_size: 16, epochs: 2, optimizer: {sgd: {learning_rate: 0.1}}}
 logging: {every_steps: 5, dir: "$tmp/run"}
 JOB
 mpirun -np 1 "$build/dtf-train" -q --threads 1 "$tmp/job.yaml"
-"$py" - "$tmp/run" <<'PY'
+# A run to step 20 (its checkpoint), one resumed from it and killed at
+# step 27, one resumed from it again to step 40: TensorBoard keeps the
+# first run's points up to step 20 (its eval at the end of epoch 1 too),
+# drops the killed run's and shows the last run's from step 21 on.
+run() {
+	mpirun -np 1 "$build/dtf-train" -q --threads 1 \
+		--set logging.dir="$tmp/res" --set checkpoint.dir="$tmp/ck" \
+		--set checkpoint.every_steps=20 "$@" "$tmp/job.yaml"
+}
+run --set train.max_steps=20
+DTF_FAULT=kill:step=27 run --resume >/dev/null 2>&1 && { echo "the fault did not kill"; exit 1; }
+run --resume
+"$py" - "$tmp/run" "$tmp/res" <<'PY'
 import json, math, sys
 from tensorboard.backend.event_processing import event_accumulator as ea
-run = sys.argv[1]
-def load(sub):
+def load(run, sub):
     acc = ea.EventAccumulator(f"{run}/{sub}", size_guidance={ea.SCALARS: 0})
     acc.Reload()
     return acc
-train, ev = load("train"), load("eval")
+run = sys.argv[1]
+train, ev = load(run, "train"), load(run, "eval")
 want = {"loss", "accuracy", "learning_rate", "samples_per_second",
         "step_time_ms/data_wait", "step_time_ms/forward",
         "step_time_ms/backward", "step_time_ms/comm", "step_time_ms/optimizer"}
@@ -64,28 +77,9 @@ for e in train.Scalars("learning_rate"):
     assert math.isclose(e.value, 0.1, rel_tol=1e-6), e
 print("tensorboard", __import__("tensorboard").__version__, "read",
       len(want), "train tags x 8 steps and 2 eval tags x 2 steps")
-PY
-# A run to step 20 (its checkpoint), one resumed from it and killed at
-# step 27, one resumed from it again to step 40: TensorBoard keeps the
-# first run's points up to step 20 (its eval at the end of epoch 1 too),
-# drops the killed run's and shows the last run's from step 21 on.
-run() {
-	mpirun -np 1 "$build/dtf-train" -q --threads 1 \
-		--set logging.dir="$tmp/res" --set checkpoint.dir="$tmp/ck" \
-		--set checkpoint.every_steps=20 "$@" "$tmp/job.yaml"
-}
-run --set train.max_steps=20
-DTF_FAULT=kill:step=27 run --resume >/dev/null 2>&1 && { echo "the fault did not kill"; exit 1; }
-run --resume
-"$py" - "$tmp/res" <<'PY'
-import json, math, sys
-from tensorboard.backend.event_processing import event_accumulator as ea
-run = sys.argv[1]
-def load(sub):
-    acc = ea.EventAccumulator(f"{run}/{sub}", size_guidance={ea.SCALARS: 0})
-    acc.Reload()
-    return acc
-train, ev = load("train"), load("eval")
+# the resumed runs
+run = sys.argv[2]
+train, ev = load(run, "train"), load(run, "eval")
 steps = [e.step for e in train.Scalars("loss")]
 assert steps == list(range(5, 41, 5)), steps
 assert [e.step for e in ev.Scalars("loss")] == [20, 40], ev.Scalars("loss")
