@@ -316,17 +316,7 @@ static void mark_done(struct dtf_strategy *s)
 	}
 }
 
-static int advance_stages(struct dtf_strategy *s);
-
-/* Start the hierarchical follow-up stages, in unit order; time the
- * buckets that are reduced. */
-static int advance(struct dtf_strategy *s)
-{
-	int rc = advance_stages(s);
-	mark_done(s);
-	return rc;
-}
-
+/* Start the hierarchical follow-up stages, in unit order. */
 static int advance_stages(struct dtf_strategy *s)
 {
 	for (int i = 0; i < s->fu.nunits; i++) {
@@ -359,6 +349,14 @@ static int advance_stages(struct dtf_strategy *s)
 		if (!s->fu.units[i].busy && s->fu.units[i].stage == ST_BCAST)
 			s->fu.units[i].stage = ST_DONE;
 	return 0;
+}
+
+/* advance_stages, then time the buckets that are reduced */
+static int advance(struct dtf_strategy *s)
+{
+	int rc = advance_stages(s);
+	mark_done(s);
+	return rc;
 }
 
 /* Let MPI move data: test every active request once. */
