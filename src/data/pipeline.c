@@ -969,6 +969,18 @@ static uint64_t fnv(uint64_t h, uint64_t v)
 	return h;
 }
 
+int dtf_pipeline_file_shard_error(const char *where, const char *files,
+				  int nfiles, int world)
+{
+	return dtf_error(
+		DTF_ERR_CONFIG,
+		"%s%sdata.shard_policy: file: %s%s%d file%s for %d ranks: every rank needs at least one file\n"
+		"HINT: use shard_policy: auto or data (every rank reads every file and keeps every %d%s record), or split the data into at least %d files (dtf-records shard --shards %d)",
+		where, where[0] ? ": " : "", files ? files : "",
+		files ? " matches " : "", nfiles, nfiles == 1 ? "" : "s", world,
+		world, world == 2 ? "nd" : world == 3 ? "rd" : "th", world, world);
+}
+
 static int resolve_policy(struct dtf_pipeline *p,
 			  enum dtf_shard_policy asked)
 {
@@ -979,18 +991,8 @@ static int resolve_policy(struct dtf_pipeline *p,
 		return 0;
 	case DTF_SHARD_FILE:
 		if (p->nfiles < p->world)
-			return dtf_error(
-				DTF_ERR_CONFIG,
-				"data.shard_policy: file: %d file%s for %d "
-				"ranks: every rank needs at least one file\n"
-				"HINT: use shard_policy: auto or data (every "
-				"rank reads every file and keeps every %d%s "
-				"record), or split the data into at least %d "
-				"files (dtf-records shard --shards %d)",
-				p->nfiles, p->nfiles == 1 ? "" : "s", p->world,
-				p->world,
-				p->world == 2 ? "nd" : p->world == 3 ? "rd" : "th",
-				p->world, p->world);
+			return dtf_pipeline_file_shard_error("", NULL, p->nfiles,
+							    p->world);
 		/* fall through */
 	case DTF_SHARD_DATA:
 	case DTF_SHARD_OFF:

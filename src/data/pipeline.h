@@ -104,6 +104,13 @@ struct dtf_pipeline_opts {
 int dtf_pipeline_open(const struct dtf_pipeline_opts *opts,
 		      struct dtf_pipeline **out);
 
+/* The DTF_ERR_CONFIG error (message and HINT) of FILE sharding with
+ * `nfiles` files for `world` ranks: prefixed by `where` ("file:line:col"
+ * of the policy, or "") and naming `files` (e.g. "data.eval.files (PATTERN)",
+ * or NULL).  Returns the error code. */
+int dtf_pipeline_file_shard_error(const char *where, const char *files,
+				  int nfiles, int world);
+
 /* Records this rank sees per epoch (known after open). */
 int64_t dtf_pipeline_num_records(const struct dtf_pipeline *p);
 

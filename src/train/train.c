@@ -417,17 +417,12 @@ int dtf_train_open_pipeline(const struct dtf_job *job, const char *pattern,
 	if (!training && rd.shard_policy == DTF_SHARD_OFF)
 		rd.shard_policy = DTF_SHARD_DATA;
 	if (rd.shard_policy == DTF_SHARD_FILE && nfiles < world) {
-		const char *w = job->data.shard_policy_where;
+		char what[1200];
+		snprintf(what, sizeof(what), "%s%s (%s)", label,
+			 label[0] == '-' ? "" : ".files", pattern);
 		dtf_free(files);
-		return dtf_error(
-			DTF_ERR_CONFIG,
-			"%s%sdata.shard_policy: file: %s%s (%s) matches %d file%s for %d ranks: every rank needs at least one file\n"
-			"HINT: use shard_policy: auto or data (every rank reads every file and keeps every %d%s record), or split the data into at least %d files (dtf-records shard --shards %d)",
-			w, w[0] ? ": " : "", label,
-			label[0] == '-' ? "" : ".files", pattern, nfiles,
-			nfiles == 1 ? "" : "s", world, world,
-			world == 2 ? "nd" : world == 3 ? "rd" : "th", world,
-			world);
+		return dtf_pipeline_file_shard_error(job->data.shard_policy_where,
+						     what, nfiles, world);
 	}
 	struct dtf_pipeline_opts po = {
 		.files = (const char *const *)files, .nfiles = nfiles,
@@ -1321,6 +1316,16 @@ static int agree_steps_per_epoch(struct run *R)
 	return 0;
 }
 
+/* Whether an evaluation is due after step `step` (maybe_evaluate): every
+ * train.eval_every_steps, or at an epoch's end without it, or after the
+ * last step when it is not a multiple of it. */
+static int eval_due(const struct run *R, int64_t step, int epoch_end)
+{
+	const int64_t every = R->job->train.eval_every_steps;
+	return epoch_end ? !every || (step == R->total_steps && step % every)
+			 : every && step % every == 0;
+}
+
 /*
  * An identical start: deterministic init or rank 0's checkpoint, then rank
  * 0's values win (with one shared copy, rank 0 alone writes); the backend
@@ -1439,10 +1444,8 @@ static int resume(struct run *R)
 	 * the restore so steps continue from the checkpoint's */
 	/* a resume at an epoch's end runs no step of that epoch, then its
 	 * end's evaluation (one_epoch, maybe_evaluate) */
-	int64_t every = job->train.eval_every_steps;
 	int eval_at_start = R->step > 0 && R->st.in_epoch >= R->st.epoch_end &&
-			    (!every || (R->step == R->total_steps &&
-					R->step % every));
+			    eval_due(R, R->step, 1);
 	struct dtf_obs_config oc = {
 		.quiet = R->opts->quiet, .start_step = R->step,
 		.eval_at_start = eval_at_start,
@@ -1471,9 +1474,8 @@ static int maybe_evaluate(struct run *R, int epoch, int epoch_end, int *stop)
 {
 	const struct dtf_job *job = R->job;
 	struct dtf_train_result *result = R->result;
-	const int64_t every = job->train.eval_every_steps, step = R->step;
-	int due = epoch_end ? !every || (step == R->total_steps && step % every)
-			    : every && step % every == 0;
+	const int64_t step = R->step;
+	int due = eval_due(R, step, epoch_end);
 	int rc;
 	if (!R->eval || !due)
 		return 0;
